@@ -1,0 +1,211 @@
+//! Request decoding, version checks and routing to handlers.
+//!
+//! [`SUPPORTED_APIS`] is the single table of what samsa implements: ApiVersions
+//! advertises exactly it, and a request outside it is refused here.
+//!
+//! Kafka's rules kept here: the ApiVersions response always uses response
+//! header v0, and an ApiVersions request at an unknown version is answered
+//! with UNSUPPORTED_VERSION and the supported ranges encoded as v0. Every other
+//! response uses `ApiKey::response_header_version`. An unknown API key, an
+//! unsupported version of another API, or a body that does not decode closes
+//! the connection.
+
+use bytes::{Buf, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use tracing::{debug, Instrument};
+
+use crate::handlers;
+use crate::Broker;
+
+/// `(api, min version, max version)` for every API samsa implements.
+pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 11),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 8),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeCluster, 0, 1),
+];
+
+pub fn supported_range(api_key: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED_APIS
+        .iter()
+        .find(|(key, _, _)| *key == api_key)
+        .map(|(_, min, max)| (*min, *max))
+}
+
+#[derive(Debug)]
+pub enum DispatchError {
+    /// The connection must be closed; the reason is logged.
+    Close(String),
+}
+
+/// Decodes one request frame, runs its handler, and returns the encoded
+/// response (header + body, without the length prefix), or `None` when the
+/// protocol says not to answer (acks=0 produce).
+pub async fn dispatch(
+    broker: &Broker,
+    mut frame: Bytes,
+) -> Result<Option<BytesMut>, DispatchError> {
+    if frame.len() < 8 {
+        return Err(DispatchError::Close(format!(
+            "frame of {} bytes is too short for a request header",
+            frame.len()
+        )));
+    }
+    let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let api_key = ApiKey::try_from(raw_key)
+        .map_err(|_| DispatchError::Close(format!("unknown api key {raw_key}")))?;
+
+    let Some((min, max)) = supported_range(api_key) else {
+        return Err(DispatchError::Close(format!(
+            "unsupported api {api_key:?} (key {raw_key}) v{version}"
+        )));
+    };
+    if version < min || version > max {
+        if api_key == ApiKey::ApiVersions {
+            return Ok(Some(handlers::api_versions::unsupported_version_response(
+                correlation_id,
+            )?));
+        }
+        return Err(DispatchError::Close(format!(
+            "unsupported version {version} of {api_key:?} (supported {min}..={max})"
+        )));
+    }
+
+    let header_version = api_key.request_header_version(version);
+    let header = RequestHeader::decode(&mut frame, header_version).map_err(|e| {
+        DispatchError::Close(format!(
+            "malformed {api_key:?} v{version} request header: {e}"
+        ))
+    })?;
+    let span = tracing::debug_span!(
+        "request",
+        api = ?api_key,
+        version,
+        correlation_id,
+        client_id = header.client_id.as_ref().map(|c| c.as_str()).unwrap_or("")
+    );
+    handle(broker, api_key, header, frame)
+        .instrument(span)
+        .await
+}
+
+fn decode<T: Decodable>(
+    api_key: ApiKey,
+    body: &mut Bytes,
+    version: i16,
+) -> Result<T, DispatchError> {
+    let request = T::decode(body, version).map_err(|e| {
+        DispatchError::Close(format!("malformed {api_key:?} v{version} request: {e}"))
+    })?;
+    if body.has_remaining() {
+        debug!(api = ?api_key, trailing = body.remaining(), "request has trailing bytes");
+    }
+    Ok(request)
+}
+
+/// Encodes `response` with the header version the API and version call for.
+pub fn encode_response<T: Encodable>(
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    response: &T,
+) -> Result<BytesMut, DispatchError> {
+    let mut buf = BytesMut::new();
+    let header_version = if api_key == ApiKey::ApiVersions {
+        0
+    } else {
+        api_key.response_header_version(version)
+    };
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut buf, header_version)
+        .and_then(|_| response.encode(&mut buf, version))
+        .map_err(|e| {
+            // An encoding failure is a samsa bug (a field set that the version
+            // lacks); closing is what the client can best recover from.
+            tracing::error!(api = ?api_key, version, error = %e, "cannot encode response");
+            DispatchError::Close(format!(
+                "cannot encode {api_key:?} v{version} response: {e}"
+            ))
+        })?;
+    Ok(buf)
+}
+
+async fn handle(
+    broker: &Broker,
+    api_key: ApiKey,
+    header: RequestHeader,
+    mut body: Bytes,
+) -> Result<Option<BytesMut>, DispatchError> {
+    let v = header.request_api_version;
+    let cid = header.correlation_id;
+    macro_rules! respond {
+        ($resp:expr) => {
+            encode_response(api_key, v, cid, &$resp).map(Some)
+        };
+    }
+    match api_key {
+        ApiKey::ApiVersions => {
+            let _request: kafka_protocol::messages::ApiVersionsRequest =
+                decode(api_key, &mut body, v)?;
+            respond!(handlers::api_versions::handle())
+        }
+        ApiKey::Metadata => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::metadata::handle(broker, request, v).await)
+        }
+        ApiKey::Produce => {
+            let request: kafka_protocol::messages::ProduceRequest = decode(api_key, &mut body, v)?;
+            let acks = request.acks;
+            let response = handlers::produce::handle(broker, request, v).await;
+            if acks == 0 {
+                Ok(None)
+            } else {
+                respond!(response)
+            }
+        }
+        ApiKey::Fetch => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::fetch::handle(broker, request, v).await)
+        }
+        ApiKey::ListOffsets => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::list_offsets::handle(broker, request, v))
+        }
+        ApiKey::CreateTopics => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::admin::create_topics(broker, request, v).await)
+        }
+        ApiKey::DeleteTopics => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::admin::delete_topics(broker, request, v).await)
+        }
+        ApiKey::CreatePartitions => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::admin::create_partitions(broker, request).await)
+        }
+        ApiKey::DescribeConfigs => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::configs::describe_configs(broker, request, v))
+        }
+        ApiKey::DescribeCluster => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::admin::describe_cluster(broker, request))
+        }
+        ApiKey::InitProducerId => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::init_producer_id::handle(broker, request).await)
+        }
+        other => Err(DispatchError::Close(format!("no handler for {other:?}"))),
+    }
+}

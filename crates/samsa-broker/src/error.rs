@@ -1,0 +1,99 @@
+//! The one place where internal errors become Kafka error codes.
+//!
+//! Handlers return typed errors; the protocol edge asks [`kafka_code`] for the
+//! code a real Kafka broker would answer. `Display` of these errors is a single
+//! line meant for logs and `error_message` fields.
+
+use kafka_protocol::error::ResponseError;
+use samsa_storage::StorageError;
+
+/// Errors that stop the broker process.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open partition {partition}: {source}")]
+    OpenPartition {
+        partition: String,
+        #[source]
+        source: StorageError,
+    },
+    #[error("metadata: {0}")]
+    Metadata(#[from] MetadataError),
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Errors of the topic metadata store (single-node file store today, the
+/// controller quorum later).
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    #[error("topic '{0}' already exists")]
+    TopicAlreadyExists(String),
+    #[error("unknown topic '{0}'")]
+    UnknownTopic(String),
+    #[error("invalid topic name '{name}': {reason}")]
+    InvalidTopic { name: String, reason: String },
+    #[error("invalid partition count {count}: {reason}")]
+    InvalidPartitions { count: i32, reason: String },
+    #[error("replication factor {requested} larger than available brokers {available}")]
+    InvalidReplicationFactor { requested: i16, available: usize },
+    #[error("invalid replica assignment: {0}")]
+    InvalidReplicaAssignment(String),
+    #[error("invalid config {key}={value}: {reason}")]
+    InvalidConfig {
+        key: String,
+        value: String,
+        reason: String,
+    },
+    #[error("metadata store i/o error on {path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("metadata store file {path} is corrupt: {reason}")]
+    Corrupt {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+}
+
+/// Kafka error code for a storage error.
+pub fn storage_error_code(error: &StorageError) -> ResponseError {
+    match error {
+        StorageError::CorruptRecord(_) => ResponseError::CorruptMessage,
+        StorageError::InvalidRecord(_) => ResponseError::InvalidRecord,
+        StorageError::RecordTooLarge { .. } => ResponseError::MessageTooLarge,
+        StorageError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+        StorageError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+        StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        StorageError::Io { .. } | StorageError::Corrupt(..) => ResponseError::KafkaStorageError,
+        #[allow(unreachable_patterns)]
+        _ => ResponseError::UnknownServerError,
+    }
+}
+
+/// Kafka error code for a metadata error.
+pub fn metadata_error_code(error: &MetadataError) -> ResponseError {
+    match error {
+        MetadataError::TopicAlreadyExists(_) => ResponseError::TopicAlreadyExists,
+        MetadataError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
+        MetadataError::InvalidTopic { .. } => ResponseError::InvalidTopicException,
+        MetadataError::InvalidPartitions { .. } => ResponseError::InvalidPartitions,
+        MetadataError::InvalidReplicationFactor { .. } => ResponseError::InvalidReplicationFactor,
+        MetadataError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
+        MetadataError::InvalidConfig { .. } => ResponseError::InvalidConfig,
+        MetadataError::Io { .. } | MetadataError::Corrupt { .. } => {
+            ResponseError::UnknownServerError
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! Topic administration (CreateTopics, DeleteTopics, CreatePartitions) and
+//! DescribeCluster. Every change goes through [`Broker`], which persists the
+//! metadata before it opens or removes logs.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::{
+    BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+    CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest,
+    DescribeClusterResponse,
+};
+use uuid::Uuid;
+
+use super::{str_bytes, topic_name};
+use crate::error::{metadata_error_code, MetadataError};
+use crate::metadata::{validate_topic_config, validate_topic_name, NewTopic};
+use crate::Broker;
+
+/// Brokers available for replicas: one until the controller quorum lands.
+const AVAILABLE_BROKERS: usize = 1;
+
+fn new_topic_from_request(
+    broker: &Broker,
+    topic: &CreatableTopic,
+) -> Result<NewTopic, MetadataError> {
+    let name = topic.name.0.as_str().to_string();
+    validate_topic_name(&name)?;
+    let node = broker.config.node_id;
+    let (partitions, replication_factor) = if topic.assignments.is_empty() {
+        let partitions = if topic.num_partitions == -1 {
+            broker.config.num_partitions
+        } else {
+            topic.num_partitions
+        };
+        let replication_factor = if topic.replication_factor == -1 {
+            broker.config.default_replication_factor
+        } else {
+            topic.replication_factor
+        };
+        (partitions, replication_factor)
+    } else {
+        if topic.num_partitions != -1 || topic.replication_factor != -1 {
+            return Err(MetadataError::InvalidReplicaAssignment(
+                "both numPartitions/replicationFactor and replica assignments were given".into(),
+            ));
+        }
+        let mut indexes: Vec<i32> = topic
+            .assignments
+            .iter()
+            .map(|a| a.partition_index)
+            .collect();
+        indexes.sort_unstable();
+        if indexes.iter().enumerate().any(|(i, p)| *p != i as i32) {
+            return Err(MetadataError::InvalidReplicaAssignment(
+                "partitions must be numbered consecutively from 0".into(),
+            ));
+        }
+        for assignment in &topic.assignments {
+            if assignment.broker_ids.iter().any(|b| b.0 != node) || assignment.broker_ids.is_empty()
+            {
+                return Err(MetadataError::InvalidReplicaAssignment(format!(
+                    "partition {} names brokers {:?}; only broker {node} exists",
+                    assignment.partition_index,
+                    assignment
+                        .broker_ids
+                        .iter()
+                        .map(|b| b.0)
+                        .collect::<Vec<_>>()
+                )));
+            }
+        }
+        let replication_factor = topic.assignments[0].broker_ids.len() as i16;
+        (indexes.len() as i32, replication_factor)
+    };
+    if partitions <= 0 {
+        return Err(MetadataError::InvalidPartitions {
+            count: partitions,
+            reason: "number of partitions must be larger than 0".into(),
+        });
+    }
+    if replication_factor <= 0 {
+        return Err(MetadataError::InvalidReplicationFactor {
+            requested: replication_factor,
+            available: AVAILABLE_BROKERS,
+        });
+    }
+    if replication_factor as usize > AVAILABLE_BROKERS {
+        return Err(MetadataError::InvalidReplicationFactor {
+            requested: replication_factor,
+            available: AVAILABLE_BROKERS,
+        });
+    }
+    let mut configs = BTreeMap::new();
+    for config in &topic.configs {
+        let key = config.name.as_str().to_string();
+        let Some(value) = config.value.as_ref().map(|v| v.as_str().to_string()) else {
+            continue;
+        };
+        validate_topic_config(&key, &value)?;
+        configs.insert(key, value);
+    }
+    Ok(NewTopic {
+        name,
+        partitions,
+        replication_factor,
+        configs,
+    })
+}
+
+pub async fn create_topics(
+    broker: &Broker,
+    request: CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
+    let mut results = Vec::with_capacity(request.topics.len());
+    for topic in &request.topics {
+        let mut result = CreatableTopicResult::default()
+            .with_name(topic.name.clone())
+            .with_num_partitions(-1)
+            .with_replication_factor(-1);
+        let outcome = match new_topic_from_request(broker, topic) {
+            Ok(new_topic) if request.validate_only => {
+                if broker.metadata.image().topic(&new_topic.name).is_some() {
+                    Err(MetadataError::TopicAlreadyExists(new_topic.name))
+                } else {
+                    Ok((
+                        Uuid::nil(),
+                        new_topic.partitions,
+                        new_topic.replication_factor,
+                        new_topic.configs,
+                    ))
+                }
+            }
+            Ok(new_topic) => broker.create_topic(new_topic).await.map(|created| {
+                (
+                    created.topic_id,
+                    created.partitions,
+                    created.replication_factor,
+                    created.configs.clone(),
+                )
+            }),
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok((id, partitions, replication_factor, configs)) => {
+                result.topic_id = id;
+                result.num_partitions = partitions;
+                result.replication_factor = replication_factor;
+                if version >= 5 {
+                    result.configs = Some(
+                        configs
+                            .into_iter()
+                            .map(|(k, v)| {
+                                CreatableTopicConfigs::default()
+                                    .with_name(str_bytes(k))
+                                    .with_value(Some(str_bytes(v)))
+                                    .with_config_source(1)
+                            })
+                            .collect(),
+                    );
+                }
+            }
+            Err(e) => {
+                result.error_code = metadata_error_code(&e).code();
+                result.error_message = Some(str_bytes(e.to_string()));
+            }
+        }
+        results.push(result);
+    }
+    CreateTopicsResponse::default().with_topics(results)
+}
+
+pub async fn delete_topics(
+    broker: &Broker,
+    request: DeleteTopicsRequest,
+    version: i16,
+) -> DeleteTopicsResponse {
+    // v6 names topics by name or id in `topics`; earlier versions use `topic_names`.
+    let wanted: Vec<(Option<String>, Uuid)> = if version >= 6 {
+        request
+            .topics
+            .iter()
+            .map(|t| {
+                (
+                    t.name.as_ref().map(|n| n.0.as_str().to_string()),
+                    t.topic_id,
+                )
+            })
+            .collect()
+    } else {
+        request
+            .topic_names
+            .iter()
+            .map(|n| (Some(n.0.as_str().to_string()), Uuid::nil()))
+            .collect()
+    };
+    let mut responses = Vec::with_capacity(wanted.len());
+    for (name, id) in wanted {
+        let image = broker.metadata.image();
+        let resolved = match &name {
+            Some(name) => Ok(name.clone()),
+            None => image
+                .topic_by_id(&id)
+                .map(|t| t.name.clone())
+                .ok_or(ResponseError::UnknownTopicId),
+        };
+        let mut result = DeletableTopicResult::default()
+            .with_name(name.clone().map(topic_name))
+            .with_topic_id(id);
+        match resolved {
+            Ok(resolved) => match broker.delete_topic(resolved.clone()).await {
+                Ok(deleted) => {
+                    result.name = Some(topic_name(resolved));
+                    result.topic_id = deleted.topic_id;
+                }
+                Err(e) => {
+                    result.error_code = metadata_error_code(&e).code();
+                    result.error_message = Some(str_bytes(e.to_string()));
+                }
+            },
+            Err(code) => result.error_code = code.code(),
+        }
+        responses.push(result);
+    }
+    DeleteTopicsResponse::default().with_responses(responses)
+}
+
+pub async fn create_partitions(
+    broker: &Broker,
+    request: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let mut results = Vec::with_capacity(request.topics.len());
+    for topic in request.topics {
+        let name = topic.name.0.as_str().to_string();
+        let mut result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
+        let node = broker.config.node_id;
+        let bad_assignment = topic.assignments.as_ref().and_then(|assignments| {
+            assignments
+                .iter()
+                .find(|a| a.broker_ids.is_empty() || a.broker_ids.iter().any(|b| b.0 != node))
+                .map(|a| {
+                    MetadataError::InvalidReplicaAssignment(format!(
+                        "assignment {:?} names brokers other than {node}",
+                        a.broker_ids.iter().map(|b| b.0).collect::<Vec<_>>()
+                    ))
+                })
+        });
+        let outcome = if let Some(e) = bad_assignment {
+            Err(e)
+        } else if request.validate_only {
+            match broker.metadata.image().topic(&name) {
+                None => Err(MetadataError::UnknownTopic(name.clone())),
+                Some(t) if topic.count <= t.partitions => Err(MetadataError::InvalidPartitions {
+                    count: topic.count,
+                    reason: format!("topic already has {} partitions", t.partitions),
+                }),
+                Some(_) => Ok(()),
+            }
+        } else {
+            broker
+                .create_partitions(name, topic.count)
+                .await
+                .map(|_| ())
+        };
+        if let Err(e) = outcome {
+            result.error_code = metadata_error_code(&e).code();
+            result.error_message = Some(str_bytes(e.to_string()));
+        }
+        results.push(result);
+    }
+    CreatePartitionsResponse::default().with_results(results)
+}
+
+pub fn describe_cluster(
+    broker: &Broker,
+    _request: DescribeClusterRequest,
+) -> DescribeClusterResponse {
+    let (host, port) = broker.config.advertised_host_port();
+    DescribeClusterResponse::default()
+        .with_cluster_id(str_bytes(broker.metadata.image().cluster_id.clone()))
+        .with_controller_id(BrokerId(broker.config.node_id))
+        .with_brokers(vec![DescribeClusterBroker::default()
+            .with_broker_id(BrokerId(broker.config.node_id))
+            .with_host(str_bytes(host))
+            .with_port(port)])
+}

@@ -1,0 +1,31 @@
+//! InitProducerId for idempotent producers (no transactional id): every call
+//! gets a fresh producer id at epoch 0, as Kafka does for non-transactional
+//! producers (including KIP-360 re-initialisation after a fatal sequence error).
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+use tracing::{info, warn};
+
+use crate::Broker;
+
+pub async fn handle(broker: &Broker, request: InitProducerIdRequest) -> InitProducerIdResponse {
+    let response = InitProducerIdResponse::default()
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    if let Some(transactional_id) = request.transactional_id.as_ref() {
+        warn!(transactional_id = transactional_id.0.as_str(), "InitProducerId with a transactional id: transactions are not supported by this samsa version");
+        return response.with_error_code(ResponseError::InvalidRequest.code());
+    }
+    match broker.producer_ids.next_producer_id().await {
+        Ok(id) => {
+            info!(producer_id = id, "producer id assigned");
+            response
+                .with_producer_id(ProducerId(id))
+                .with_producer_epoch(0)
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot allocate a producer id");
+            response.with_error_code(ResponseError::UnknownServerError.code())
+        }
+    }
+}

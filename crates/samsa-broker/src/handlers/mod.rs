@@ -1,0 +1,23 @@
+//! Kafka API handlers: each takes the decoded request and returns the response
+//! struct; encoding and error-to-code mapping live at the edges
+//! (`dispatch`, `error`).
+
+pub mod admin;
+pub mod api_versions;
+pub mod configs;
+pub mod fetch;
+pub mod init_producer_id;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+
+use kafka_protocol::messages::TopicName;
+use kafka_protocol::protocol::StrBytes;
+
+pub(crate) fn str_bytes(s: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(s.into())
+}
+
+pub(crate) fn topic_name(s: impl Into<String>) -> TopicName {
+    TopicName(str_bytes(s))
+}

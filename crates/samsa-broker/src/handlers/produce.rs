@@ -1,0 +1,138 @@
+//! Produce: validate, append as leader, and answer per `acks`.
+//!
+//! acks=0 gets no answer (dispatch drops it), acks=1 is answered once the
+//! batch is in the log, acks=all additionally waits for the fsync that makes
+//! it durable when the partition's flush policy is `every-ack`. Idempotence
+//! (dedup, sequence and epoch checks) is enforced by the log itself.
+
+use futures::future::join_all;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use samsa_storage::BatchHeader;
+use tracing::{debug, warn};
+
+use super::str_bytes;
+use crate::error::storage_error_code;
+use crate::replica::PartitionError;
+use crate::{now_ms, Broker};
+
+struct PendingDurability {
+    topic: usize,
+    partition: usize,
+    end_offset: i64,
+}
+
+pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> ProduceResponse {
+    let now = now_ms();
+    let acks = request.acks;
+    let mut responses = Vec::with_capacity(request.topic_data.len());
+    let mut waits = Vec::new();
+    let mut hosts = Vec::new();
+
+    for (topic_index, topic) in request.topic_data.into_iter().enumerate() {
+        let name = topic.name.0.as_str().to_string();
+        let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        for (partition_index, data) in topic.partition_data.into_iter().enumerate() {
+            let mut response = PartitionProduceResponse::default()
+                .with_index(data.index)
+                .with_base_offset(-1)
+                .with_log_append_time_ms(-1)
+                .with_log_start_offset(-1);
+            let error: Option<(ResponseError, String)> = 'partition: {
+                if !matches!(acks, -1..=1) {
+                    break 'partition Some((
+                        ResponseError::InvalidRequiredAcks,
+                        format!("acks={acks} is not -1, 0 or 1"),
+                    ));
+                }
+                let Some(partition) = broker.replicas.get(&name, data.index) else {
+                    break 'partition Some((
+                        ResponseError::UnknownTopicOrPartition,
+                        format!("this server does not host {name}-{}", data.index),
+                    ));
+                };
+                let records = data.records.unwrap_or_default();
+                if let Ok(header) = BatchHeader::parse(&records) {
+                    if header.is_transactional() || request.transactional_id.is_some() {
+                        break 'partition Some((
+                            ResponseError::InvalidTxnState,
+                            "transactions are not supported by this samsa version".to_string(),
+                        ));
+                    }
+                }
+                match partition.append(&records, now) {
+                    Ok(info) => {
+                        if info.duplicate {
+                            debug!(partition = %partition.name(), base_offset = info.base_offset, "duplicate batch; answering with original offset");
+                        }
+                        response.base_offset = info.base_offset;
+                        response.log_append_time_ms = info.log_append_time_ms;
+                        response.log_start_offset = partition
+                            .offsets()
+                            .map(|o| o.log_start_offset)
+                            .unwrap_or(-1);
+                        if acks == -1 && partition.flushes_before_ack() {
+                            waits.push(PendingDurability {
+                                topic: topic_index,
+                                partition: partition_index,
+                                end_offset: info.last_offset + 1,
+                            });
+                            hosts.push(partition);
+                        }
+                        None
+                    }
+                    Err(PartitionError::Storage(e)) => {
+                        let code = storage_error_code(&e);
+                        if code == ResponseError::KafkaStorageError {
+                            warn!(partition = %partition.name(), error = %e, "append failed");
+                        } else {
+                            debug!(partition = %partition.name(), error = %e, "append rejected");
+                        }
+                        Some((code, e.to_string()))
+                    }
+                    Err(e @ PartitionError::Closed(_)) => {
+                        Some((ResponseError::NotLeaderOrFollower, e.to_string()))
+                    }
+                    Err(e @ PartitionError::Flush(_)) => {
+                        Some((ResponseError::KafkaStorageError, e.to_string()))
+                    }
+                }
+            };
+            if let Some((code, message)) = error {
+                response.error_code = code.code();
+                if version >= 8 {
+                    response.error_message = Some(str_bytes(message));
+                }
+            }
+            partitions.push(response);
+        }
+        responses.push(
+            TopicProduceResponse::default()
+                .with_name(super::topic_name(name))
+                .with_partition_responses(partitions),
+        );
+    }
+
+    // acks=all: answer only after the group-commit fsync covering each batch.
+    let outcomes = join_all(
+        waits
+            .iter()
+            .zip(hosts.iter())
+            .map(|(wait, partition)| partition.wait_durable(wait.end_offset)),
+    )
+    .await;
+    for (wait, outcome) in waits.iter().zip(outcomes) {
+        if let Err(e) = outcome {
+            warn!(error = %e, "fsync before acks=all answer failed");
+            let response = &mut responses[wait.topic].partition_responses[wait.partition];
+            response.error_code = ResponseError::KafkaStorageError.code();
+            response.base_offset = -1;
+            if version >= 8 {
+                response.error_message = Some(str_bytes(e.to_string()));
+            }
+        }
+    }
+
+    ProduceResponse::default().with_responses(responses)
+}

@@ -1,0 +1,465 @@
+//! Topic metadata: which topics exist, their ids, partition counts and configs.
+//!
+//! [`MetadataStore`] is the boundary the controller quorum will sit behind;
+//! today [`LocalMetadataStore`] keeps the image in one JSON file written
+//! atomically. Readers take an immutable [`MetadataImage`] snapshot (an `Arc`),
+//! so a request sees one consistent view even while topics change.
+//!
+//! Invariants: a topic name maps to exactly one topic id; a change is durable on
+//! disk before the new image is published.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use samsa_storage::LogConfig;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::error::MetadataError;
+use crate::fsutil::write_atomic;
+
+/// One topic as the cluster knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicMetadata {
+    pub name: String,
+    pub topic_id: Uuid,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    /// Topic-level config overrides (`retention.ms`, …), validated on entry.
+    pub configs: BTreeMap<String, String>,
+}
+
+/// A request to create a topic, already defaulted (no -1 counts).
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// An immutable view of all metadata.
+#[derive(Debug, Clone, Default)]
+pub struct MetadataImage {
+    pub cluster_id: String,
+    pub topics: BTreeMap<String, Arc<TopicMetadata>>,
+    topic_names_by_id: HashMap<Uuid, String>,
+}
+
+impl MetadataImage {
+    fn new(cluster_id: String, topics: impl IntoIterator<Item = TopicMetadata>) -> Self {
+        let mut image = MetadataImage {
+            cluster_id,
+            ..Default::default()
+        };
+        for topic in topics {
+            image
+                .topic_names_by_id
+                .insert(topic.topic_id, topic.name.clone());
+            image.topics.insert(topic.name.clone(), Arc::new(topic));
+        }
+        image
+    }
+
+    pub fn topic(&self, name: &str) -> Option<&Arc<TopicMetadata>> {
+        self.topics.get(name)
+    }
+
+    pub fn topic_by_id(&self, id: &Uuid) -> Option<&Arc<TopicMetadata>> {
+        self.topic_names_by_id
+            .get(id)
+            .and_then(|name| self.topics.get(name))
+    }
+}
+
+/// Where topic metadata lives. Implementations publish a new image only after
+/// the change is durable.
+pub trait MetadataStore: Send + Sync {
+    fn image(&self) -> Arc<MetadataImage>;
+    fn create_topic(
+        &self,
+        topic: NewTopic,
+    ) -> BoxFuture<'_, Result<Arc<TopicMetadata>, MetadataError>>;
+    fn delete_topic(
+        &self,
+        name: String,
+    ) -> BoxFuture<'_, Result<Arc<TopicMetadata>, MetadataError>>;
+    fn create_partitions(
+        &self,
+        name: String,
+        new_count: i32,
+    ) -> BoxFuture<'_, Result<Arc<TopicMetadata>, MetadataError>>;
+}
+
+#[derive(Serialize, Deserialize)]
+struct MetadataFile {
+    cluster_id: String,
+    topics: Vec<TopicMetadata>,
+}
+
+/// Single-node metadata store: one JSON file, rewritten atomically per change.
+pub struct LocalMetadataStore {
+    path: PathBuf,
+    image: Mutex<Arc<MetadataImage>>,
+}
+
+impl LocalMetadataStore {
+    /// Opens `path`, creating it with a fresh cluster id if it does not exist.
+    pub fn open(path: PathBuf) -> Result<Self, MetadataError> {
+        let image = match std::fs::read(&path) {
+            Ok(bytes) => {
+                let file: MetadataFile =
+                    serde_json::from_slice(&bytes).map_err(|e| MetadataError::Corrupt {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })?;
+                MetadataImage::new(file.cluster_id, file.topics)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let image = MetadataImage::new(new_cluster_id(), []);
+                persist(&path, &image)?;
+                image
+            }
+            Err(source) => return Err(MetadataError::Io { path, source }),
+        };
+        Ok(LocalMetadataStore {
+            path,
+            image: Mutex::new(Arc::new(image)),
+        })
+    }
+
+    /// Applies `change` to a copy of the image, persists it, then publishes it.
+    /// The lock is held across the write so changes are serialized.
+    fn update<T>(
+        &self,
+        change: impl FnOnce(&mut BTreeMap<String, TopicMetadata>) -> Result<T, MetadataError>,
+    ) -> Result<T, MetadataError> {
+        let mut guard = self.image.lock().unwrap_or_else(|p| p.into_inner());
+        let mut topics: BTreeMap<String, TopicMetadata> = guard
+            .topics
+            .iter()
+            .map(|(name, t)| (name.clone(), TopicMetadata::clone(t)))
+            .collect();
+        let result = change(&mut topics)?;
+        let image = MetadataImage::new(guard.cluster_id.clone(), topics.into_values());
+        persist(&self.path, &image)?;
+        *guard = Arc::new(image);
+        Ok(result)
+    }
+}
+
+fn new_cluster_id() -> String {
+    // Kafka cluster ids are 16 random bytes in URL-safe base64 without padding.
+    let uuid = Uuid::new_v4();
+    base64_url(uuid.as_bytes())
+}
+
+fn base64_url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    let mut bits: u32 = 0;
+    let mut nbits = 0;
+    for &b in bytes {
+        bits = (bits << 8) | u32::from(b);
+        nbits += 8;
+        while nbits >= 6 {
+            nbits -= 6;
+            out.push(char::from(ALPHABET[((bits >> nbits) & 63) as usize]));
+        }
+    }
+    if nbits > 0 {
+        out.push(char::from(ALPHABET[((bits << (6 - nbits)) & 63) as usize]));
+    }
+    out
+}
+
+fn persist(path: &std::path::Path, image: &MetadataImage) -> Result<(), MetadataError> {
+    let file = MetadataFile {
+        cluster_id: image.cluster_id.clone(),
+        topics: image
+            .topics
+            .values()
+            .map(|t| TopicMetadata::clone(t))
+            .collect(),
+    };
+    let bytes = serde_json::to_vec_pretty(&file).map_err(|e| MetadataError::Corrupt {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    write_atomic(path, &bytes).map_err(|source| MetadataError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+impl MetadataStore for LocalMetadataStore {
+    fn image(&self) -> Arc<MetadataImage> {
+        self.image.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn create_topic(
+        &self,
+        topic: NewTopic,
+    ) -> BoxFuture<'_, Result<Arc<TopicMetadata>, MetadataError>> {
+        let result = self.update(|topics| {
+            validate_topic_name(&topic.name)?;
+            if topics.contains_key(&topic.name) {
+                return Err(MetadataError::TopicAlreadyExists(topic.name.clone()));
+            }
+            let created = TopicMetadata {
+                name: topic.name.clone(),
+                topic_id: Uuid::new_v4(),
+                partitions: topic.partitions,
+                replication_factor: topic.replication_factor,
+                configs: topic.configs.clone(),
+            };
+            topics.insert(topic.name.clone(), created.clone());
+            Ok(Arc::new(created))
+        });
+        Box::pin(async move { result })
+    }
+
+    fn delete_topic(
+        &self,
+        name: String,
+    ) -> BoxFuture<'_, Result<Arc<TopicMetadata>, MetadataError>> {
+        let result = self.update(|topics| {
+            topics
+                .remove(&name)
+                .map(Arc::new)
+                .ok_or_else(|| MetadataError::UnknownTopic(name.clone()))
+        });
+        Box::pin(async move { result })
+    }
+
+    fn create_partitions(
+        &self,
+        name: String,
+        new_count: i32,
+    ) -> BoxFuture<'_, Result<Arc<TopicMetadata>, MetadataError>> {
+        let result = self.update(|topics| {
+            let topic = topics
+                .get_mut(&name)
+                .ok_or_else(|| MetadataError::UnknownTopic(name.clone()))?;
+            if new_count <= topic.partitions {
+                return Err(MetadataError::InvalidPartitions {
+                    count: new_count,
+                    reason: format!(
+                        "topic currently has {} partitions, which is higher than or equal to the requested {}",
+                        topic.partitions, new_count
+                    ),
+                });
+            }
+            topic.partitions = new_count;
+            Ok(Arc::new(topic.clone()))
+        });
+        Box::pin(async move { result })
+    }
+}
+
+/// Kafka's topic name rules: 1–249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), MetadataError> {
+    let invalid = |reason: &str| MetadataError::InvalidTopic {
+        name: name.to_string(),
+        reason: reason.to_string(),
+    };
+    if name.is_empty() {
+        return Err(invalid("topic name is empty"));
+    }
+    if name == "." || name == ".." {
+        return Err(invalid("topic name cannot be '.' or '..'"));
+    }
+    if name.len() > 249 {
+        return Err(invalid("topic name is longer than 249 characters"));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-')
+    {
+        return Err(invalid(
+            "topic name contains characters other than ASCII alphanumerics, '.', '_' and '-'",
+        ));
+    }
+    Ok(())
+}
+
+/// Topic configs samsa understands, with how each is validated.
+const TOPIC_CONFIG_KEYS: &[&str] = &[
+    "cleanup.policy",
+    "compression.type",
+    "max.message.bytes",
+    "message.timestamp.type",
+    "min.insync.replicas",
+    "retention.bytes",
+    "retention.ms",
+    "segment.bytes",
+    "segment.ms",
+    "unclean.leader.election.enable",
+];
+
+/// Checks one topic config entry; the error names the key and why.
+pub fn validate_topic_config(key: &str, value: &str) -> Result<(), MetadataError> {
+    let invalid = |reason: &str| MetadataError::InvalidConfig {
+        key: key.to_string(),
+        value: value.to_string(),
+        reason: reason.to_string(),
+    };
+    let long_at_least = |min: i64| match value.parse::<i64>() {
+        Ok(v) if v >= min => Ok(()),
+        Ok(_) => Err(invalid(&format!("must be at least {min}"))),
+        Err(_) => Err(invalid("must be an integer")),
+    };
+    match key {
+        "cleanup.policy" => match value {
+            "delete" => Ok(()),
+            _ => Err(invalid("samsa supports only cleanup.policy=delete (compaction is not implemented)")),
+        },
+        "compression.type" => match value {
+            "producer" => Ok(()),
+            _ => Err(invalid("samsa stores batches as the producer compressed them; only 'producer' is supported")),
+        },
+        "max.message.bytes" => long_at_least(0),
+        "message.timestamp.type" => match value {
+            "CreateTime" | "LogAppendTime" => Ok(()),
+            _ => Err(invalid("must be CreateTime or LogAppendTime")),
+        },
+        "min.insync.replicas" => long_at_least(1),
+        "retention.bytes" | "retention.ms" => long_at_least(-1),
+        "segment.bytes" => long_at_least(14),
+        "segment.ms" => long_at_least(1),
+        "unclean.leader.election.enable" => match value {
+            "true" | "false" => Ok(()),
+            _ => Err(invalid("must be true or false")),
+        },
+        _ => Err(invalid(&format!(
+            "unknown topic config; samsa knows {}",
+            TOPIC_CONFIG_KEYS.join(", ")
+        ))),
+    }
+}
+
+/// The effective log config of a topic: broker defaults overridden by topic configs.
+pub fn topic_log_config(defaults: &LogConfig, topic: &TopicMetadata) -> LogConfig {
+    let mut config = defaults.clone();
+    for (key, value) in &topic.configs {
+        match key.as_str() {
+            "retention.ms" => {
+                if let Ok(v) = value.parse() {
+                    config.retention_ms = v;
+                }
+            }
+            "retention.bytes" => {
+                if let Ok(v) = value.parse() {
+                    config.retention_bytes = v;
+                }
+            }
+            "segment.bytes" => {
+                if let Ok(v) = value.parse() {
+                    config.segment_bytes = v;
+                }
+            }
+            "segment.ms" => {
+                if let Ok(v) = value.parse() {
+                    config.segment_ms = v;
+                }
+            }
+            "max.message.bytes" => {
+                if let Ok(v) = value.parse() {
+                    config.max_message_bytes = v;
+                }
+            }
+            "message.timestamp.type" => {
+                config.message_timestamp_type_log_append = value == "LogAppendTime";
+            }
+            _ => {}
+        }
+    }
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn new_topic(name: &str, partitions: i32) -> NewTopic {
+        NewTopic {
+            name: name.to_string(),
+            partitions,
+            replication_factor: 1,
+            configs: BTreeMap::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn topics_survive_reopen_and_keep_their_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("topics.json");
+        let store = LocalMetadataStore::open(path.clone()).unwrap();
+        let cluster_id = store.image().cluster_id.clone();
+        let created = store.create_topic(new_topic("orders", 3)).await.unwrap();
+        store.create_partitions("orders".into(), 5).await.unwrap();
+        store.create_topic(new_topic("gone", 1)).await.unwrap();
+        store.delete_topic("gone".into()).await.unwrap();
+        drop(store);
+
+        let reopened = LocalMetadataStore::open(path).unwrap();
+        let image = reopened.image();
+        assert_eq!(image.cluster_id, cluster_id);
+        let orders = image.topic("orders").unwrap();
+        assert_eq!(orders.partitions, 5);
+        assert_eq!(orders.topic_id, created.topic_id);
+        assert!(image.topic("gone").is_none());
+        assert_eq!(image.topic_by_id(&created.topic_id).unwrap().name, "orders");
+    }
+
+    #[tokio::test]
+    async fn duplicate_and_invalid_topics_are_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalMetadataStore::open(dir.path().join("t.json")).unwrap();
+        store.create_topic(new_topic("a", 1)).await.unwrap();
+        assert!(matches!(
+            store.create_topic(new_topic("a", 1)).await,
+            Err(MetadataError::TopicAlreadyExists(_))
+        ));
+        assert!(matches!(
+            store.create_topic(new_topic("bad/name", 1)).await,
+            Err(MetadataError::InvalidTopic { .. })
+        ));
+        assert!(matches!(
+            store.create_partitions("a".into(), 1).await,
+            Err(MetadataError::InvalidPartitions { .. })
+        ));
+    }
+
+    #[test]
+    fn corrupt_file_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        std::fs::write(&path, b"{not json").unwrap();
+        assert!(matches!(
+            LocalMetadataStore::open(path),
+            Err(MetadataError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn topic_config_validation() {
+        assert!(validate_topic_config("retention.ms", "1000").is_ok());
+        assert!(validate_topic_config("retention.ms", "-2").is_err());
+        assert!(validate_topic_config("retention.ms", "abc").is_err());
+        assert!(validate_topic_config("no.such.config", "1").is_err());
+        assert!(validate_topic_config("message.timestamp.type", "LogAppendTime").is_ok());
+    }
+
+    #[test]
+    fn cluster_id_is_22_chars_of_url_safe_base64() {
+        let id = new_cluster_id();
+        assert_eq!(id.len(), 22);
+        assert!(id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+    }
+}

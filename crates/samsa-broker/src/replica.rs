@@ -1,0 +1,381 @@
+//! Partitions this broker hosts and the replica manager that owns them.
+//!
+//! A [`Partition`] wraps one [`PartitionLog`] behind a mutex, plus what the
+//! network paths need around it: a watch of the high watermark for fetch long
+//! polls, and group commit for `acks=all` under the fsync-before-answer policy.
+//!
+//! Invariants kept here:
+//! - on a single node the high watermark equals the log end offset after every
+//!   append (replication will replace this with min LEO over the ISR);
+//! - the high watermark only moves forward, and every move is published on the
+//!   watch so parked fetches wake up;
+//! - an `acks=all` produce under [`FlushPolicy::EveryAck`] is answered only
+//!   once a fsync covering its last offset has completed; concurrent waiters
+//!   share one fsync (group commit), and fsync runs outside the log mutex so
+//!   appends continue while the disk works.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use samsa_storage::{AppendInfo, FlushPolicy, LogConfig, PartitionLog, ReadResult, StorageError};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::error::BrokerError;
+use crate::metadata::{topic_log_config, TopicMetadata};
+
+/// Why an operation on a partition failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    /// The partition was closed (topic deleted or broker shutting down).
+    #[error("partition {0} is closed")]
+    Closed(String),
+    #[error("{0}")]
+    Storage(#[from] StorageError),
+    #[error("fsync failed: {0}")]
+    Flush(std::io::Error),
+}
+
+/// What a fetch saw of a partition.
+pub struct PartitionRead {
+    pub result: ReadResult,
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    pub log_start_offset: i64,
+}
+
+/// Offsets of a partition at one moment.
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionOffsets {
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    pub log_end_offset: i64,
+}
+
+pub struct Partition {
+    pub topic: String,
+    pub index: i32,
+    /// The leader epoch; constant 0 until the controller assigns leaders.
+    pub leader_epoch: i32,
+    log: Mutex<Option<PartitionLog>>,
+    high_watermark: watch::Sender<i64>,
+    flush_lock: tokio::sync::Mutex<()>,
+}
+
+impl Partition {
+    fn new(topic: String, index: i32, log: PartitionLog) -> Self {
+        let hw = log.high_watermark();
+        Partition {
+            topic,
+            index,
+            leader_epoch: 0,
+            log: Mutex::new(Some(log)),
+            high_watermark: watch::Sender::new(hw),
+            flush_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn name(&self) -> String {
+        format!("{}-{}", self.topic, self.index)
+    }
+
+    fn with_log<T>(
+        &self,
+        f: impl FnOnce(&mut PartitionLog) -> Result<T, StorageError>,
+    ) -> Result<T, PartitionError> {
+        let mut guard = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        match guard.as_mut() {
+            Some(log) => Ok(f(log)?),
+            None => Err(PartitionError::Closed(self.name())),
+        }
+    }
+
+    /// Appends a produce request's records as leader and advances the HW.
+    pub fn append(&self, records: &[u8], now_ms: i64) -> Result<AppendInfo, PartitionError> {
+        let (info, hw) = self.with_log(|log| {
+            let info = log.append_as_leader(records, self.leader_epoch, now_ms)?;
+            let leo = log.log_end_offset();
+            log.set_high_watermark(leo);
+            Ok((info, log.high_watermark()))
+        })?;
+        self.high_watermark.send_if_modified(|current| {
+            if hw > *current {
+                *current = hw;
+                true
+            } else {
+                false
+            }
+        });
+        Ok(info)
+    }
+
+    /// Whether `acks=all` answers must wait for an fsync.
+    pub fn flushes_before_ack(&self) -> bool {
+        self.with_log(|log| Ok(log.config().flush == FlushPolicy::EveryAck))
+            .unwrap_or(false)
+    }
+
+    /// Waits until everything below `end_offset` is on disk (group commit).
+    pub async fn wait_durable(&self, end_offset: i64) -> Result<(), PartitionError> {
+        loop {
+            if self.with_log(|log| Ok(log.flushed_offset()))? >= end_offset {
+                return Ok(());
+            }
+            // One flusher at a time; whoever waits here while an fsync runs is
+            // covered by the next one, which takes everything appended so far.
+            let _flushing = self.flush_lock.lock().await;
+            let target = self.with_log(|log| {
+                if log.flushed_offset() >= end_offset {
+                    return Ok(None);
+                }
+                Ok(log.flush_target())
+            })?;
+            let Some(target) = target else {
+                continue;
+            };
+            let up_to = target.up_to_offset();
+            tokio::task::spawn_blocking(move || target.sync())
+                .await
+                .map_err(|e| PartitionError::Flush(std::io::Error::other(e)))?
+                .map_err(PartitionError::Flush)?;
+            self.with_log(|log| log.mark_flushed(up_to))?;
+        }
+    }
+
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        read_committed: bool,
+    ) -> Result<PartitionRead, PartitionError> {
+        self.with_log(|log| {
+            let high_watermark = log.high_watermark();
+            let last_stable_offset = log.last_stable_offset();
+            let upper = if read_committed {
+                last_stable_offset
+            } else {
+                high_watermark
+            };
+            let result = log.read(offset, max_bytes, upper)?;
+            Ok(PartitionRead {
+                result,
+                high_watermark,
+                last_stable_offset,
+                log_start_offset: log.log_start_offset(),
+            })
+        })
+    }
+
+    pub fn offsets(&self) -> Result<PartitionOffsets, PartitionError> {
+        self.with_log(|log| {
+            Ok(PartitionOffsets {
+                log_start_offset: log.log_start_offset(),
+                high_watermark: log.high_watermark(),
+                last_stable_offset: log.last_stable_offset(),
+                log_end_offset: log.log_end_offset(),
+            })
+        })
+    }
+
+    pub fn offset_for_timestamp(
+        &self,
+        timestamp: i64,
+    ) -> Result<Option<(i64, i64)>, PartitionError> {
+        self.with_log(|log| log.offset_for_timestamp(timestamp))
+    }
+
+    pub fn max_timestamp_and_offset(&self) -> Result<Option<(i64, i64)>, PartitionError> {
+        self.with_log(|log| Ok(log.max_timestamp_and_offset()))
+    }
+
+    /// A receiver that changes whenever the high watermark moves.
+    pub fn watch_high_watermark(&self) -> watch::Receiver<i64> {
+        self.high_watermark.subscribe()
+    }
+
+    fn flush(&self) -> Result<(), PartitionError> {
+        self.with_log(|log| log.flush())
+    }
+
+    fn enforce_retention(&self, now_ms: i64) -> Result<usize, PartitionError> {
+        self.with_log(|log| log.enforce_retention(now_ms))
+    }
+
+    /// Takes the log out and closes it cleanly; later calls see `Closed`.
+    fn close(&self) -> Result<(), StorageError> {
+        let log = self.log.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match log {
+            Some(log) => log.close(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Owns every partition this broker hosts.
+pub struct ReplicaManager {
+    data_dir: PathBuf,
+    defaults: LogConfig,
+    partitions: RwLock<HashMap<(String, i32), Arc<Partition>>>,
+}
+
+pub(crate) fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
+    data_dir.join(format!("{topic}-{partition}"))
+}
+
+impl ReplicaManager {
+    pub fn new(data_dir: PathBuf, defaults: LogConfig) -> Self {
+        ReplicaManager {
+            data_dir,
+            defaults,
+            partitions: RwLock::new(HashMap::new()),
+        }
+    }
+
+    pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
+        self.partitions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(topic.to_string(), partition))
+            .cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<Partition>> {
+        self.partitions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Opens (recovering if needed) or creates every partition of `topic` not yet open.
+    pub fn ensure_topic(&self, topic: &TopicMetadata, now_ms: i64) -> Result<(), BrokerError> {
+        let config = topic_log_config(&self.defaults, topic);
+        for index in 0..topic.partitions {
+            if self.get(&topic.name, index).is_some() {
+                continue;
+            }
+            let dir = partition_dir(&self.data_dir, &topic.name, index);
+            let name = format!("{}-{}", topic.name, index);
+            let (log, report) =
+                PartitionLog::open(&dir, config.clone(), now_ms).map_err(|source| {
+                    BrokerError::OpenPartition {
+                        partition: name.clone(),
+                        source,
+                    }
+                })?;
+            info!(partition = %name, log_end_offset = log.log_end_offset(), recovery = ?report, "partition opened");
+            let partition = Arc::new(Partition::new(topic.name.clone(), index, log));
+            self.partitions
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((topic.name.clone(), index), partition);
+        }
+        Ok(())
+    }
+
+    /// Closes and deletes every partition of a deleted topic. The directories
+    /// are first renamed to `*.<topic id>-delete` (atomic), so a crash midway
+    /// never resurrects the data under a recreated topic of the same name.
+    pub fn remove_topic(&self, topic: &TopicMetadata) {
+        let removed: Vec<Arc<Partition>> = {
+            let mut partitions = self.partitions.write().unwrap_or_else(|p| p.into_inner());
+            (0..topic.partitions)
+                .filter_map(|i| partitions.remove(&(topic.name.clone(), i)))
+                .collect()
+        };
+        for partition in removed {
+            if let Err(e) = partition.close() {
+                warn!(partition = %partition.name(), error = %e, "closing deleted partition failed");
+            }
+        }
+        for index in 0..topic.partitions {
+            let dir = partition_dir(&self.data_dir, &topic.name, index);
+            if !dir.exists() {
+                continue;
+            }
+            let doomed = self.data_dir.join(format!(
+                "{}-{}.{}-delete",
+                topic.name,
+                index,
+                topic.topic_id.simple()
+            ));
+            if let Err(e) = std::fs::rename(&dir, &doomed) {
+                warn!(dir = %dir.display(), error = %e, "renaming deleted partition failed");
+                continue;
+            }
+            if let Err(e) = std::fs::remove_dir_all(&doomed) {
+                warn!(dir = %doomed.display(), error = %e, "removing deleted partition failed");
+            }
+        }
+    }
+
+    /// Removes directories of partitions whose deletion was interrupted.
+    pub fn purge_deleted_dirs(&self) -> Result<(), BrokerError> {
+        let entries = std::fs::read_dir(&self.data_dir).map_err(|source| BrokerError::Io {
+            path: self.data_dir.clone(),
+            source,
+        })?;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name.to_string_lossy().ends_with("-delete") {
+                info!(dir = %entry.path().display(), "removing partition left over from an interrupted delete");
+                if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                    warn!(dir = %entry.path().display(), error = %e, "cannot remove deleted partition");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves a directory that exists where a brand-new partition must be created.
+    pub fn clear_stale_dirs(&self, topic: &TopicMetadata) {
+        for index in 0..topic.partitions {
+            let dir = partition_dir(&self.data_dir, &topic.name, index);
+            if dir.exists() && self.get(&topic.name, index).is_none() {
+                warn!(dir = %dir.display(), "removing stale directory of a topic that no longer exists");
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    warn!(dir = %dir.display(), error = %e, "cannot remove stale partition dir");
+                }
+            }
+        }
+    }
+
+    pub fn flush_all(&self) {
+        for partition in self.all() {
+            if let Err(e) = partition.flush() {
+                warn!(partition = %partition.name(), error = %e, "periodic flush failed");
+            }
+        }
+    }
+
+    pub fn enforce_retention(&self, now_ms: i64) {
+        for partition in self.all() {
+            match partition.enforce_retention(now_ms) {
+                Ok(0) => {}
+                Ok(deleted) => {
+                    info!(partition = %partition.name(), segments = deleted, "retention deleted segments")
+                }
+                Err(e) => warn!(partition = %partition.name(), error = %e, "retention failed"),
+            }
+        }
+    }
+
+    /// Clean shutdown of every log: flush, producer-state snapshot, checkpoint.
+    pub fn close_all(&self) {
+        let partitions: Vec<Arc<Partition>> = self
+            .partitions
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
+        for partition in partitions {
+            if let Err(e) = partition.close() {
+                warn!(partition = %partition.name(), error = %e, "closing partition failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! The Kafka listener: framing, pipelining and per-connection ordering.
+//!
+//! Each connection has a reader task that cuts the byte stream into frames
+//! (4-byte big-endian length, then the request) and a writer loop that answers
+//! them **in request order** while handlers run concurrently (Kafka clients
+//! pipeline requests and match answers by order as well as correlation id).
+//!
+//! A frame that cannot be a Kafka request — negative or oversized length,
+//! unknown API key, unsupported version (other than ApiVersions), a body that
+//! does not decode — closes the connection with a log line, as Kafka does.
+//! Nothing a peer sends can panic the broker.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use futures::stream::FuturesOrdered;
+use futures::StreamExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn, Instrument};
+
+use crate::dispatch::{dispatch, DispatchError};
+use crate::Broker;
+
+/// How many requests of one connection may be in flight at once.
+const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
+
+pub(crate) async fn accept_loop(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let broker = broker.clone();
+                    let span = tracing::info_span!("conn", node = broker.config.node_id, %peer);
+                    connections.spawn(serve_connection(stream, peer, broker).instrument(span));
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    // Running out of file descriptors must not spin the loop.
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    connections.abort_all();
+    while connections.join_next().await.is_some() {}
+}
+
+/// One request frame, cut from the stream.
+struct Frame {
+    body: Bytes,
+}
+
+async fn read_frames(
+    mut reader: tokio::net::tcp::OwnedReadHalf,
+    frames: mpsc::Sender<Frame>,
+    max_request_bytes: usize,
+    peer: SocketAddr,
+) {
+    loop {
+        let mut len_buf = [0u8; 4];
+        match reader.read_exact(&mut len_buf).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return,
+            Err(e) => {
+                debug!(%peer, error = %e, "read failed");
+                return;
+            }
+        }
+        let len = i32::from_be_bytes(len_buf);
+        if len < 0 || len as usize > max_request_bytes {
+            warn!(%peer, size = len, limit = max_request_bytes, "request size out of range (socket.request.max.bytes); closing connection");
+            return;
+        }
+        let mut body = vec![0u8; len as usize];
+        if let Err(e) = reader.read_exact(&mut body).await {
+            debug!(%peer, error = %e, size = len, "connection closed mid-frame");
+            return;
+        }
+        if frames.send(Frame { body: body.into() }).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn serve_connection(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>) {
+    let (reader, writer) = stream.into_split();
+    let mut writer = BufWriter::with_capacity(64 * 1024, writer);
+    let (frame_tx, mut frame_rx) = mpsc::channel::<Frame>(MAX_IN_FLIGHT_PER_CONNECTION);
+    let reader_task = tokio::spawn(read_frames(
+        reader,
+        frame_tx,
+        broker.config.max_request_bytes,
+        peer,
+    ));
+    let mut in_flight = FuturesOrdered::new();
+    let mut reading = true;
+    loop {
+        tokio::select! {
+            frame = frame_rx.recv(), if reading && in_flight.len() < MAX_IN_FLIGHT_PER_CONNECTION => {
+                match frame {
+                    Some(frame) => {
+                        let broker = broker.clone();
+                        in_flight.push_back(async move { dispatch(&broker, frame.body).await });
+                    }
+                    None => reading = false,
+                }
+            }
+            Some(answer) = in_flight.next(), if !in_flight.is_empty() => {
+                match answer {
+                    Ok(Some(response)) => {
+                        if let Err(e) = write_response(&mut writer, response).await {
+                            debug!(%peer, error = %e, "write failed; closing connection");
+                            break;
+                        }
+                    }
+                    Ok(None) => {} // acks=0 produce: no answer by protocol
+                    Err(DispatchError::Close(reason)) => {
+                        warn!(%peer, %reason, "closing connection");
+                        break;
+                    }
+                }
+            }
+            else => break,
+        }
+        if !reading && in_flight.is_empty() {
+            break;
+        }
+    }
+    let _ = writer.flush().await;
+    reader_task.abort();
+    debug!(%peer, "connection closed");
+}
+
+async fn write_response(
+    writer: &mut BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    response: BytesMut,
+) -> std::io::Result<()> {
+    let len = i32::try_from(response.len()).map_err(std::io::Error::other)?;
+    writer.write_all(&len.to_be_bytes()).await?;
+    writer.write_all(&response).await?;
+    // Flush every answer: the next one in order may be a fetch parked for
+    // seconds, and what is ready must not wait behind it.
+    writer.flush().await
+}
+
+pub(crate) async fn bind(addr: SocketAddr) -> Result<TcpListener, crate::BrokerError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| crate::BrokerError::Bind { addr, source })?;
+    info!(%addr, "kafka listener bound");
+    Ok(listener)
+}

@@ -1,0 +1,70 @@
+//! The one error type of the storage crate.
+//!
+//! Each variant maps to exactly one Kafka error code (noted on the variant), so
+//! the broker can translate without looking inside messages. `Display` prints a
+//! single line and never the chain of sources.
+
+use std::path::{Path, PathBuf};
+
+use crate::batch::BatchError;
+
+#[derive(thiserror::Error, Debug)]
+pub enum StorageError {
+    /// Kafka `KAFKA_STORAGE_ERROR` (56).
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Kafka `CORRUPT_MESSAGE` (2).
+    #[error("corrupt record batch: {0}")]
+    CorruptRecord(#[from] BatchError),
+    /// Kafka `INVALID_RECORD` (87).
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+    /// Kafka `MESSAGE_TOO_LARGE` (10).
+    #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
+    RecordTooLarge { size: usize, max: u32 },
+    /// Kafka `OUT_OF_ORDER_SEQUENCE_NUMBER` (45).
+    #[error(
+        "out of order sequence for producer {producer_id}: expected {expected}, found {found}"
+    )]
+    OutOfOrderSequence {
+        producer_id: i64,
+        expected: i32,
+        found: i32,
+    },
+    /// Kafka `INVALID_PRODUCER_EPOCH` (47).
+    #[error("producer {producer_id} epoch {found} is older than current epoch {current}")]
+    InvalidProducerEpoch {
+        producer_id: i64,
+        current: i16,
+        found: i16,
+    },
+    /// Kafka `OFFSET_OUT_OF_RANGE` (1).
+    #[error("offset {offset} out of range [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    /// Kafka `KAFKA_STORAGE_ERROR` (56): the files disagree with themselves in a
+    /// way recovery did not (or could not) repair.
+    #[error("log directory {0} is corrupt: {1}")]
+    Corrupt(PathBuf, String),
+}
+
+/// Attaches the path an I/O error happened on.
+pub(crate) trait IoContext<T> {
+    fn at(self, path: &Path) -> Result<T, StorageError>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn at(self, path: &Path) -> Result<T, StorageError> {
+        self.map_err(|source| StorageError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}

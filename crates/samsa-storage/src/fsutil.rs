@@ -1,0 +1,116 @@
+//! Small file-system helpers whose ordering of syscalls is the point.
+//!
+//! Invariant: a file written with [`write_atomically`] is, after a crash at any
+//! moment, either its old content or its new content, never a mix, and once
+//! the call returns the new content survives a crash.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{IoContext, StorageError};
+
+/// Suffix of the temporary files of atomic writes; leftovers are deleted on open.
+pub(crate) const TMP_SUFFIX: &str = ".tmp";
+
+/// Makes directory entries (creations, renames, deletions) in `dir` durable.
+pub(crate) fn fsync_dir(dir: &Path) -> Result<(), StorageError> {
+    File::open(dir).and_then(|d| d.sync_all()).at(dir)
+}
+
+/// Replaces `dir/name` with `contents`: write `name.tmp`, fsync it, rename over
+/// `name`, fsync the directory.
+pub(crate) fn write_atomically(
+    dir: &Path,
+    name: &str,
+    contents: &[u8],
+) -> Result<(), StorageError> {
+    let target = dir.join(name);
+    let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
+    {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .at(&tmp)?;
+        file.write_all(contents).at(&tmp)?;
+        file.sync_all().at(&tmp)?;
+    }
+    std::fs::rename(&tmp, &target).at(&target)?;
+    fsync_dir(dir)
+}
+
+/// Deletes a file; a file that is already gone is not an error.
+pub(crate) fn remove_if_exists(path: &Path) -> Result<(), StorageError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).at(path),
+    }
+}
+
+/// `{offset:020}.{extension}`: the name of every per-offset file in a partition directory.
+pub(crate) fn offset_file_name(dir: &Path, offset: i64, extension: &str) -> PathBuf {
+    dir.join(format!("{offset:020}.{extension}"))
+}
+
+/// Parses `{offset:020}.{extension}` back into the offset.
+pub(crate) fn parse_offset_file_name(name: &str, extension: &str) -> Option<i64> {
+    let stem = name.strip_suffix(extension)?.strip_suffix('.')?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_tmp() {
+        let dir = tempfile::tempdir().unwrap();
+        write_atomically(dir.path(), "checkpoint", b"one").unwrap();
+        write_atomically(dir.path(), "checkpoint", b"two").unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("checkpoint")).unwrap(),
+            b"two"
+        );
+        assert!(!dir.path().join("checkpoint.tmp").exists());
+    }
+
+    #[test]
+    fn offset_file_names_round_trip() {
+        let p = offset_file_name(Path::new("/d"), 42, "log");
+        assert_eq!(p, Path::new("/d/00000000000000000042.log"));
+        assert_eq!(
+            parse_offset_file_name("00000000000000000042.log", "log"),
+            Some(42)
+        );
+        assert_eq!(
+            parse_offset_file_name("00000000000000000042.index", "log"),
+            None
+        );
+        assert_eq!(parse_offset_file_name("42.log", "log"), None);
+        assert_eq!(
+            parse_offset_file_name("0000000000000000004x.log", "log"),
+            None
+        );
+        assert_eq!(
+            parse_offset_file_name("00000000000000000042.timeindex", "index"),
+            None
+        );
+    }
+
+    #[test]
+    fn remove_if_exists_tolerates_missing_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x");
+        remove_if_exists(&p).unwrap();
+        std::fs::write(&p, b"x").unwrap();
+        remove_if_exists(&p).unwrap();
+        assert!(!p.exists());
+    }
+}

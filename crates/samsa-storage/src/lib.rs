@@ -1,0 +1,30 @@
+//! samsa-storage: the partition log.
+//!
+//! A [`PartitionLog`] owns one partition directory: segments of Kafka
+//! RecordBatch v2 bytes with sparse offset and time indexes, idempotent
+//! producer state with snapshots, a checkpoint of log start / recovery point /
+//! high watermark, and crash recovery. Everything is synchronous `std::fs`; no
+//! networking and no async. The broker wraps each log in a mutex and does
+//! group-commit fsyncs outside it ([`PartitionLog::flush_target`]).
+//!
+//! Module map: [`batch`] (v2 framing, CRC), [`config`], [`log`] (the log and
+//! recovery), [`producer_state`] (idempotence), and private `segment`, `index`,
+//! `scan` (sequential batch scanning) and `fsutil` (atomic file replacement).
+
+pub mod batch;
+pub mod config;
+mod error;
+mod fsutil;
+mod index;
+pub mod log;
+pub mod producer_state;
+mod scan;
+mod segment;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use batch::{BatchError, BatchHeader};
+pub use config::{FlushPolicy, LogConfig};
+pub use error::StorageError;
+pub use log::{AppendInfo, FlushTarget, PartitionLog, ReadResult, RecoveryReport};
+pub use producer_state::{ProducerStateEntry, ProducerStateManager};

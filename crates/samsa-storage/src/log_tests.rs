@@ -1,0 +1,1365 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+use crate::batch::{set_base_offset, BatchHeader};
+use crate::testing::{
+    build_batch, headers, idempotent_batch, simple_batch, without_assigned_fields, BatchSpec,
+};
+
+const NOW: i64 = 1_700_000_000_000;
+
+fn small_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 4096,
+        index_interval_bytes: 256,
+        retention_ms: -1,
+        ..LogConfig::default()
+    }
+}
+
+fn open(dir: &Path, config: &LogConfig) -> PartitionLog {
+    PartitionLog::open(dir, config.clone(), NOW).unwrap().0
+}
+
+fn open_report(dir: &Path, config: &LogConfig) -> (PartitionLog, RecoveryReport) {
+    PartitionLog::open(dir, config.clone(), NOW).unwrap()
+}
+
+/// Every batch from log start to log end, read in small steps.
+fn read_all(log: &PartitionLog) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut offset = log.log_start_offset();
+    while offset < log.log_end_offset() {
+        let r = log.read(offset, 1000, i64::MAX).unwrap();
+        assert!(
+            !r.records.is_empty(),
+            "empty read at {offset} below LEO {}",
+            log.log_end_offset()
+        );
+        for item in batch::batches(&r.records) {
+            let (h, bytes) = item.unwrap();
+            verify_crc(bytes).unwrap();
+            assert_eq!(h.base_offset, offset, "offsets are contiguous");
+            offset = h.last_offset() + 1;
+            out.push(bytes.to_vec());
+        }
+    }
+    out
+}
+
+fn batch_with(records: i32, value_len: usize, timestamp: i64) -> Vec<u8> {
+    build_batch(&BatchSpec {
+        record_count: records,
+        value_len,
+        base_timestamp: timestamp,
+        timestamp_step: 0,
+        ..BatchSpec::default()
+    })
+}
+
+#[test]
+fn log_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<PartitionLog>();
+    assert_send_sync::<FlushTarget>();
+}
+
+#[test]
+fn new_log_is_empty_and_creates_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, report) = open_report(dir.path(), &small_config());
+    assert_eq!(
+        (
+            log.log_start_offset(),
+            log.log_end_offset(),
+            log.high_watermark()
+        ),
+        (0, 0, 0)
+    );
+    assert!(!report.clean_shutdown);
+    assert_eq!(log.segment_count(), 1);
+    assert!(dir.path().join("00000000000000000000.log").exists());
+    assert!(dir.path().join("00000000000000000000.index").exists());
+    assert!(dir.path().join("00000000000000000000.timeindex").exists());
+    assert!(dir.path().join("checkpoint").exists());
+    assert_eq!(log.read(0, 100, i64::MAX).unwrap(), ReadResult::default());
+    assert!(log.flush_target().is_none());
+    assert_eq!(log.max_timestamp_and_offset(), None);
+    assert_eq!(log.offset_for_timestamp(0).unwrap(), None);
+}
+
+#[test]
+fn append_assigns_offsets_and_rewrites_only_offset_and_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    let a = simple_batch(3, 100);
+    let b = simple_batch(2, 200);
+    let info_a = log.append_as_leader(&a, 5, NOW).unwrap();
+    assert_eq!(
+        info_a,
+        AppendInfo {
+            base_offset: 0,
+            last_offset: 2,
+            max_timestamp: 100,
+            offset_of_max_timestamp: 2,
+            record_count: 3,
+            duplicate: false,
+            log_append_time_ms: -1,
+        }
+    );
+    let info_b = log.append_as_leader(&b, 6, NOW).unwrap();
+    assert_eq!((info_b.base_offset, info_b.last_offset), (3, 4));
+    assert_eq!(log.log_end_offset(), 5);
+    assert_eq!(log.high_watermark(), 0, "the broker moves the HW");
+
+    let stored = read_all(&log);
+    assert_eq!(stored.len(), 2);
+    let h = BatchHeader::parse(&stored[1]).unwrap();
+    assert_eq!((h.base_offset, h.partition_leader_epoch), (3, 6));
+    assert_eq!(
+        without_assigned_fields(&stored[0]),
+        without_assigned_fields(&a)
+    );
+    assert_eq!(
+        without_assigned_fields(&stored[1]),
+        without_assigned_fields(&b)
+    );
+    assert_eq!(log.size_bytes(), (a.len() + b.len()) as u64);
+}
+
+#[test]
+fn multi_batch_request_is_stored_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    let mut request = simple_batch(2, 10);
+    request.extend_from_slice(&simple_batch(4, 30));
+    request.extend_from_slice(&simple_batch(1, 20));
+    let info = log.append_as_leader(&request, 0, NOW).unwrap();
+    assert_eq!(
+        (info.base_offset, info.last_offset, info.record_count),
+        (0, 6, 7)
+    );
+    assert_eq!((info.max_timestamp, info.offset_of_max_timestamp), (30, 5));
+    let hs = headers(&log.read(0, 1 << 20, i64::MAX).unwrap().records);
+    assert_eq!(
+        hs.iter().map(|h| h.base_offset).collect::<Vec<_>>(),
+        vec![0, 2, 6]
+    );
+}
+
+#[test]
+fn invalid_requests_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        max_message_bytes: 500,
+        ..small_config()
+    };
+    let mut log = open(dir.path(), &config);
+    log.append_as_leader(&simple_batch(1, 1), 0, NOW).unwrap();
+    let size = log.size_bytes();
+
+    let good = simple_batch(2, 5);
+    let mut bad_crc = good.clone();
+    let last = bad_crc.len() - 1;
+    bad_crc[last] ^= 1;
+    let mut good_then_bad = good.clone();
+    good_then_bad.extend_from_slice(&bad_crc);
+    let mut v1 = good.clone();
+    v1[16] = 1;
+    let mut trailing = good.clone();
+    trailing.extend_from_slice(&[0, 0, 0]);
+    let mut count_mismatch = good.clone();
+    count_mismatch[57..61].copy_from_slice(&5i32.to_be_bytes());
+    crate::batch::recompute_crc(&mut count_mismatch).unwrap();
+    let control = build_batch(&BatchSpec {
+        control: true,
+        ..BatchSpec::idempotent(1, 0, 0, 1)
+    });
+    let txn_without_pid = build_batch(&BatchSpec {
+        transactional: true,
+        ..BatchSpec::default()
+    });
+    let too_large = batch_with(1, 600, 5);
+
+    type Expectation = fn(&StorageError) -> bool;
+    let cases: Vec<(&str, Vec<u8>, Expectation)> = vec![
+        ("bad crc", bad_crc, |e| {
+            matches!(
+                e,
+                StorageError::CorruptRecord(BatchError::CrcMismatch { .. })
+            )
+        }),
+        ("good then bad", good_then_bad, |e| {
+            matches!(e, StorageError::CorruptRecord(_))
+        }),
+        ("magic 1", v1, |e| {
+            matches!(
+                e,
+                StorageError::CorruptRecord(BatchError::UnsupportedMagic(1))
+            )
+        }),
+        ("trailing bytes", trailing, |e| {
+            matches!(e, StorageError::CorruptRecord(BatchError::Truncated { .. }))
+        }),
+        ("count mismatch", count_mismatch, |e| {
+            matches!(e, StorageError::InvalidRecord(_))
+        }),
+        ("control", control, |e| {
+            matches!(e, StorageError::InvalidRecord(_))
+        }),
+        ("txn without pid", txn_without_pid, |e| {
+            matches!(e, StorageError::InvalidRecord(_))
+        }),
+        ("too large", too_large, |e| {
+            matches!(e, StorageError::RecordTooLarge { max: 500, .. })
+        }),
+        ("empty", Vec::new(), |e| {
+            matches!(e, StorageError::InvalidRecord(_))
+        }),
+    ];
+    for (name, request, expected) in cases {
+        let err = log.append_as_leader(&request, 0, NOW).unwrap_err();
+        assert!(expected(&err), "{name}: unexpected {err:?}");
+        assert_eq!(log.log_end_offset(), 1, "{name}");
+        assert_eq!(log.size_bytes(), size, "{name}");
+        let file_len = std::fs::metadata(dir.path().join("00000000000000000000.log"))
+            .unwrap()
+            .len();
+        assert_eq!(file_len, size, "{name}: nothing reached the file");
+    }
+    log.append_as_leader(&good, 0, NOW).unwrap();
+    assert_eq!(read_all(&log).len(), 2);
+}
+
+#[test]
+fn log_append_time_stamps_batches_and_keeps_crc_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        message_timestamp_type_log_append: true,
+        ..small_config()
+    };
+    let mut log = open(dir.path(), &config);
+    let info = log.append_as_leader(&simple_batch(3, 5), 0, NOW).unwrap();
+    assert_eq!(info.log_append_time_ms, NOW);
+    assert_eq!(info.max_timestamp, NOW);
+    let stored = read_all(&log);
+    let h = BatchHeader::parse(&stored[0]).unwrap();
+    assert!(h.timestamp_type_is_log_append());
+    assert_eq!(h.max_timestamp, NOW);
+    verify_crc(&stored[0]).unwrap();
+    assert_eq!(log.max_timestamp_and_offset(), Some((0, NOW)));
+    assert_eq!(log.offset_for_timestamp(NOW).unwrap(), Some((0, NOW)));
+}
+
+// ---- idempotence through the log ----
+
+#[test]
+fn duplicate_returns_original_offsets_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    log.append_as_leader(&simple_batch(2, 1), 0, NOW).unwrap();
+    let first = idempotent_batch(77, 0, 0, 3, NOW);
+    let info = log.append_as_leader(&first, 0, NOW).unwrap();
+    assert_eq!(
+        (info.base_offset, info.last_offset, info.duplicate),
+        (2, 4, false)
+    );
+    log.append_as_leader(&idempotent_batch(77, 0, 3, 2, NOW), 0, NOW)
+        .unwrap();
+    let (size, leo) = (log.size_bytes(), log.log_end_offset());
+
+    let retry = log.append_as_leader(&first, 0, NOW).unwrap();
+    assert!(retry.duplicate);
+    assert_eq!(
+        (retry.base_offset, retry.last_offset, retry.record_count),
+        (2, 4, 3)
+    );
+    assert_eq!((log.size_bytes(), log.log_end_offset()), (size, leo));
+    assert_eq!(read_all(&log).len(), 3);
+}
+
+#[test]
+fn sequence_and_epoch_violations_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    log.append_as_leader(&idempotent_batch(5, 2, 0, 2, NOW), 0, NOW)
+        .unwrap();
+    let leo = log.log_end_offset();
+    match log.append_as_leader(&idempotent_batch(5, 2, 3, 1, NOW), 0, NOW) {
+        Err(StorageError::OutOfOrderSequence {
+            producer_id: 5,
+            expected: 2,
+            found: 3,
+        }) => {}
+        other => panic!("gap: {other:?}"),
+    }
+    match log.append_as_leader(&idempotent_batch(5, 1, 2, 1, NOW), 0, NOW) {
+        Err(StorageError::InvalidProducerEpoch {
+            producer_id: 5,
+            current: 2,
+            found: 1,
+        }) => {}
+        other => panic!("stale epoch: {other:?}"),
+    }
+    match log.append_as_leader(&idempotent_batch(5, 3, 2, 1, NOW), 0, NOW) {
+        Err(StorageError::OutOfOrderSequence {
+            expected: 0,
+            found: 2,
+            ..
+        }) => {}
+        other => panic!("bump without seq 0: {other:?}"),
+    }
+    assert_eq!(log.log_end_offset(), leo);
+    log.append_as_leader(&idempotent_batch(5, 3, 0, 1, NOW), 0, NOW)
+        .unwrap();
+    assert_eq!(log.producer_state().get(5).unwrap().epoch, 3);
+    // Unknown producer: any sequence.
+    log.append_as_leader(&idempotent_batch(6, 0, 41, 1, NOW), 0, NOW)
+        .unwrap();
+    assert_eq!(log.producer_state().get(6).unwrap().last_sequence, 41);
+}
+
+#[test]
+fn rejected_request_leaves_producer_state_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    let mut request = idempotent_batch(9, 0, 0, 1, NOW);
+    let mut corrupt = simple_batch(1, 1);
+    corrupt[70] ^= 0xff;
+    request.extend_from_slice(&corrupt);
+    assert!(log.append_as_leader(&request, 0, NOW).is_err());
+    assert!(log.producer_state().get(9).is_none());
+    let info = log
+        .append_as_leader(&idempotent_batch(9, 0, 0, 1, NOW), 0, NOW)
+        .unwrap();
+    assert!(!info.duplicate);
+}
+
+#[test]
+fn same_batch_twice_in_one_request_is_invalid() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    let mut request = idempotent_batch(9, 0, 0, 1, NOW);
+    request.extend_from_slice(&idempotent_batch(9, 0, 0, 1, NOW));
+    assert!(matches!(
+        log.append_as_leader(&request, 0, NOW),
+        Err(StorageError::InvalidRecord(_))
+    ));
+    // Two consecutive batches of one producer in one request are fine.
+    let mut request = idempotent_batch(9, 0, 0, 1, NOW);
+    request.extend_from_slice(&idempotent_batch(9, 0, 1, 2, NOW));
+    let info = log.append_as_leader(&request, 0, NOW).unwrap();
+    assert_eq!((info.base_offset, info.last_offset), (0, 2));
+}
+
+/// Appends batches of producers 1 and 2 across several segments.
+fn idempotent_history(log: &mut PartitionLog) -> Vec<(Vec<u8>, i64)> {
+    let mut sent = Vec::new();
+    for i in 0..30 {
+        let pid = 1 + (i % 2) as i64;
+        let seq = (i / 2) * 3;
+        let batch = build_batch(&BatchSpec {
+            value_len: 100,
+            base_timestamp: NOW,
+            ..BatchSpec::idempotent(pid, 0, seq, 3)
+        });
+        let info = log.append_as_leader(&batch, 0, NOW).unwrap();
+        sent.push((batch, info.base_offset));
+    }
+    sent
+}
+
+#[test]
+fn deduplication_survives_clean_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    let sent = idempotent_history(&mut log);
+    assert!(log.segment_count() > 2);
+    log.close().unwrap();
+    let (mut log, report) = open_report(dir.path(), &config);
+    assert!(report.clean_shutdown);
+    assert_eq!(report.segments_scanned, 0);
+    assert_eq!(
+        report.batches_replayed, 0,
+        "snapshot at the log end covers everything"
+    );
+    let size = log.size_bytes();
+    for (batch, offset) in &sent[sent.len() - 10..] {
+        let info = log.append_as_leader(batch, 0, NOW).unwrap();
+        assert!(info.duplicate);
+        assert_eq!(info.base_offset, *offset);
+    }
+    assert_eq!(log.size_bytes(), size);
+    assert!(matches!(
+        log.append_as_leader(&idempotent_batch(1, 0, 999, 1, NOW), 0, NOW),
+        Err(StorageError::OutOfOrderSequence { expected: 45, .. })
+    ));
+}
+
+#[test]
+fn deduplication_survives_unclean_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    let sent = idempotent_history(&mut log);
+    let segments = log.segment_count();
+    assert!(segments > 2);
+    let leo = log.log_end_offset();
+    drop(log); // no close(): a crash as far as the directory can tell
+
+    let (mut log, report) = open_report(dir.path(), &config);
+    assert!(!report.clean_shutdown);
+    assert!(report.segments_scanned >= 1);
+    assert!(report.snapshot_offset.is_some(), "roll-time snapshot used");
+    assert!(
+        report.batches_replayed > 0,
+        "batches after the snapshot replayed"
+    );
+    assert_eq!(log.log_end_offset(), leo);
+    assert_eq!(log.segment_count(), segments);
+    for (batch, offset) in &sent[sent.len() - 10..] {
+        let info = log.append_as_leader(batch, 0, NOW).unwrap();
+        assert!(info.duplicate, "batch at {offset} not recognised");
+        assert_eq!(info.base_offset, *offset);
+    }
+    assert_eq!(log.log_end_offset(), leo);
+    log.append_as_leader(&idempotent_batch(1, 0, 45, 1, NOW), 0, NOW)
+        .unwrap();
+}
+
+#[test]
+fn deduplication_survives_losing_every_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    let sent = idempotent_history(&mut log);
+    drop(log);
+    for offset in producer_state::list_snapshots(dir.path()).unwrap() {
+        std::fs::remove_file(producer_state::snapshot_path(dir.path(), offset)).unwrap();
+    }
+    let (mut log, report) = open_report(dir.path(), &config);
+    assert_eq!(report.snapshot_offset, None);
+    assert_eq!(report.batches_replayed, 30);
+    let (batch, offset) = &sent[29];
+    let info = log.append_as_leader(batch, 0, NOW).unwrap();
+    assert!(info.duplicate);
+    assert_eq!(info.base_offset, *offset);
+}
+
+#[test]
+fn damaged_snapshot_falls_back_to_an_older_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    let sent = idempotent_history(&mut log);
+    log.close().unwrap();
+    let snapshots = producer_state::list_snapshots(dir.path()).unwrap();
+    let newest = *snapshots.last().unwrap();
+    let path = producer_state::snapshot_path(dir.path(), newest);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[20] ^= 0x55;
+    std::fs::write(&path, bytes).unwrap();
+    let (mut log, report) = open_report(dir.path(), &config);
+    assert!(report.snapshot_offset.unwrap() < newest);
+    assert!(report.batches_replayed > 0);
+    assert!(!path.exists(), "damaged snapshot deleted");
+    let info = log.append_as_leader(&sent[29].0, 0, NOW).unwrap();
+    assert!(info.duplicate);
+}
+
+#[test]
+fn idle_producers_expire_and_then_restart_anywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        producer_id_expiration_ms: 1000,
+        ..small_config()
+    };
+    let mut log = open(dir.path(), &config);
+    log.append_as_leader(&idempotent_batch(1, 0, 0, 1, NOW), 0, NOW)
+        .unwrap();
+    log.append_as_leader(&idempotent_batch(2, 0, 0, 1, NOW + 800), 0, NOW)
+        .unwrap();
+    log.enforce_retention(NOW + 999).unwrap();
+    assert_eq!(log.producer_state().len(), 2);
+    log.enforce_retention(NOW + 1000).unwrap();
+    assert!(log.producer_state().get(1).is_none());
+    assert!(log.producer_state().get(2).is_some());
+    // Expired: its sequence is no longer checked.
+    log.append_as_leader(&idempotent_batch(1, 0, 500, 1, NOW + 1000), 0, NOW)
+        .unwrap();
+}
+
+// ---- rolling and retention ----
+
+#[test]
+fn rolls_by_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    let batch = batch_with(1, 900, NOW);
+    for _ in 0..10 {
+        log.append_as_leader(&batch, 0, NOW).unwrap();
+    }
+    let per_segment = 4096 / batch.len();
+    assert_eq!(log.segment_count(), 10usize.div_ceil(per_segment));
+    for segment in log.segments.values() {
+        assert!(segment.size() <= 4096);
+        assert_eq!(segment.size() % batch.len() as u64, 0);
+    }
+    assert_eq!(log.segment_base_offsets()[1], per_segment as i64);
+    assert_eq!(read_all(&log).len(), 10);
+    // A batch larger than a segment still goes in (alone).
+    let big = batch_with(1, 5000, NOW);
+    let config = LogConfig {
+        max_message_bytes: 10_000,
+        ..config
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &config);
+    log.append_as_leader(&big, 0, NOW).unwrap();
+    log.append_as_leader(&big, 0, NOW).unwrap();
+    assert_eq!(log.segment_count(), 2);
+}
+
+#[test]
+fn rolls_by_age_of_first_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_ms: 100,
+        ..small_config()
+    };
+    let mut log = open(dir.path(), &config);
+    log.append_as_leader(&simple_batch(1, 1_000), 0, 1_000)
+        .unwrap();
+    log.append_as_leader(&simple_batch(1, 1_050), 0, 1_050)
+        .unwrap();
+    log.append_as_leader(&simple_batch(1, 1_100), 0, 1_100)
+        .unwrap();
+    assert_eq!(log.segment_count(), 1);
+    log.append_as_leader(&simple_batch(1, 1_101), 0, 1_101)
+        .unwrap();
+    assert_eq!(log.segment_count(), 2);
+    assert_eq!(log.segment_base_offsets(), vec![0, 3]);
+    // Data with old timestamps does not roll on every append: timestamps are
+    // compared with timestamps, not with the wall clock.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &config);
+    for ts in [1_000, 1_020, 1_040] {
+        log.append_as_leader(&simple_batch(1, ts), 0, NOW).unwrap();
+    }
+    assert_eq!(log.segment_count(), 1);
+    // Without timestamps, wall time since the segment was created counts.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), config.clone(), 1_000)
+        .unwrap()
+        .0;
+    log.append_as_leader(&simple_batch(1, -1), 0, 1_000)
+        .unwrap();
+    log.append_as_leader(&simple_batch(1, -1), 0, 1_100)
+        .unwrap();
+    assert_eq!(log.segment_count(), 1);
+    log.append_as_leader(&simple_batch(1, -1), 0, 1_101)
+        .unwrap();
+    assert_eq!(log.segment_count(), 2);
+}
+
+#[test]
+fn retention_by_size_deletes_oldest_segments_and_moves_log_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        retention_bytes: 8192,
+        ..small_config()
+    };
+    let mut log = open(dir.path(), &config);
+    let batch = batch_with(2, 900, NOW);
+    for _ in 0..20 {
+        log.append_as_leader(&batch, 0, NOW).unwrap();
+    }
+    let segments = log.segment_count();
+    assert_eq!(
+        log.enforce_retention(NOW).unwrap(),
+        0,
+        "nothing below the HW yet"
+    );
+    log.set_high_watermark(log.log_end_offset());
+    let deleted = log.enforce_retention(NOW).unwrap();
+    assert!(deleted > 0);
+    assert_eq!(log.segment_count(), segments - deleted);
+    assert!(log.size_bytes() >= 8192 - 4096 && log.size_bytes() < 8192 + 4096);
+    let start = log.log_start_offset();
+    assert_eq!(start, log.segment_base_offsets()[0]);
+    assert!(start > 0);
+    assert!(matches!(
+        log.read(start - 1, 100, i64::MAX),
+        Err(StorageError::OffsetOutOfRange { offset, log_start, .. }) if offset == start - 1 && log_start == start
+    ));
+    assert!(!dir.path().join("00000000000000000000.log").exists());
+    assert!(!dir.path().join("00000000000000000000.index").exists());
+    let remaining = read_all(&log).len();
+    // Retention is persisted.
+    drop(log);
+    let log = open(dir.path(), &config);
+    assert_eq!(log.log_start_offset(), start);
+    assert_eq!(read_all(&log).len(), remaining);
+}
+
+#[test]
+fn retention_by_time_uses_the_newest_timestamp_of_each_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        retention_ms: 10_000,
+        ..small_config()
+    };
+    let mut log = open(dir.path(), &config);
+    // Four segments with newest timestamps 1000, 2000, 3000, 4000 (each one
+    // has an older batch first, so the newest timestamp is what counts).
+    for s in 1..=4 {
+        log.append_as_leader(&batch_with(1, 1900, s * 1000 - 500), 0, NOW)
+            .unwrap();
+        log.append_as_leader(&batch_with(1, 1900, s * 1000), 0, NOW)
+            .unwrap();
+    }
+    assert_eq!(log.segment_count(), 4);
+    log.set_high_watermark(log.log_end_offset());
+    assert_eq!(log.enforce_retention(11_000).unwrap(), 0);
+    assert_eq!(log.enforce_retention(12_001).unwrap(), 2);
+    assert_eq!(log.log_start_offset(), 4);
+    // The active segment is never deleted, however old.
+    assert_eq!(log.enforce_retention(1_000_000).unwrap(), 1);
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.log_start_offset(), 6);
+}
+
+#[test]
+fn retention_stops_at_the_high_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        retention_bytes: 0,
+        ..small_config()
+    };
+    let mut log = open(dir.path(), &config);
+    for _ in 0..12 {
+        log.append_as_leader(&batch_with(1, 1500, NOW), 0, NOW)
+            .unwrap();
+    }
+    let bases = log.segment_base_offsets();
+    log.set_high_watermark(bases[2]);
+    assert_eq!(log.enforce_retention(NOW).unwrap(), 2);
+    assert_eq!(log.log_start_offset(), bases[2]);
+}
+
+// ---- reads ----
+
+fn log_with_sized_batches(
+    dir: &Path,
+    config: &LogConfig,
+    n: usize,
+) -> (PartitionLog, Vec<Vec<u8>>) {
+    let mut log = open(dir, config);
+    let mut batches = Vec::new();
+    for i in 0..n {
+        let b = build_batch(&BatchSpec {
+            record_count: 1 + (i % 4) as i32,
+            value_len: 50,
+            base_timestamp: 1000 + i as i64 * 10,
+            value_seed: i as u8,
+            ..BatchSpec::default()
+        });
+        log.append_as_leader(&b, 0, NOW).unwrap();
+        batches.push(b);
+    }
+    (log, batches)
+}
+
+#[test]
+fn read_respects_max_bytes_but_returns_the_first_batch_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, batches) = log_with_sized_batches(dir.path(), &LogConfig::default(), 10);
+    let two_and_a_half = batches[0].len() + batches[1].len() + batches[2].len() / 2;
+    let r = log.read(0, two_and_a_half, i64::MAX).unwrap();
+    assert_eq!(headers(&r.records).len(), 2);
+    assert_eq!(r.first_batch_offset, Some(0));
+    let r = log.read(0, 1, i64::MAX).unwrap();
+    assert_eq!(
+        r.records.len(),
+        batches[0].len(),
+        "KIP-74: first batch whole"
+    );
+    let r = log.read(0, 0, i64::MAX).unwrap();
+    assert_eq!(headers(&r.records).len(), 1);
+    let r = log.read(0, usize::MAX, i64::MAX).unwrap();
+    assert_eq!(headers(&r.records).len(), 10);
+}
+
+#[test]
+fn read_stops_before_max_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = log_with_sized_batches(dir.path(), &small_config(), 10);
+    let all = headers(&log.read(0, usize::MAX, i64::MAX).unwrap().records);
+    let bound = all[4].base_offset;
+    let r = log.read(0, usize::MAX, bound).unwrap();
+    let hs = headers(&r.records);
+    assert!(!hs.is_empty());
+    assert!(hs.iter().all(|h| h.last_offset() < bound));
+    assert_eq!(hs.last().unwrap().last_offset() + 1, bound);
+    assert_eq!(log.read(bound, 1000, bound).unwrap(), ReadResult::default());
+    // A bound inside a batch (batch 5 has two records) excludes that batch.
+    assert_eq!(all[5].records_count, 2);
+    let r = log.read(0, usize::MAX, all[5].base_offset + 1).unwrap();
+    assert_eq!(headers(&r.records).len(), 5);
+    // Even when it is the first one.
+    let r = log
+        .read(all[5].base_offset, usize::MAX, all[5].last_offset())
+        .unwrap();
+    assert!(r.records.is_empty());
+}
+
+#[test]
+fn read_from_the_middle_of_a_batch_returns_the_containing_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        index_interval_bytes: 1,
+        ..small_config()
+    };
+    let (log, _) = log_with_sized_batches(dir.path(), &config, 40);
+    assert!(log.segment_count() > 1);
+    let all: Vec<BatchHeader> = read_all(&log)
+        .iter()
+        .map(|b| BatchHeader::parse(b).unwrap())
+        .collect();
+    for h in &all {
+        for offset in h.base_offset..=h.last_offset() {
+            let r = log.read(offset, 1, i64::MAX).unwrap();
+            let got = headers(&r.records);
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].base_offset, h.base_offset, "offset {offset}");
+            assert_eq!(r.first_batch_offset, Some(h.base_offset));
+        }
+    }
+}
+
+#[test]
+fn read_continues_into_the_next_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, batches) = log_with_sized_batches(dir.path(), &small_config(), 60);
+    assert!(log.segment_count() >= 3);
+    let r = log.read(0, usize::MAX, i64::MAX).unwrap();
+    let got: Vec<_> = batch::batches(&r.records)
+        .map(|b| b.unwrap().1.to_vec())
+        .collect();
+    assert_eq!(got.len(), batches.len());
+    for (g, b) in got.iter().zip(&batches) {
+        assert_eq!(without_assigned_fields(g), without_assigned_fields(b));
+    }
+}
+
+#[test]
+fn read_offsets_out_of_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = log_with_sized_batches(dir.path(), &small_config(), 3);
+    let leo = log.log_end_offset();
+    assert_eq!(log.read(leo, 100, i64::MAX).unwrap(), ReadResult::default());
+    assert!(matches!(
+        log.read(leo + 1, 100, i64::MAX),
+        Err(StorageError::OffsetOutOfRange { offset, log_start: 0, log_end }) if offset == leo + 1 && log_end == leo
+    ));
+    assert!(matches!(
+        log.read(-1, 100, i64::MAX),
+        Err(StorageError::OffsetOutOfRange { .. })
+    ));
+}
+
+#[test]
+fn read_detects_corruption_behind_the_logs_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, batches) = log_with_sized_batches(dir.path(), &small_config(), 3);
+    let path = dir.path().join("00000000000000000000.log");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = batches[0].len() + 70;
+    bytes[at] ^= 0xff;
+    std::fs::write(&path, bytes).unwrap();
+    assert!(log.read(0, 100, i64::MAX).is_ok(), "first batch intact");
+    assert!(matches!(
+        log.read(0, usize::MAX, i64::MAX),
+        Err(StorageError::Corrupt(..))
+    ));
+}
+
+// ---- timestamps ----
+
+#[test]
+fn offset_for_timestamp_finds_the_first_record_at_or_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        index_interval_bytes: 100,
+        ..small_config()
+    };
+    let mut log = open(dir.path(), &config);
+    // Batch i: 4 records at 1000*i + {0, 10, 20, 30}; offsets 4i..4i+3.
+    for i in 1..=40i64 {
+        let b = build_batch(&BatchSpec {
+            record_count: 4,
+            base_timestamp: 1000 * i,
+            timestamp_step: 10,
+            value_len: 60,
+            ..BatchSpec::default()
+        });
+        log.append_as_leader(&b, 0, NOW).unwrap();
+    }
+    assert!(log.segment_count() > 2);
+    let check = |log: &PartitionLog| {
+        assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((0, 1000)));
+        assert_eq!(log.offset_for_timestamp(1000).unwrap(), Some((0, 1000)));
+        assert_eq!(log.offset_for_timestamp(1001).unwrap(), Some((1, 1010)));
+        assert_eq!(log.offset_for_timestamp(1031).unwrap(), Some((4, 2000)));
+        assert_eq!(
+            log.offset_for_timestamp(25_015).unwrap(),
+            Some((24 * 4 + 2, 25_020))
+        );
+        assert_eq!(
+            log.offset_for_timestamp(40_030).unwrap(),
+            Some((159, 40_030))
+        );
+        assert_eq!(log.offset_for_timestamp(40_031).unwrap(), None);
+        assert_eq!(log.max_timestamp_and_offset(), Some((159, 40_030)));
+    };
+    check(&log);
+    log.close().unwrap();
+    let log = open(dir.path(), &config);
+    check(&log);
+    drop(log);
+    std::fs::write(dir.path().join("checkpoint"), b"garbage").unwrap();
+    let (log, report) = open_report(dir.path(), &config);
+    assert_eq!(
+        report.segments_scanned,
+        log.segment_count(),
+        "no checkpoint: everything validated"
+    );
+    check(&log);
+}
+
+#[test]
+fn timestamps_out_of_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    for ts in [5000, 3000, 9000, 1000, 9000, 7000] {
+        log.append_as_leader(&simple_batch(2, ts), 0, NOW).unwrap();
+    }
+    assert_eq!(log.offset_for_timestamp(4000).unwrap(), Some((0, 5000)));
+    assert_eq!(log.offset_for_timestamp(6000).unwrap(), Some((4, 9000)));
+    assert_eq!(log.offset_for_timestamp(9001).unwrap(), None);
+    assert_eq!(
+        log.max_timestamp_and_offset(),
+        Some((4, 9000)),
+        "first record with the max"
+    );
+}
+
+#[test]
+fn max_timestamp_finds_the_record_inside_a_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    log.append_as_leader(&simple_batch(3, 100), 0, NOW).unwrap();
+    let b = build_batch(&BatchSpec {
+        record_count: 5,
+        base_timestamp: 900,
+        timestamp_step: -100,
+        ..BatchSpec::default()
+    });
+    log.append_as_leader(&b, 0, NOW).unwrap();
+    log.append_as_leader(&simple_batch(3, 200), 0, NOW).unwrap();
+    assert_eq!(log.max_timestamp_and_offset(), Some((3, 900)));
+    let compressed = build_batch(&BatchSpec {
+        record_count: 4,
+        base_timestamp: 1000,
+        compression: 1,
+        ..BatchSpec::default()
+    });
+    log.append_as_leader(&compressed, 0, NOW).unwrap();
+    // Compressed: the batch's last offset.
+    assert_eq!(log.max_timestamp_and_offset(), Some((14, 1003)));
+    assert_eq!(log.offset_for_timestamp(1001).unwrap(), Some((11, 1003)));
+}
+
+// ---- flushing and the high watermark ----
+
+#[test]
+fn flush_target_covers_unflushed_segments_and_advances_the_recovery_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    assert!(log.flush_target().is_none());
+    for _ in 0..6 {
+        log.append_as_leader(&batch_with(1, 1500, NOW), 0, NOW)
+            .unwrap();
+    }
+    assert_eq!(log.segment_count(), 3);
+    let target = log.flush_target().unwrap();
+    assert_eq!(target.up_to_offset(), 6);
+    assert_eq!(target.files.len(), 3);
+    assert!(
+        target.dir.is_some(),
+        "new segment files need a directory fsync"
+    );
+    // Appends continue while the target is synced.
+    log.append_as_leader(&batch_with(1, 10, NOW), 0, NOW)
+        .unwrap();
+    target.sync().unwrap();
+    log.mark_flushed(target.up_to_offset()).unwrap();
+    assert_eq!(log.flushed_offset(), 6);
+    let next = log.flush_target().unwrap();
+    assert_eq!(next.up_to_offset(), 7);
+    assert_eq!(next.files.len(), 1);
+    log.mark_flushed(3).unwrap();
+    assert_eq!(log.flushed_offset(), 6, "never backwards");
+    log.mark_flushed(100).unwrap();
+    assert_eq!(log.flushed_offset(), 7, "never past the log end");
+    assert!(log.flush_target().is_none());
+    let checkpoint: Checkpoint =
+        serde_json::from_slice(&std::fs::read(dir.path().join("checkpoint")).unwrap()).unwrap();
+    // Checkpointed when the recovery point entered segment 4 (at 6), not again within it.
+    assert_eq!(checkpoint.recovery_point, 6);
+}
+
+#[test]
+fn flush_interval_zero_syncs_on_roll() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        flush: FlushPolicy::Interval { interval_ms: 0 },
+        ..small_config()
+    };
+    let mut log = open(dir.path(), &config);
+    for _ in 0..3 {
+        log.append_as_leader(&batch_with(1, 1500, NOW), 0, NOW)
+            .unwrap();
+    }
+    assert_eq!(log.segment_count(), 2);
+    assert_eq!(log.flushed_offset(), 2);
+}
+
+#[test]
+fn high_watermark_moves_forward_only_and_persists() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    log.append_as_leader(&simple_batch(5, 1), 0, NOW).unwrap();
+    log.set_high_watermark(3);
+    assert_eq!(log.high_watermark(), 3);
+    log.set_high_watermark(2);
+    assert_eq!(log.high_watermark(), 3);
+    log.set_high_watermark(100);
+    assert_eq!(log.high_watermark(), 5);
+    assert_eq!(log.last_stable_offset(), 5);
+    log.close().unwrap();
+    let log = open(dir.path(), &config);
+    assert_eq!(log.high_watermark(), 5);
+}
+
+// ---- recovery ----
+
+#[test]
+fn clean_reopen_trusts_indexes_and_finds_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let (mut log, _) = log_with_sized_batches(dir.path(), &config, 50);
+    let before = read_all(&log);
+    let indexes: Vec<_> = log
+        .segments
+        .values()
+        .map(|s| {
+            (
+                s.offset_index_entries().to_vec(),
+                s.time_index_entries().to_vec(),
+            )
+        })
+        .collect();
+    let (max_timestamp, max_offset) = {
+        let active = log.segments.values().next_back().unwrap();
+        (active.max_timestamp(), active.offset_of_max_timestamp())
+    };
+    let leo = log.log_end_offset();
+    log.set_high_watermark(leo);
+    log.close().unwrap();
+    assert!(dir.path().join("clean_shutdown").exists());
+    let (log, report) = open_report(dir.path(), &config);
+    assert!(
+        !dir.path().join("clean_shutdown").exists(),
+        "marker removed on open"
+    );
+    assert!(report.clean_shutdown);
+    assert_eq!(
+        (
+            report.segments_scanned,
+            report.indexes_rebuilt,
+            report.bytes_truncated
+        ),
+        (0, 0, 0)
+    );
+    assert_eq!(log.log_end_offset(), leo);
+    let mut reopened: Vec<_> = log
+        .segments
+        .values()
+        .map(|s| {
+            (
+                s.offset_index_entries().to_vec(),
+                s.time_index_entries().to_vec(),
+            )
+        })
+        .collect();
+    // close() sealed the active segment's time index with its max timestamp.
+    let active = log.segments.values().next_back().unwrap();
+    let sealed = reopened.last_mut().unwrap().1.pop().unwrap();
+    assert_eq!(
+        (
+            sealed.timestamp,
+            active.base_offset() + i64::from(sealed.relative_offset)
+        ),
+        (max_timestamp, max_offset)
+    );
+    assert_eq!(reopened, indexes);
+    assert_eq!(read_all(&log), before);
+}
+
+#[test]
+fn recovered_indexes_equal_the_ones_built_by_appending() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let (log, _) = log_with_sized_batches(dir.path(), &config, 50);
+    let offset_indexes: Vec<_> = log
+        .segments
+        .values()
+        .map(|s| s.offset_index_entries().to_vec())
+        .collect();
+    assert!(offset_indexes.iter().any(|i| !i.is_empty()));
+    drop(log);
+    std::fs::remove_file(dir.path().join("checkpoint")).unwrap();
+    let (log, report) = open_report(dir.path(), &config);
+    assert_eq!(report.segments_scanned, log.segment_count());
+    let rebuilt: Vec<_> = log
+        .segments
+        .values()
+        .map(|s| s.offset_index_entries().to_vec())
+        .collect();
+    assert_eq!(rebuilt, offset_indexes);
+}
+
+#[test]
+fn unclean_reopen_cuts_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let (log, batches) = log_with_sized_batches(dir.path(), &config, 5);
+    let leo = log.log_end_offset();
+    drop(log);
+    let path = dir.path().join("00000000000000000000.log");
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    std::io::Write::write_all(&mut file, &batches[0][..40]).unwrap();
+    drop(file);
+    let (mut log, report) = open_report(dir.path(), &config);
+    assert_eq!(report.bytes_truncated, 40);
+    assert_eq!(report.truncated_at_offset, Some(leo));
+    assert_eq!(log.log_end_offset(), leo);
+    assert_eq!(read_all(&log).len(), 5);
+    log.append_as_leader(&simple_batch(1, 1), 0, NOW).unwrap();
+    assert_eq!(read_all(&log).len(), 6);
+}
+
+#[test]
+fn damaged_index_on_clean_open_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let (log, _) = log_with_sized_batches(dir.path(), &config, 30);
+    let before = read_all(&log);
+    log.close().unwrap();
+    let index = dir.path().join("00000000000000000000.index");
+    let mut bytes = std::fs::read(&index).unwrap();
+    assert!(bytes.len() >= 16);
+    bytes[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+    std::fs::write(&index, bytes).unwrap();
+    let (log, report) = open_report(dir.path(), &config);
+    assert_eq!(report.indexes_rebuilt, 1);
+    assert_eq!(read_all(&log), before);
+}
+
+#[test]
+fn clean_marker_with_torn_tail_still_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let (log, _) = log_with_sized_batches(dir.path(), &config, 3);
+    let leo = log.log_end_offset();
+    log.close().unwrap();
+    let path = dir.path().join("00000000000000000000.log");
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    std::io::Write::write_all(&mut file, &[2u8; 100]).unwrap();
+    drop(file);
+    let (log, report) = open_report(dir.path(), &config);
+    assert_eq!(report.indexes_rebuilt, 1);
+    assert_eq!(report.bytes_truncated, 100);
+    assert_eq!(log.log_end_offset(), leo);
+}
+
+#[test]
+fn gap_between_segments_drops_what_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let (log, _) = log_with_sized_batches(dir.path(), &config, 150);
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() >= 4);
+    log.close().unwrap();
+    // Lose the second segment entirely.
+    std::fs::remove_file(dir.path().join(format!("{:020}.log", bases[1]))).unwrap();
+    let (log, report) = open_report(dir.path(), &config);
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.log_end_offset(), bases[1]);
+    assert_eq!(report.segments_deleted, bases.len() - 2);
+    assert_eq!(report.truncated_at_offset, Some(bases[1]));
+    assert!(
+        !dir.path().join(format!("{:020}.index", bases[1])).exists(),
+        "orphan index deleted"
+    );
+}
+
+#[test]
+fn snapshots_beyond_the_recovered_end_are_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    idempotent_history(&mut log);
+    let bases = log.segment_base_offsets();
+    drop(log);
+    // Lose the last two segments, as if never written back before a crash.
+    for base in &bases[bases.len() - 2..] {
+        std::fs::remove_file(dir.path().join(format!("{base:020}.log"))).unwrap();
+    }
+    let (log, report) = open_report(dir.path(), &config);
+    let leo = log.log_end_offset();
+    assert_eq!(leo, bases[bases.len() - 2]);
+    assert!(producer_state::list_snapshots(dir.path())
+        .unwrap()
+        .iter()
+        .all(|&s| s <= leo));
+    assert!(report.snapshot_offset.unwrap() <= leo);
+    // State reflects only what survived: the last surviving batch of producer 2 is a duplicate.
+    let last = log.producer_state().get(2).unwrap();
+    assert!(last.last_offset < leo);
+}
+
+// ---- truncation and followers ----
+
+#[test]
+fn truncate_to_removes_the_containing_batch_and_rebuilds_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    idempotent_history(&mut log);
+    let leo = log.log_end_offset();
+    log.set_high_watermark(leo);
+    let bases = log.segment_base_offsets();
+    // Offset 43 is inside a batch of producer 2 (offsets 42..44, sequences 21..23).
+    let target = 43;
+    log.truncate_to(target, NOW).unwrap();
+    assert_eq!(log.log_end_offset(), 42);
+    assert_eq!(log.high_watermark(), 42);
+    assert!(log.flushed_offset() <= 42);
+    assert!(log.segment_count() < bases.len());
+    assert_eq!(read_all(&log).len(), 14);
+    let p2 = log.producer_state().get(2).unwrap();
+    assert_eq!(p2.last_sequence, 20);
+    // The truncated batch can be appended again, at the same offset.
+    let again = log
+        .append_as_leader(&idempotent_batch(2, 0, 21, 3, NOW), 0, NOW)
+        .unwrap();
+    assert_eq!((again.base_offset, again.duplicate), (42, false));
+    drop(log);
+    let log = open(dir.path(), &config);
+    assert_eq!(log.log_end_offset(), 45);
+    assert_eq!(read_all(&log).len(), 15);
+}
+
+#[test]
+fn follower_appends_must_be_contiguous() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut leader = open(&dir.path().join("leader"), &config);
+    idempotent_history(&mut leader);
+    let data = leader.read(0, usize::MAX, i64::MAX).unwrap().records;
+    let batches: Vec<Vec<u8>> = batch::batches(&data)
+        .map(|b| b.unwrap().1.to_vec())
+        .collect();
+
+    let mut follower = open(&dir.path().join("follower"), &config);
+    follower.append_as_follower(&batches[0], NOW).unwrap();
+    assert!(matches!(
+        follower.append_as_follower(&batches[2], NOW),
+        Err(StorageError::InvalidRecord(_))
+    ));
+    let mut rest = Vec::new();
+    for b in &batches[1..] {
+        rest.extend_from_slice(b);
+    }
+    let info = follower.append_as_follower(&rest, NOW).unwrap();
+    assert_eq!(info.last_offset + 1, leader.log_end_offset());
+    assert_eq!(read_all(&follower), read_all(&leader));
+    assert_eq!(
+        follower.producer_state().get(1).unwrap().last_sequence,
+        leader.producer_state().get(1).unwrap().last_sequence
+    );
+    // Overlapping is refused too.
+    assert!(follower.append_as_follower(&batches[3], NOW).is_err());
+}
+
+#[test]
+fn empty_follower_restarts_at_the_leaders_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut follower = open(dir.path(), &config);
+    let mut b = simple_batch(2, 5);
+    set_base_offset(&mut b, 1000);
+    follower.append_as_follower(&b, NOW).unwrap();
+    assert_eq!(follower.log_start_offset(), 1000);
+    assert_eq!(follower.log_end_offset(), 1002);
+    assert_eq!(follower.segment_base_offsets(), vec![1000]);
+    assert!(matches!(
+        follower.read(0, 10, i64::MAX),
+        Err(StorageError::OffsetOutOfRange { .. })
+    ));
+    follower.close().unwrap();
+    let follower = open(dir.path(), &config);
+    assert_eq!(
+        (follower.log_start_offset(), follower.log_end_offset()),
+        (1000, 1002)
+    );
+    assert_eq!(read_all(&follower).len(), 1);
+}
+
+#[test]
+fn unclean_reopen_drops_a_batch_whose_crc_fails_and_everything_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let (log, batches) = log_with_sized_batches(dir.path(), &config, 6);
+    assert_eq!(log.segment_count(), 1);
+    let stored = read_all(&log);
+    drop(log);
+    let path = dir.path().join("00000000000000000000.log");
+    let mut bytes = std::fs::read(&path).unwrap();
+    // A payload byte of the fourth batch: framing and offsets stay valid.
+    let fourth: usize = batches[..3].iter().map(Vec::len).sum();
+    bytes[fourth + 80] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    let (log, report) = open_report(dir.path(), &config);
+    assert_eq!(report.bytes_truncated, (bytes.len() - fourth) as u64);
+    assert_eq!(read_all(&log), stored[..3].to_vec());
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        fourth as u64,
+        "file cut"
+    );
+}
+
+#[test]
+fn a_crash_after_a_clean_open_is_recovered_as_unclean() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let (log, batches) = log_with_sized_batches(dir.path(), &config, 4);
+    log.close().unwrap();
+    let mut log = open(dir.path(), &config);
+    log.append_as_leader(&batches[0], 0, NOW).unwrap();
+    drop(log);
+    let path = dir.path().join("00000000000000000000.log");
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    std::io::Write::write_all(&mut file, &[0u8; 30]).unwrap();
+    drop(file);
+    let (log, report) = open_report(dir.path(), &config);
+    assert!(!report.clean_shutdown);
+    assert_eq!(report.segments_scanned, 1);
+    assert_eq!(report.bytes_truncated, 30);
+    assert_eq!(read_all(&log).len(), 5);
+}
+
+#[test]
+fn directory_fsync_is_requested_only_for_new_segment_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    log.append_as_leader(&simple_batch(1, 1), 0, NOW).unwrap();
+    let target = log.flush_target().unwrap();
+    assert!(
+        target.dir.is_none(),
+        "segment existed at open, and open fsyncs the directory"
+    );
+    log.flush().unwrap();
+    for _ in 0..4 {
+        log.append_as_leader(&batch_with(1, 1500, NOW), 0, NOW)
+            .unwrap();
+    }
+    assert!(log.flush_target().unwrap().dir.is_some());
+    log.flush().unwrap();
+    log.append_as_leader(&simple_batch(1, 1), 0, NOW).unwrap();
+    assert!(log.flush_target().unwrap().dir.is_none());
+}
+
+#[test]
+fn truncate_fully_restarts_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    idempotent_history(&mut log);
+    log.truncate_fully_and_start_at(500, NOW).unwrap();
+    assert_eq!(
+        (
+            log.log_start_offset(),
+            log.log_end_offset(),
+            log.high_watermark(),
+            log.segment_count()
+        ),
+        (500, 500, 500, 1)
+    );
+    assert!(log.producer_state().is_empty());
+    assert!(producer_state::list_snapshots(dir.path())
+        .unwrap()
+        .is_empty());
+    let info = log.append_as_leader(&simple_batch(2, 1), 0, NOW).unwrap();
+    assert_eq!(info.base_offset, 500);
+    drop(log);
+    let log = open(dir.path(), &config);
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (500, 502));
+    assert_eq!(log.segment_base_offsets(), vec![500]);
+}
+
+#[test]
+fn leftover_temporary_files_are_removed_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let (log, _) = log_with_sized_batches(dir.path(), &config, 2);
+    log.close().unwrap();
+    std::fs::write(dir.path().join("checkpoint.tmp"), b"{half").unwrap();
+    std::fs::write(dir.path().join("00000000000000000099.snapshot.tmp"), b"x").unwrap();
+    let log = open(dir.path(), &config);
+    assert!(!dir.path().join("checkpoint.tmp").exists());
+    assert!(!dir
+        .path()
+        .join("00000000000000000099.snapshot.tmp")
+        .exists());
+    assert_eq!(read_all(&log).len(), 2);
+}
+
+#[test]
+fn missing_time_index_on_clean_open_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let (log, _) = log_with_sized_batches(dir.path(), &config, 20);
+    let max = log.max_timestamp_and_offset();
+    assert!(max.is_some());
+    log.close().unwrap();
+    std::fs::remove_file(dir.path().join("00000000000000000000.timeindex")).unwrap();
+    let (log, report) = open_report(dir.path(), &config);
+    assert_eq!(report.indexes_rebuilt, 1);
+    assert_eq!(log.max_timestamp_and_offset(), max);
+}

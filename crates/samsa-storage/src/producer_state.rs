@@ -1,0 +1,695 @@
+//! Idempotent-producer state of one partition, and its snapshot files.
+//!
+//! Per producer id the manager keeps the current epoch and the metadata of the
+//! last five batches (sequence range, offsets, timestamp), which is what Kafka
+//! needs to recognise a retried batch and to reject gaps. Rules applied to a
+//! batch with `producer_id >= 0` before anything of its request is written:
+//!
+//! | state                              | batch                                  | outcome                   |
+//! |------------------------------------|----------------------------------------|---------------------------|
+//! | no entry (new or expired producer) | any sequence                           | append (KIP-360)          |
+//! | epoch E                            | epoch < E                              | `InvalidProducerEpoch`    |
+//! | epoch E                            | epoch > E, base sequence 0             | append, window resets     |
+//! | epoch E                            | epoch > E, base sequence != 0          | `OutOfOrderSequence`      |
+//! | epoch E, batch cached              | same epoch, same (first, last) seq     | duplicate: original offsets, nothing written |
+//! | epoch E, last seq L                | same epoch, base seq == L+1 (wraps)    | append                    |
+//! | epoch E, no batch yet              | same epoch, base seq 0                 | append                    |
+//! | otherwise                          |                                        | `OutOfOrderSequence`      |
+//!
+//! The state is derived from the log: replaying every batch with a producer id
+//! rebuilds it (`ProducerStateManager::apply_replicated`). Snapshots
+//! (`{offset:020}.snapshot`, the state after every batch below `offset`) bound
+//! that replay. A snapshot file is written atomically; a damaged one is
+//! ignored (and deleted) by recovery. Layout, big-endian:
+//!
+//! ```text
+//! "SPST" | version u16 = 1 | crc32c u32 of everything after it | offset i64 | producer count u32
+//! per producer: producer_id i64 | epoch i16 | last_sequence i32 | last_offset i64 | last_timestamp i64
+//!               | batch count u8 (<= 5) | per batch: first_seq i32 | last_seq i32 | first_offset i64
+//!               | last_offset i64 | timestamp i64
+//! ```
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+
+use crate::batch::{increment_sequence, BatchHeader};
+use crate::error::{IoContext, StorageError};
+use crate::fsutil;
+
+/// How many recent batches per producer are remembered for duplicate detection.
+pub const MAX_CACHED_BATCHES: usize = 5;
+
+pub(crate) const SNAPSHOT_EXTENSION: &str = "snapshot";
+const SNAPSHOT_MAGIC: &[u8; 4] = b"SPST";
+const SNAPSHOT_VERSION: u16 = 1;
+/// magic(4) version(2) crc(4): the CRC covers everything after it.
+const SNAPSHOT_CRC_COVERED_FROM: usize = 10;
+
+/// One appended batch of a producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMetadata {
+    pub first_sequence: i32,
+    pub last_sequence: i32,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    /// The batch's max timestamp.
+    pub timestamp: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerStateEntry {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// Sequence of the last record appended in this epoch; -1 if none.
+    pub last_sequence: i32,
+    /// Max timestamp of the last batch (data or control); drives expiration.
+    pub last_timestamp: i64,
+    /// Last offset of the last data batch; -1 if none.
+    pub last_offset: i64,
+    /// Newest at the back; only batches of the current epoch.
+    batches: VecDeque<BatchMetadata>,
+}
+
+impl ProducerStateEntry {
+    fn new(producer_id: i64, epoch: i16) -> Self {
+        ProducerStateEntry {
+            producer_id,
+            epoch,
+            last_sequence: -1,
+            last_timestamp: -1,
+            last_offset: -1,
+            batches: VecDeque::with_capacity(MAX_CACHED_BATCHES),
+        }
+    }
+
+    /// The cached batches of the current epoch, oldest first.
+    pub fn batches(&self) -> impl Iterator<Item = &BatchMetadata> {
+        self.batches.iter()
+    }
+
+    fn record_data(&mut self, epoch: i16, batch: BatchMetadata) {
+        if epoch != self.epoch {
+            self.epoch = epoch;
+            self.batches.clear();
+        }
+        if self.batches.len() == MAX_CACHED_BATCHES {
+            self.batches.pop_front();
+        }
+        self.batches.push_back(batch);
+        self.last_sequence = batch.last_sequence;
+        self.last_offset = batch.last_offset;
+        self.last_timestamp = batch.timestamp;
+    }
+
+    /// A transaction marker carries the producer's epoch; a newer one fences
+    /// the old epoch and restarts sequences.
+    fn record_control(&mut self, epoch: i16, timestamp: i64) {
+        if epoch > self.epoch {
+            self.epoch = epoch;
+            self.batches.clear();
+            self.last_sequence = -1;
+        }
+        self.last_timestamp = self.last_timestamp.max(timestamp);
+    }
+}
+
+enum Verdict {
+    Append,
+    Duplicate(BatchMetadata),
+}
+
+/// The producer-state rules of the module docs, for one batch against the
+/// producer's current entry.
+fn check(
+    entry: Option<&ProducerStateEntry>,
+    producer_id: i64,
+    epoch: i16,
+    first_sequence: i32,
+    last_sequence: i32,
+) -> Result<Verdict, StorageError> {
+    let Some(entry) = entry else {
+        return Ok(Verdict::Append);
+    };
+    if epoch < entry.epoch {
+        return Err(StorageError::InvalidProducerEpoch {
+            producer_id,
+            current: entry.epoch,
+            found: epoch,
+        });
+    }
+    if epoch > entry.epoch {
+        if first_sequence != 0 {
+            return Err(StorageError::OutOfOrderSequence {
+                producer_id,
+                expected: 0,
+                found: first_sequence,
+            });
+        }
+        return Ok(Verdict::Append);
+    }
+    if let Some(duplicate) = entry
+        .batches
+        .iter()
+        .find(|b| b.first_sequence == first_sequence && b.last_sequence == last_sequence)
+    {
+        return Ok(Verdict::Duplicate(*duplicate));
+    }
+    let expected = match entry.batches.back() {
+        Some(latest) => increment_sequence(latest.last_sequence, 1),
+        None => 0,
+    };
+    if first_sequence != expected {
+        return Err(StorageError::OutOfOrderSequence {
+            producer_id,
+            expected,
+            found: first_sequence,
+        });
+    }
+    Ok(Verdict::Append)
+}
+
+/// Entries changed by an append that is validated but not yet written: the
+/// log commits them only after the write succeeded, so a failed or rejected
+/// request leaves the state untouched.
+#[derive(Debug, Default)]
+pub(crate) struct StagedProducers {
+    entries: Vec<ProducerStateEntry>,
+}
+
+impl StagedProducers {
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ProducerStateManager {
+    producers: HashMap<i64, ProducerStateEntry>,
+    expiration_ms: i64,
+}
+
+impl ProducerStateManager {
+    pub fn new(expiration_ms: i64) -> Self {
+        ProducerStateManager {
+            producers: HashMap::new(),
+            expiration_ms,
+        }
+    }
+
+    pub fn get(&self, producer_id: i64) -> Option<&ProducerStateEntry> {
+        self.producers.get(&producer_id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &ProducerStateEntry> {
+        self.producers.values()
+    }
+
+    /// Drops producers whose last batch is `producer_id_expiration_ms` or more
+    /// older than `now_ms`. Returns how many were dropped.
+    pub fn expire(&mut self, now_ms: i64) -> usize {
+        let before = self.producers.len();
+        let expiration_ms = self.expiration_ms;
+        self.producers
+            .retain(|_, e| now_ms.saturating_sub(e.last_timestamp) < expiration_ms);
+        before - self.producers.len()
+    }
+
+    /// Checks a leader-appended batch (offsets `first_offset..=last_offset`,
+    /// max timestamp `timestamp`) against the state as changed by the earlier
+    /// batches of the same request, and stages its effect. Returns the cached
+    /// batch if this one is a retried duplicate.
+    pub(crate) fn stage(
+        &self,
+        staged: &mut StagedProducers,
+        header: &BatchHeader,
+        first_offset: i64,
+        last_offset: i64,
+        timestamp: i64,
+    ) -> Result<Option<BatchMetadata>, StorageError> {
+        let producer_id = header.producer_id;
+        let first_sequence = header.base_sequence;
+        let last_sequence = header.last_sequence();
+        let staged_index = staged
+            .entries
+            .iter()
+            .position(|e| e.producer_id == producer_id);
+        let current = match staged_index {
+            Some(i) => Some(&staged.entries[i]),
+            None => self.producers.get(&producer_id),
+        };
+        if let Verdict::Duplicate(original) = check(
+            current,
+            producer_id,
+            header.producer_epoch,
+            first_sequence,
+            last_sequence,
+        )? {
+            return Ok(Some(original));
+        }
+        let entry = match staged_index {
+            Some(i) => &mut staged.entries[i],
+            None => {
+                let entry = self
+                    .producers
+                    .get(&producer_id)
+                    .cloned()
+                    .unwrap_or_else(|| ProducerStateEntry::new(producer_id, header.producer_epoch));
+                staged.entries.push(entry);
+                let last = staged.entries.len() - 1;
+                &mut staged.entries[last]
+            }
+        };
+        entry.record_data(
+            header.producer_epoch,
+            BatchMetadata {
+                first_sequence,
+                last_sequence,
+                first_offset,
+                last_offset,
+                timestamp,
+            },
+        );
+        Ok(None)
+    }
+
+    /// Makes staged changes current (after their batches were written).
+    pub(crate) fn commit(&mut self, staged: &mut StagedProducers) {
+        for entry in staged.entries.drain(..) {
+            self.producers.insert(entry.producer_id, entry);
+        }
+    }
+
+    /// Applies a batch that is already in the log (replay on open, follower
+    /// append) without checking it: the log is the truth.
+    pub(crate) fn apply_replicated(&mut self, header: &BatchHeader, timestamp: i64) {
+        if !header.has_producer_id() {
+            return;
+        }
+        let entry = self
+            .producers
+            .entry(header.producer_id)
+            .or_insert_with(|| ProducerStateEntry::new(header.producer_id, header.producer_epoch));
+        if header.is_control() {
+            entry.record_control(header.producer_epoch, timestamp);
+        } else {
+            entry.record_data(
+                header.producer_epoch,
+                BatchMetadata {
+                    first_sequence: header.base_sequence,
+                    last_sequence: header.last_sequence(),
+                    first_offset: header.base_offset,
+                    last_offset: header.last_offset(),
+                    timestamp,
+                },
+            );
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.producers.clear();
+    }
+
+    fn encode(&self, offset: i64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(22 + self.producers.len() * 64);
+        out.extend_from_slice(SNAPSHOT_MAGIC);
+        out.extend_from_slice(&SNAPSHOT_VERSION.to_be_bytes());
+        out.extend_from_slice(&0u32.to_be_bytes());
+        out.extend_from_slice(&offset.to_be_bytes());
+        out.extend_from_slice(&(self.producers.len() as u32).to_be_bytes());
+        let mut ids: Vec<&i64> = self.producers.keys().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let e = &self.producers[id];
+            out.extend_from_slice(&e.producer_id.to_be_bytes());
+            out.extend_from_slice(&e.epoch.to_be_bytes());
+            out.extend_from_slice(&e.last_sequence.to_be_bytes());
+            out.extend_from_slice(&e.last_offset.to_be_bytes());
+            out.extend_from_slice(&e.last_timestamp.to_be_bytes());
+            out.push(e.batches.len() as u8);
+            for b in &e.batches {
+                out.extend_from_slice(&b.first_sequence.to_be_bytes());
+                out.extend_from_slice(&b.last_sequence.to_be_bytes());
+                out.extend_from_slice(&b.first_offset.to_be_bytes());
+                out.extend_from_slice(&b.last_offset.to_be_bytes());
+                out.extend_from_slice(&b.timestamp.to_be_bytes());
+            }
+        }
+        let crc = crc32c::crc32c(&out[SNAPSHOT_CRC_COVERED_FROM..]);
+        out[6..10].copy_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8], expiration_ms: i64) -> Result<(ProducerStateManager, i64), String> {
+        let mut r = Reader { bytes, at: 0 };
+        if r.take(4)? != SNAPSHOT_MAGIC {
+            return Err("bad magic".into());
+        }
+        let version = r.u16()?;
+        if version != SNAPSHOT_VERSION {
+            return Err(format!("unsupported version {version}"));
+        }
+        let stored_crc = r.u32()?;
+        let actual_crc = crc32c::crc32c(&bytes[SNAPSHOT_CRC_COVERED_FROM..]);
+        if stored_crc != actual_crc {
+            return Err(format!(
+                "crc mismatch: stored {stored_crc:#010x}, computed {actual_crc:#010x}"
+            ));
+        }
+        let offset = r.i64()?;
+        let count = r.u32()?;
+        let mut manager = ProducerStateManager::new(expiration_ms);
+        for _ in 0..count {
+            let mut entry = ProducerStateEntry::new(r.i64()?, r.i16()?);
+            entry.last_sequence = r.i32()?;
+            entry.last_offset = r.i64()?;
+            entry.last_timestamp = r.i64()?;
+            let batches = r.take(1)?[0] as usize;
+            if batches > MAX_CACHED_BATCHES {
+                return Err(format!(
+                    "producer {} has {batches} cached batches",
+                    entry.producer_id
+                ));
+            }
+            for _ in 0..batches {
+                entry.batches.push_back(BatchMetadata {
+                    first_sequence: r.i32()?,
+                    last_sequence: r.i32()?,
+                    first_offset: r.i64()?,
+                    last_offset: r.i64()?,
+                    timestamp: r.i64()?,
+                });
+            }
+            manager.producers.insert(entry.producer_id, entry);
+        }
+        if r.at != bytes.len() {
+            return Err("trailing bytes".into());
+        }
+        Ok((manager, offset))
+    }
+
+    /// Writes the state as of `offset` (every batch below it applied) to
+    /// `{offset:020}.snapshot`, atomically.
+    pub(crate) fn write_snapshot(&self, dir: &Path, offset: i64) -> Result<(), StorageError> {
+        let path = snapshot_path(dir, offset);
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| StorageError::Corrupt(path.clone(), "unnamed snapshot path".into()))?
+            .to_owned();
+        fsutil::write_atomically(dir, &name, &self.encode(offset))
+    }
+
+    /// Reads a snapshot file. `Ok(Err(reason))` means the file exists but is damaged.
+    pub(crate) fn read_snapshot(
+        path: &Path,
+        offset: i64,
+        expiration_ms: i64,
+    ) -> Result<Result<ProducerStateManager, String>, StorageError> {
+        let bytes = std::fs::read(path).at(path)?;
+        Ok(match Self::decode(&bytes, expiration_ms) {
+            Ok((manager, stored)) if stored == offset => Ok(manager),
+            Ok((_, stored)) => Err(format!(
+                "file is named for offset {offset} but holds offset {stored}"
+            )),
+            Err(reason) => Err(reason),
+        })
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or("truncated")?;
+        let slice = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(slice)
+    }
+    fn u16(&mut self) -> Result<u16, String> {
+        let b = self.take(2)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+    fn i16(&mut self) -> Result<i16, String> {
+        Ok(self.u16()? as i16)
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        let b = self.take(4)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn i32(&mut self) -> Result<i32, String> {
+        Ok(self.u32()? as i32)
+    }
+    fn i64(&mut self) -> Result<i64, String> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(i64::from_be_bytes(a))
+    }
+}
+
+pub(crate) fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {
+    fsutil::offset_file_name(dir, offset, SNAPSHOT_EXTENSION)
+}
+
+/// Offsets of the snapshot files in `dir`, ascending.
+pub(crate) fn list_snapshots(dir: &Path) -> Result<Vec<i64>, StorageError> {
+    let mut offsets = Vec::new();
+    for entry in std::fs::read_dir(dir).at(dir)? {
+        let entry = entry.at(dir)?;
+        if let Some(offset) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| fsutil::parse_offset_file_name(n, SNAPSHOT_EXTENSION))
+        {
+            offsets.push(offset);
+        }
+    }
+    offsets.sort_unstable();
+    Ok(offsets)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::batch::BatchHeader;
+    use crate::testing::{build_batch, BatchSpec};
+
+    fn header(pid: i64, epoch: i16, seq: i32, count: i32) -> BatchHeader {
+        BatchHeader::parse(&build_batch(&BatchSpec::idempotent(pid, epoch, seq, count))).unwrap()
+    }
+
+    /// Stages and commits one batch at `offset`; returns the duplicate if any.
+    fn append(
+        m: &mut ProducerStateManager,
+        h: &BatchHeader,
+        offset: i64,
+    ) -> Result<Option<BatchMetadata>, StorageError> {
+        let mut staged = StagedProducers::default();
+        let dup = m.stage(
+            &mut staged,
+            h,
+            offset,
+            offset + i64::from(h.last_offset_delta),
+            100,
+        )?;
+        m.commit(&mut staged);
+        Ok(dup)
+    }
+
+    #[test]
+    fn sequences_must_follow_and_retries_are_duplicates() {
+        let mut m = ProducerStateManager::new(1000);
+        assert!(append(&mut m, &header(1, 0, 0, 5), 0).unwrap().is_none());
+        assert!(append(&mut m, &header(1, 0, 5, 5), 5).unwrap().is_none());
+        let e = m.get(1).unwrap();
+        assert_eq!((e.epoch, e.last_sequence, e.last_offset), (0, 9, 9));
+        let dup = append(&mut m, &header(1, 0, 0, 5), 99).unwrap().unwrap();
+        assert_eq!((dup.first_offset, dup.last_offset), (0, 4));
+        match append(&mut m, &header(1, 0, 11, 1), 10) {
+            Err(StorageError::OutOfOrderSequence {
+                producer_id: 1,
+                expected: 10,
+                found: 11,
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        // A batch overlapping but not equal to a cached one is out of order, not a duplicate.
+        assert!(matches!(
+            append(&mut m, &header(1, 0, 5, 3), 10),
+            Err(StorageError::OutOfOrderSequence { .. })
+        ));
+    }
+
+    #[test]
+    fn only_the_last_five_batches_are_deduplicated() {
+        let mut m = ProducerStateManager::new(1000);
+        for i in 0..7 {
+            append(&mut m, &header(1, 0, i, 1), i64::from(i)).unwrap();
+        }
+        assert_eq!(m.get(1).unwrap().batches().count(), MAX_CACHED_BATCHES);
+        assert!(append(&mut m, &header(1, 0, 2, 1), 50).unwrap().is_some());
+        // Sequence 1 fell out of the window: now it is just out of order.
+        assert!(matches!(
+            append(&mut m, &header(1, 0, 1, 1), 50),
+            Err(StorageError::OutOfOrderSequence { expected: 7, .. })
+        ));
+    }
+
+    #[test]
+    fn epochs_fence_and_bump() {
+        let mut m = ProducerStateManager::new(1000);
+        append(&mut m, &header(7, 3, 0, 2), 0).unwrap();
+        assert!(matches!(
+            append(&mut m, &header(7, 2, 2, 1), 2),
+            Err(StorageError::InvalidProducerEpoch {
+                producer_id: 7,
+                current: 3,
+                found: 2
+            })
+        ));
+        assert!(matches!(
+            append(&mut m, &header(7, 4, 5, 1), 2),
+            Err(StorageError::OutOfOrderSequence {
+                expected: 0,
+                found: 5,
+                ..
+            })
+        ));
+        append(&mut m, &header(7, 4, 0, 1), 2).unwrap();
+        let e = m.get(7).unwrap();
+        assert_eq!(e.epoch, 4);
+        assert_eq!(e.batches().count(), 1, "window reset on epoch bump");
+        // The old epoch's batch is no longer a duplicate: it is fenced.
+        assert!(matches!(
+            append(&mut m, &header(7, 3, 0, 2), 3),
+            Err(StorageError::InvalidProducerEpoch { .. })
+        ));
+    }
+
+    #[test]
+    fn unknown_producers_start_anywhere() {
+        let mut m = ProducerStateManager::new(1000);
+        append(&mut m, &header(5, 0, 1234, 3), 0).unwrap();
+        assert_eq!(m.get(5).unwrap().last_sequence, 1236);
+        append(&mut m, &header(5, 0, 1237, 1), 3).unwrap();
+    }
+
+    #[test]
+    fn sequence_wraps_after_i32_max() {
+        let mut m = ProducerStateManager::new(1000);
+        append(&mut m, &header(5, 0, i32::MAX - 1, 2), 0).unwrap();
+        assert_eq!(m.get(5).unwrap().last_sequence, i32::MAX);
+        append(&mut m, &header(5, 0, 0, 1), 2).unwrap();
+    }
+
+    #[test]
+    fn staging_sees_earlier_batches_of_the_same_request_and_commits_nothing_on_error() {
+        let m = ProducerStateManager::new(1000);
+        let mut staged = StagedProducers::default();
+        m.stage(&mut staged, &header(1, 0, 0, 2), 0, 1, 5).unwrap();
+        m.stage(&mut staged, &header(1, 0, 2, 2), 2, 3, 5).unwrap();
+        assert!(m.stage(&mut staged, &header(1, 0, 9, 1), 4, 4, 5).is_err());
+        assert!(m.is_empty(), "nothing committed yet");
+    }
+
+    #[test]
+    fn control_batches_bump_epoch_and_reset_sequences() {
+        let mut m = ProducerStateManager::new(1000);
+        append(&mut m, &header(3, 0, 0, 2), 0).unwrap();
+        let marker = BatchHeader::parse(&build_batch(&BatchSpec {
+            control: true,
+            transactional: true,
+            ..BatchSpec::idempotent(3, 1, -1, 1)
+        }))
+        .unwrap();
+        m.apply_replicated(&marker, 100);
+        let e = m.get(3).unwrap();
+        assert_eq!(e.epoch, 1);
+        assert_eq!(e.last_offset, 1, "markers are not data");
+        assert!(matches!(
+            append(&mut m, &header(3, 1, 5, 1), 3),
+            Err(StorageError::OutOfOrderSequence { expected: 0, .. })
+        ));
+        append(&mut m, &header(3, 1, 0, 1), 3).unwrap();
+    }
+
+    #[test]
+    fn expiration_drops_idle_producers() {
+        let mut m = ProducerStateManager::new(1000);
+        let mut staged = StagedProducers::default();
+        m.stage(&mut staged, &header(1, 0, 0, 1), 0, 0, 10_000)
+            .unwrap();
+        m.stage(&mut staged, &header(2, 0, 0, 1), 1, 1, 10_500)
+            .unwrap();
+        m.commit(&mut staged);
+        assert_eq!(m.expire(10_999), 0);
+        assert_eq!(m.expire(11_000), 1);
+        assert!(m.get(1).is_none() && m.get(2).is_some());
+        assert_eq!(m.expire(11_500), 1);
+        assert!(m.is_empty());
+    }
+
+    #[test]
+    fn snapshot_round_trip_and_damage_detection() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = ProducerStateManager::new(1000);
+        for pid in 0..20 {
+            for s in 0..(pid % 7) {
+                append(
+                    &mut m,
+                    &header(pid, (pid % 3) as i16, (s * 2) as i32, 2),
+                    pid * 100 + s * 2,
+                )
+                .unwrap();
+            }
+        }
+        m.write_snapshot(dir.path(), 1234).unwrap();
+        let path = snapshot_path(dir.path(), 1234);
+        let loaded = ProducerStateManager::read_snapshot(&path, 1234, 1000)
+            .unwrap()
+            .unwrap();
+        assert_eq!(loaded.len(), m.len());
+        for e in m.iter() {
+            let l = loaded.get(e.producer_id).unwrap();
+            assert_eq!(l, e);
+        }
+        assert_eq!(list_snapshots(dir.path()).unwrap(), vec![1234]);
+
+        let good = std::fs::read(&path).unwrap();
+        for at in [0, 5, 8, 12, good.len() / 2, good.len() - 1] {
+            let mut bad = good.clone();
+            bad[at] ^= 0x10;
+            std::fs::write(&path, &bad).unwrap();
+            assert!(
+                ProducerStateManager::read_snapshot(&path, 1234, 1000)
+                    .unwrap()
+                    .is_err(),
+                "flip at {at} undetected"
+            );
+        }
+        std::fs::write(&path, &good[..good.len() - 3]).unwrap();
+        assert!(ProducerStateManager::read_snapshot(&path, 1234, 1000)
+            .unwrap()
+            .is_err());
+        std::fs::write(&path, &good).unwrap();
+        assert!(ProducerStateManager::read_snapshot(&path, 999, 1000)
+            .unwrap()
+            .is_err());
+    }
+}
