@@ -59,6 +59,8 @@ pub struct Partition {
     pub index: i32,
     /// The leader epoch; constant 0 until the controller assigns leaders.
     pub leader_epoch: i32,
+    /// Whether `acks=all` answers wait for an fsync (`FlushPolicy::EveryAck`).
+    pub flushes_before_ack: bool,
     log: Mutex<Option<PartitionLog>>,
     high_watermark: watch::Sender<i64>,
     flush_lock: tokio::sync::Mutex<()>,
@@ -71,6 +73,7 @@ impl Partition {
             topic,
             index,
             leader_epoch: 0,
+            flushes_before_ack: log.config().flush == FlushPolicy::EveryAck,
             log: Mutex::new(Some(log)),
             high_watermark: watch::Sender::new(hw),
             flush_lock: tokio::sync::Mutex::new(()),
@@ -93,12 +96,13 @@ impl Partition {
     }
 
     /// Appends a produce request's records as leader and advances the HW.
-    pub fn append(&self, records: &[u8], now_ms: i64) -> Result<AppendInfo, PartitionError> {
-        let (info, hw) = self.with_log(|log| {
+    /// Returns the append outcome and the log start offset after it.
+    pub fn append(&self, records: &[u8], now_ms: i64) -> Result<(AppendInfo, i64), PartitionError> {
+        let (info, hw, log_start_offset) = self.with_log(|log| {
             let info = log.append_as_leader(records, self.leader_epoch, now_ms)?;
             let leo = log.log_end_offset();
             log.set_high_watermark(leo);
-            Ok((info, log.high_watermark()))
+            Ok((info, log.high_watermark(), log.log_start_offset()))
         })?;
         self.high_watermark.send_if_modified(|current| {
             if hw > *current {
@@ -108,13 +112,7 @@ impl Partition {
                 false
             }
         });
-        Ok(info)
-    }
-
-    /// Whether `acks=all` answers must wait for an fsync.
-    pub fn flushes_before_ack(&self) -> bool {
-        self.with_log(|log| Ok(log.config().flush == FlushPolicy::EveryAck))
-            .unwrap_or(false)
+        Ok((info, log_start_offset))
     }
 
     /// Waits until everything below `end_offset` is on disk (group commit).

@@ -62,17 +62,14 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                     }
                 }
                 match partition.append(&records, now) {
-                    Ok(info) => {
+                    Ok((info, log_start_offset)) => {
                         if info.duplicate {
                             debug!(partition = %partition.name(), base_offset = info.base_offset, "duplicate batch; answering with original offset");
                         }
                         response.base_offset = info.base_offset;
                         response.log_append_time_ms = info.log_append_time_ms;
-                        response.log_start_offset = partition
-                            .offsets()
-                            .map(|o| o.log_start_offset)
-                            .unwrap_or(-1);
-                        if acks == -1 && partition.flushes_before_ack() {
+                        response.log_start_offset = log_start_offset;
+                        if acks == -1 && partition.flushes_before_ack {
                             waits.push(PendingDurability {
                                 topic: topic_index,
                                 partition: partition_index,
