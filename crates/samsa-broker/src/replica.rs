@@ -257,14 +257,18 @@ impl ReplicaManager {
             }
             let dir = partition_dir(&self.data_dir, &topic.name, index);
             let name = format!("{}-{}", topic.name, index);
-            let (log, report) =
+            let (mut log, report) =
                 PartitionLog::open(&dir, config.clone(), now_ms).map_err(|source| {
                     BrokerError::OpenPartition {
                         partition: name.clone(),
                         source,
                     }
                 })?;
-            info!(partition = %name, log_end_offset = log.log_end_offset(), recovery = ?report, "partition opened");
+            // One replica: everything in the log is committed (the HW
+            // checkpoint may lag after a crash).
+            let log_end_offset = log.log_end_offset();
+            log.set_high_watermark(log_end_offset);
+            info!(partition = %name, log_end_offset, recovery = ?report, "partition opened");
             let partition = Arc::new(Partition::new(topic.name.clone(), index, log));
             self.partitions
                 .write()
