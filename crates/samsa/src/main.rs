@@ -1,0 +1,117 @@
+//! The `samsa` binary: command-line parsing, logging setup and dispatch to the
+//! subcommands (broker processes, Kafka client tools, benchmarks and the
+//! offline segment dumper). Each subcommand lives in its own module; this file
+//! only owns the shape of the command line and how errors become exit codes.
+
+mod bench;
+mod client;
+mod config;
+mod consume;
+mod dump_log;
+mod produce;
+mod server;
+mod signals;
+mod topic;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+/// samsa: a Kafka-wire-compatible commit log.
+#[derive(Debug, Parser)]
+#[command(name = "samsa", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a broker (configuration from a TOML file, flags and --set overrides).
+    Server(server::ServerArgs),
+    /// Run a single-node development broker on 127.0.0.1:9092 with ./samsa-data.
+    Dev(server::DevArgs),
+    /// Create, list, describe and delete topics.
+    #[command(subcommand)]
+    Topic(topic::TopicCommand),
+    /// Produce lines from stdin, one record per line.
+    Produce(produce::ProduceArgs),
+    /// Print records of a topic to stdout (assigns partitions; no consumer group).
+    Consume(consume::ConsumeArgs),
+    /// Measure produce or consume throughput and latency.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// Print the record batches of segment files, like kafka-dump-log.sh (no broker needed).
+    DumpLog(dump_log::DumpLogArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+
+    // dump-log reads files synchronously and needs no runtime (nor its threads).
+    if let Command::DumpLog(args) = cli.command {
+        return report(dump_log::run(&args));
+    }
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("samsa")
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Server(args) => server::run_server(args).await,
+            Command::Dev(args) => server::run_dev(args).await,
+            Command::Topic(cmd) => topic::run(cmd).await,
+            Command::Produce(args) => produce::run(args).await,
+            Command::Consume(args) => consume::run(args).await,
+            Command::Bench(cmd) => bench::run(cmd).await,
+            Command::DumpLog(args) => dump_log::run(&args),
+        }
+    });
+    // Blocking client tasks have all been joined by now; don't let a stray one
+    // (e.g. librdkafka stuck on a dead broker) hold the process open.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    report(result)
+}
+
+/// Turns a subcommand's outcome into the process exit code. Errors are printed
+/// as a single line: the context chain joined by ": ".
+fn report(result: anyhow::Result<ExitCode>) -> ExitCode {
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            let line = format!("{err:#}").replace('\n', " ");
+            eprintln!("error: {line}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr so that stdout stays clean for data (consume, dump-log,
+/// topic list). `RUST_LOG` selects what is shown; the default is `info`.
+fn init_logging() {
+    let filter = match EnvFilter::try_from_default_env() {
+        Ok(filter) => filter,
+        Err(err) => {
+            if std::env::var_os("RUST_LOG").is_some() {
+                eprintln!("warning: ignoring invalid RUST_LOG ({err}); using `info`");
+            }
+            EnvFilter::new("info")
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}

@@ -1,0 +1,206 @@
+//! `samsa server` and `samsa dev`: assemble a [`BrokerConfig`], run
+//! [`samsa_broker::run`] until SIGTERM/SIGINT, and report how it ended.
+//! `dev` is `server` with single-node defaults and a startup banner.
+
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use samsa_broker::BrokerConfig;
+
+use crate::{config, signals};
+
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// TOML file with BrokerConfig fields (nested [log] table for log settings).
+    #[arg(long, value_name = "FILE.toml")]
+    config: Option<PathBuf>,
+    /// This broker's node id (node_id).
+    #[arg(long, value_name = "N")]
+    node_id: Option<i32>,
+    /// Address the Kafka listener binds to (listen).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
+    listen: Option<SocketAddr>,
+    /// host:port advertised to clients in Metadata (advertised_listener).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_host_port)]
+    advertised_listener: Option<String>,
+    /// Directory for partition logs and broker state (data_dir).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Override any config key, applied last, e.g. --set log.segment_bytes=1048576 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    print_config: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Directory for partition logs and broker state.
+    #[arg(long, value_name = "DIR", default_value = "./samsa-data")]
+    data_dir: PathBuf,
+    /// Port of the Kafka listener on 127.0.0.1.
+    #[arg(long, default_value_t = 9092)]
+    port: u16,
+    /// Override any config key, e.g. --set num_partitions=3 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+pub async fn run_server(args: ServerArgs) -> Result<ExitCode> {
+    let mut cfg = match &args.config {
+        Some(path) => config::load_file(path)?,
+        None => BrokerConfig::default(),
+    };
+    if let Some(node_id) = args.node_id {
+        cfg.node_id = node_id;
+    }
+    if let Some(listen) = args.listen {
+        cfg.listen = listen;
+    }
+    if let Some(advertised) = args.advertised_listener {
+        cfg.advertised_listener = Some(advertised);
+    }
+    if let Some(dir) = args.data_dir {
+        cfg.data_dir = dir;
+    }
+    let cfg = config::apply_overrides(cfg, &args.set)?;
+    if args.print_config {
+        print!(
+            "{}",
+            toml::to_string_pretty(&cfg).context("cannot print the configuration")?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    run_broker(cfg).await
+}
+
+pub async fn run_dev(args: DevArgs) -> Result<ExitCode> {
+    let listen = SocketAddr::from(([127, 0, 0, 1], args.port));
+    let cfg = BrokerConfig {
+        listen,
+        // 127.0.0.1 rather than localhost: librdkafka may resolve localhost to ::1.
+        advertised_listener: Some(listen.to_string()),
+        data_dir: args.data_dir,
+        ..BrokerConfig::default()
+    };
+    let cfg = config::apply_overrides(cfg, &args.set)?;
+
+    // Fail before the banner if the port is taken, with a hint; the broker
+    // would report the same, but after the banner has told the user it runs.
+    // Dropping the probe listener frees the port for the broker at once.
+    drop(TcpListener::bind(cfg.listen).map_err(|err| {
+        anyhow!(
+            "cannot listen on {}: {err} (is another samsa or Kafka running? try --port)",
+            cfg.listen
+        )
+    })?);
+    println!("{}", banner(&cfg));
+    run_broker(cfg).await
+}
+
+async fn run_broker(cfg: BrokerConfig) -> Result<ExitCode> {
+    let shutdown = signals::shutdown_signal()?;
+    let (host, port) = cfg.advertised_host_port();
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        node_id = cfg.node_id,
+        listen = %cfg.listen,
+        advertised = %format!("{host}:{port}"),
+        data_dir = %cfg.data_dir.display(),
+        "starting samsa broker"
+    );
+    // BrokerError's Display already carries its cause (e.g. the bind error),
+    // so it is taken as the whole message rather than walking its chain.
+    samsa_broker::run(cfg, shutdown)
+        .await
+        .map_err(|err| anyhow!("broker failed: {err}"))?;
+    tracing::info!("samsa broker stopped cleanly");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn banner(cfg: &BrokerConfig) -> String {
+    let (host, port) = cfg.advertised_host_port();
+    let addr = format!("{host}:{port}");
+    let data_dir = std::path::absolute(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone());
+    let bs = if addr == "127.0.0.1:9092" {
+        String::new()
+    } else {
+        format!(" --bootstrap-server {addr}")
+    };
+    format!(
+        "\
+samsa {version} - development broker (single node)
+
+  Kafka address   {addr}
+  Data directory  {data_dir}
+
+  Create a topic  samsa topic create demo --partitions 3{bs}
+  Produce         seq 10 | samsa produce demo{bs}
+                  seq 10 | kcat -P -b {addr} -t demo
+  Consume         samsa consume demo --from-beginning --print-offsets{bs}
+                  kcat -C -b {addr} -t demo -o beginning -e
+  Benchmark       samsa bench produce --topic bench --records 1000000{bs}
+
+  Press Ctrl-C to stop (data is kept in the data directory).
+",
+        version = env!("CARGO_PKG_VERSION"),
+        data_dir = data_dir.display(),
+    )
+}
+
+/// `--listen` accepts a host name as well as an IP; the first address the name
+/// resolves to is bound.
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    s.to_socket_addrs()
+        .map_err(|err| format!("cannot resolve {s}: {err}"))?
+        .next()
+        .ok_or_else(|| format!("{s} resolves to no address"))
+}
+
+fn parse_host_port(s: &str) -> Result<String, String> {
+    match s.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(s.to_string()),
+        _ => Err(format!("expected HOST:PORT, got {s}")),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_parsing() {
+        assert_eq!(
+            parse_listen("0.0.0.0:9092").unwrap(),
+            SocketAddr::from(([0, 0, 0, 0], 9092))
+        );
+        assert_eq!(parse_listen("localhost:9092").unwrap().port(), 9092);
+        assert!(parse_listen("nonsense").is_err());
+        assert!(parse_host_port("host:9092").is_ok());
+        assert!(parse_host_port("[::1]:9092").is_ok());
+        assert!(parse_host_port("host").is_err());
+        assert!(parse_host_port(":9092").is_err());
+    }
+
+    #[test]
+    fn banner_names_address_and_dir() {
+        let cfg = BrokerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9093)),
+            advertised_listener: Some("127.0.0.1:9093".into()),
+            ..BrokerConfig::default()
+        };
+        let text = banner(&cfg);
+        assert!(text.contains("127.0.0.1:9093"));
+        assert!(text.contains("--bootstrap-server 127.0.0.1:9093"));
+        assert!(text.contains("samsa-data"));
+        assert!(text.contains("Ctrl-C"));
+    }
+}
