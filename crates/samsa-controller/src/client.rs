@@ -1,0 +1,620 @@
+//! What a broker (or an admin tool) uses to talk to the controller quorum.
+//!
+//! - [`ControllerClient`]: typed calls for every broker-facing RPC. It keeps
+//!   a list of controller addresses, remembers the leader, follows
+//!   `NOT_CONTROLLER` leader hints and retries on other controllers when one
+//!   is unreachable or has no leader, within a deadline. Failures come back
+//!   as [`ControllerError`] with the Kafka code the controller chose.
+//! - [`MetadataFollower`]: a task that keeps a local [`MetadataImage`] up to
+//!   date from `SubscribeMetadata` on any controller, resuming from its offset
+//!   after a disconnect.
+//!
+//! Retries: NOT_CONTROLLER and transport failures before the request reached
+//! a controller are retried; a timeout (`REQUEST_TIMED_OUT`) is returned,
+//! because the write may still have been committed.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use samsa_proto::controller as pb;
+use samsa_proto::controller::controller_service_client::ControllerServiceClient;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+use tonic::{Response, Status};
+
+use crate::convert;
+use crate::error::ControllerError;
+use crate::image::{MetadataImage, PartitionState};
+use crate::logic::{
+    AlterPartition, ControlledShutdownReply, CreatePartitions, CreatePartitionsReply, CreateTopic,
+    CreateTopicReply, DeleteTopicReply, ElectLeaders, ElectionResult, Heartbeat, HeartbeatReply,
+    ProducerIdBlock, RegisterBroker, RegisterBrokerReply, TopicRef,
+};
+use crate::network::{lazy_channel, MAX_MESSAGE_BYTES};
+use crate::records::{BrokerId, ConfigResource, MetadataRecord};
+
+/// Responses that carry a `ControllerError`.
+trait HasError {
+    fn error(&self) -> Option<pb::ControllerError>;
+}
+
+macro_rules! has_error {
+    ($($t:ty),* $(,)?) => {
+        $(impl HasError for $t {
+            fn error(&self) -> Option<pb::ControllerError> {
+                self.error.clone()
+            }
+        })*
+    };
+}
+
+has_error!(
+    pb::RegisterBrokerResponse,
+    pb::BrokerHeartbeatResponse,
+    pb::ControlledShutdownResponse,
+    pb::AllocateProducerIdsResponse,
+    pb::CreateTopicsResponse,
+    pb::DeleteTopicsResponse,
+    pb::CreatePartitionsResponse,
+    pb::AlterConfigsResponse,
+    pb::AlterPartitionResponse,
+    pb::ElectLeadersResponse,
+);
+
+impl HasError for pb::DescribeQuorumResponse {
+    fn error(&self) -> Option<pb::ControllerError> {
+        None
+    }
+}
+
+struct ClientInner {
+    endpoints: Vec<String>,
+    leader: Mutex<Option<String>>,
+    /// One lazily connected channel per address, reused across calls.
+    channels: Mutex<HashMap<String, Channel>>,
+    deadline: Duration,
+}
+
+/// Client of the controller quorum; cheap to clone.
+#[derive(Clone)]
+pub struct ControllerClient {
+    inner: Arc<ClientInner>,
+}
+
+fn topic_result_error(r: &pb::TopicResult) -> Result<(), ControllerError> {
+    if r.error_code == 0 {
+        return Ok(());
+    }
+    let code = i16::try_from(r.error_code).unwrap_or(crate::error::codes::UNKNOWN_SERVER_ERROR);
+    Err(ControllerError::from_code(
+        code,
+        r.error_message.clone(),
+        None,
+    ))
+}
+
+impl ControllerClient {
+    /// `endpoints`: controller gRPC addresses (`host:port`), e.g. the voter
+    /// addresses. Calls give up after `deadline` of retrying.
+    pub fn new<I, S>(endpoints: I, deadline: Duration) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            inner: Arc::new(ClientInner {
+                endpoints: endpoints.into_iter().map(Into::into).collect(),
+                leader: Mutex::new(None),
+                channels: Mutex::new(HashMap::new()),
+                deadline,
+            }),
+        }
+    }
+
+    fn remembered_leader(&self) -> Option<String> {
+        self.inner
+            .leader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn remember_leader(&self, addr: Option<String>) {
+        *self
+            .inner
+            .leader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = addr;
+    }
+
+    fn connect(&self, addr: &str) -> Result<ControllerServiceClient<Channel>, ControllerError> {
+        let mut channels = self
+            .inner
+            .channels
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let channel = match channels.get(addr) {
+            Some(channel) => channel.clone(),
+            None => {
+                let channel = lazy_channel(addr).map_err(|e| {
+                    ControllerError::InvalidRequest(format!("bad controller address {addr:?}: {e}"))
+                })?;
+                channels.insert(addr.to_owned(), channel.clone());
+                channel
+            }
+        };
+        Ok(ControllerServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
+    /// Sends `call` to the leader (or whoever may know it) until it is
+    /// answered by the active controller or the deadline passes.
+    async fn call<Resp, F, Fut>(&self, call: F) -> Result<Resp, ControllerError>
+    where
+        Resp: HasError,
+        F: Fn(ControllerServiceClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
+        let started = Instant::now();
+        let mut attempt = 0usize;
+        let mut last_error = ControllerError::NotController { leader: None };
+        let endpoints = &self.inner.endpoints;
+        if endpoints.is_empty() {
+            return Err(ControllerError::InvalidRequest(
+                "no controller endpoints".into(),
+            ));
+        }
+        while started.elapsed() < self.inner.deadline {
+            let addr = self
+                .remembered_leader()
+                .unwrap_or_else(|| endpoints[attempt % endpoints.len()].clone());
+            attempt += 1;
+            let client = self.connect(&addr)?;
+            match call(client).await {
+                Ok(response) => {
+                    let response = response.into_inner();
+                    match convert::error_from_pb(response.error()) {
+                        Ok(()) => {
+                            self.remember_leader(Some(addr));
+                            return Ok(response);
+                        }
+                        Err(ControllerError::NotController { leader }) => {
+                            let hint = leader
+                                .as_ref()
+                                .map(|l| l.address.clone())
+                                .filter(|a| !a.is_empty() && *a != addr);
+                            self.remember_leader(hint.clone());
+                            last_error = ControllerError::NotController { leader };
+                            if hint.is_some() {
+                                continue;
+                            }
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(status) => {
+                    tracing::debug!(%addr, %status, "controller call failed");
+                    self.remember_leader(None);
+                    last_error = match status.code() {
+                        tonic::Code::DeadlineExceeded => {
+                            return Err(ControllerError::Timeout(status.message().to_owned()))
+                        }
+                        _ => ControllerError::Internal(format!("{addr}: {}", status.message())),
+                    };
+                }
+            }
+            // Nobody knows a leader yet (election in progress) or a node is down.
+            let pause = Duration::from_millis(50 * (attempt as u64).min(8));
+            tokio::time::sleep(pause).await;
+        }
+        Err(last_error)
+    }
+
+    /// Cluster id, leader and metadata offset as the first reachable controller sees them.
+    pub async fn describe_quorum(&self) -> Result<pb::DescribeQuorumResponse, ControllerError> {
+        self.call(|mut c| async move { c.describe_quorum(pb::DescribeQuorumRequest {}).await })
+            .await
+    }
+
+    /// (a) Registers this broker process; returns its broker epoch.
+    pub async fn register_broker(
+        &self,
+        req: &RegisterBroker,
+    ) -> Result<RegisterBrokerReply, ControllerError> {
+        let msg = convert::register_to_pb(req);
+        let resp = self
+            .call(|mut c| {
+                let msg = msg.clone();
+                async move { c.register_broker(msg).await }
+            })
+            .await?;
+        Ok(RegisterBrokerReply {
+            broker_epoch: resp.broker_epoch,
+        })
+    }
+
+    /// (a) One heartbeat.
+    pub async fn heartbeat(&self, req: &Heartbeat) -> Result<HeartbeatReply, ControllerError> {
+        let msg = convert::heartbeat_to_pb(req);
+        let resp = self
+            .call(|mut c| async move { c.broker_heartbeat(msg).await })
+            .await?;
+        Ok(HeartbeatReply {
+            is_fenced: resp.is_fenced,
+            is_caught_up: resp.is_caught_up,
+            should_shut_down: resp.should_shut_down,
+        })
+    }
+
+    /// (a) Controlled shutdown: returns once leaderships have moved.
+    pub async fn controlled_shutdown(
+        &self,
+        broker_id: BrokerId,
+        broker_epoch: i64,
+    ) -> Result<ControlledShutdownReply, ControllerError> {
+        let msg = pb::ControlledShutdownRequest {
+            broker_id,
+            broker_epoch,
+        };
+        let resp = self
+            .call(|mut c| async move { c.controlled_shutdown(msg).await })
+            .await?;
+        Ok(ControlledShutdownReply {
+            leaderships_moved: resp.leaderships_moved,
+            partitions_offline: resp
+                .partitions_offline
+                .into_iter()
+                .map(|tp| (tp.topic, tp.partition))
+                .collect(),
+            shutdown_ready: resp.shutdown_ready,
+        })
+    }
+
+    /// (d) The next block of producer ids for this broker.
+    pub async fn allocate_producer_ids(
+        &self,
+        broker_id: BrokerId,
+        broker_epoch: i64,
+    ) -> Result<ProducerIdBlock, ControllerError> {
+        let msg = pb::AllocateProducerIdsRequest {
+            broker_id,
+            broker_epoch,
+        };
+        let resp = self
+            .call(|mut c| async move { c.allocate_producer_ids(msg).await })
+            .await?;
+        Ok(ProducerIdBlock {
+            first: resp.producer_id_start,
+            size: resp.producer_id_len,
+        })
+    }
+
+    /// (c) Creates one topic.
+    pub async fn create_topic(
+        &self,
+        req: &CreateTopic,
+        validate_only: bool,
+    ) -> Result<CreateTopicReply, ControllerError> {
+        let msg = pb::CreateTopicsRequest {
+            topics: vec![convert::create_topic_to_pb(req)],
+            validate_only,
+        };
+        let resp = self
+            .call(|mut c| {
+                let msg = msg.clone();
+                async move { c.create_topics(msg).await }
+            })
+            .await?;
+        let result = resp
+            .topics
+            .into_iter()
+            .next()
+            .ok_or_else(|| ControllerError::Internal("empty CreateTopics response".into()))?;
+        topic_result_error(&result)?;
+        Ok(CreateTopicReply {
+            topic_id: convert::parse_uuid(&result.topic_id, "topic id")?,
+            num_partitions: result.num_partitions,
+            replication_factor: result.replication_factor,
+        })
+    }
+
+    /// (c) Deletes one topic.
+    pub async fn delete_topic(
+        &self,
+        topic: &TopicRef,
+    ) -> Result<DeleteTopicReply, ControllerError> {
+        let msg = match topic {
+            TopicRef::Name(name) => pb::DeleteTopicsRequest {
+                names: vec![name.clone()],
+                topic_ids: vec![],
+            },
+            TopicRef::Id(id) => pb::DeleteTopicsRequest {
+                names: vec![],
+                topic_ids: vec![id.to_string()],
+            },
+        };
+        let resp = self
+            .call(|mut c| {
+                let msg = msg.clone();
+                async move { c.delete_topics(msg).await }
+            })
+            .await?;
+        let result = resp
+            .topics
+            .into_iter()
+            .next()
+            .ok_or_else(|| ControllerError::Internal("empty DeleteTopics response".into()))?;
+        topic_result_error(&result)?;
+        Ok(DeleteTopicReply {
+            name: result.name,
+            topic_id: convert::parse_uuid(&result.topic_id, "topic id")?,
+        })
+    }
+
+    /// (c) Grows a topic's partition count.
+    pub async fn create_partitions(
+        &self,
+        req: &CreatePartitions,
+        validate_only: bool,
+    ) -> Result<CreatePartitionsReply, ControllerError> {
+        let msg = pb::CreatePartitionsRequest {
+            topics: vec![convert::create_partitions_to_pb(req)],
+            validate_only,
+        };
+        let resp = self
+            .call(|mut c| {
+                let msg = msg.clone();
+                async move { c.create_partitions(msg).await }
+            })
+            .await?;
+        let result =
+            resp.topics.into_iter().next().ok_or_else(|| {
+                ControllerError::Internal("empty CreatePartitions response".into())
+            })?;
+        topic_result_error(&result)?;
+        Ok(CreatePartitionsReply {
+            topic_id: convert::parse_uuid(&result.topic_id, "topic id")?,
+            num_partitions: result.num_partitions,
+        })
+    }
+
+    /// (c) Sets (`Some`) or removes (`None`) config keys.
+    pub async fn alter_configs(
+        &self,
+        resource: &ConfigResource,
+        changes: &[(String, Option<String>)],
+    ) -> Result<(), ControllerError> {
+        let msg = pb::AlterConfigsRequest {
+            topic: match resource {
+                ConfigResource::Cluster => String::new(),
+                ConfigResource::Topic { name } => name.clone(),
+            },
+            configs: changes
+                .iter()
+                .map(|(name, value)| pb::ConfigEntry {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+        };
+        self.call(|mut c| {
+            let msg = msg.clone();
+            async move { c.alter_configs(msg).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// ISR change proposed by a partition leader; returns the partition state
+    /// after it (replicas left empty).
+    pub async fn alter_partition(
+        &self,
+        req: &AlterPartition,
+    ) -> Result<PartitionState, ControllerError> {
+        let msg = convert::alter_partition_to_pb(req);
+        let resp = self
+            .call(|mut c| {
+                let msg = msg.clone();
+                async move { c.alter_partition(msg).await }
+            })
+            .await?;
+        Ok(convert::partition_from_alter_response(&resp))
+    }
+
+    /// (c) Admin-triggered leader election.
+    pub async fn elect_leaders(
+        &self,
+        req: &ElectLeaders,
+    ) -> Result<Vec<ElectionResult>, ControllerError> {
+        let msg = pb::ElectLeadersRequest {
+            election_type: convert::election_type_to_pb(req.election_type).into(),
+            partitions: req
+                .partitions
+                .iter()
+                .flatten()
+                .map(|(topic, partition)| pb::TopicPartition {
+                    topic: topic.clone(),
+                    partition: *partition,
+                })
+                .collect(),
+        };
+        let resp = self
+            .call(|mut c| {
+                let msg = msg.clone();
+                async move { c.elect_leaders(msg).await }
+            })
+            .await?;
+        Ok(resp
+            .results
+            .into_iter()
+            .map(|r| ElectionResult {
+                result: if r.error_code == 0 {
+                    Ok(r.leader)
+                } else {
+                    let code = i16::try_from(r.error_code)
+                        .unwrap_or(crate::error::codes::UNKNOWN_SERVER_ERROR);
+                    Err(ControllerError::from_code(code, r.error_message, None))
+                },
+                topic: r.topic,
+                partition: r.partition,
+            })
+            .collect())
+    }
+
+    /// (b) Raw metadata stream from one controller (any, not only the
+    /// leader). Most callers want [`MetadataFollower`].
+    pub async fn subscribe(
+        &self,
+        addr: &str,
+        broker_id: BrokerId,
+        after_offset: u64,
+    ) -> Result<tonic::Streaming<pb::MetadataUpdate>, ControllerError> {
+        let mut client = self.connect(addr)?;
+        client
+            .subscribe_metadata(pb::SubscribeMetadataRequest {
+                broker_id,
+                after_offset,
+            })
+            .await
+            .map(Response::into_inner)
+            .map_err(|s| ControllerError::Internal(format!("{addr}: {}", s.message())))
+    }
+
+    pub fn endpoints(&self) -> &[String] {
+        &self.inner.endpoints
+    }
+}
+
+/// Applies one stream update to a local image. `Err` means the update does
+/// not fit (corrupt or out of order); the follower then resubscribes.
+pub fn apply_update(
+    image: &mut MetadataImage,
+    update: pb::MetadataUpdate,
+) -> Result<(), ControllerError> {
+    let bad = |e: serde_json::Error| ControllerError::Internal(format!("bad metadata update: {e}"));
+    match update.kind {
+        Some(pb::metadata_update::Kind::Snapshot(bytes)) => {
+            let next: MetadataImage = serde_json::from_slice(&bytes).map_err(bad)?;
+            if next.offset() != update.offset {
+                return Err(ControllerError::Internal(format!(
+                    "snapshot says offset {} but carries an image at {}",
+                    update.offset,
+                    next.offset()
+                )));
+            }
+            *image = next;
+            Ok(())
+        }
+        Some(pb::metadata_update::Kind::Records(bytes)) => {
+            if update.offset <= image.offset() {
+                return Ok(());
+            }
+            let records: Vec<MetadataRecord> = serde_json::from_slice(&bytes).map_err(bad)?;
+            // The controller only sends batches it applied successfully, so a
+            // failure here means this image diverged: resubscribe from scratch.
+            image.apply_batch(update.offset, &records).map_err(|e| {
+                ControllerError::Internal(format!("batch at {} does not apply: {e}", update.offset))
+            })
+        }
+        None => Err(ControllerError::Internal(
+            "metadata update without content".into(),
+        )),
+    }
+}
+
+/// Keeps a local [`MetadataImage`] in sync with the controller quorum.
+pub struct MetadataFollower {
+    image: watch::Receiver<Arc<MetadataImage>>,
+    task: JoinHandle<()>,
+}
+
+impl MetadataFollower {
+    /// Starts following; the image starts empty (offset 0).
+    pub fn spawn(client: ControllerClient, broker_id: BrokerId) -> Self {
+        let (tx, rx) = watch::channel(Arc::new(MetadataImage::new()));
+        let task = tokio::spawn(follow(client, broker_id, tx));
+        Self { image: rx, task }
+    }
+
+    /// The latest image.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        Arc::clone(&self.image.borrow())
+    }
+
+    /// Changes whenever a new image is published.
+    pub fn watch(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.image.clone()
+    }
+
+    /// Waits until the image reaches `offset`.
+    pub async fn wait_for_offset(&self, offset: u64) -> Arc<MetadataImage> {
+        let mut rx = self.image.clone();
+        let result = rx.wait_for(|image| image.offset() >= offset).await;
+        match result {
+            Ok(image) => Arc::clone(&image),
+            Err(_) => self.image(),
+        }
+    }
+}
+
+impl Drop for MetadataFollower {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn follow(
+    client: ControllerClient,
+    broker_id: BrokerId,
+    tx: watch::Sender<Arc<MetadataImage>>,
+) {
+    let endpoints = client.endpoints().to_vec();
+    if endpoints.is_empty() {
+        return;
+    }
+    let mut attempt = 0usize;
+    let mut resync = false;
+    loop {
+        let addr = &endpoints[attempt % endpoints.len()];
+        attempt += 1;
+        // After a rejected update, start over from nothing (the controller
+        // then sends a snapshot or the full history); the published image
+        // stays as it was until the new one is complete enough to replace it.
+        let mut image = if resync {
+            MetadataImage::new()
+        } else {
+            (**tx.borrow()).clone()
+        };
+        match client.subscribe(addr, broker_id, image.offset()).await {
+            Ok(mut stream) => loop {
+                match stream.message().await {
+                    Ok(Some(update)) => {
+                        if let Err(e) = apply_update(&mut image, update) {
+                            tracing::warn!(broker_id, error = %e, "metadata update rejected; resubscribing");
+                            resync = true;
+                            break;
+                        }
+                        if image.offset() >= tx.borrow().offset() {
+                            resync = false;
+                            tx.send_replace(Arc::new(image.clone()));
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(status) => {
+                        tracing::debug!(broker_id, %addr, %status, "metadata stream ended");
+                        break;
+                    }
+                }
+            },
+            Err(e) => tracing::debug!(broker_id, %addr, error = %e, "cannot subscribe to metadata"),
+        }
+        if tx.is_closed() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

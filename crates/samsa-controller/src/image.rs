@@ -1,0 +1,631 @@
+//! `MetadataImage`: the cluster metadata as of one metadata offset.
+//!
+//! The image is what the controller's Raft state machine holds and what
+//! brokers rebuild from the metadata stream. It owns these invariants, and
+//! [`MetadataImage::apply`] is the only way to change it:
+//!
+//! - **pure and deterministic**: `apply` reads nothing but the image and the
+//!   record (no clock, no randomness), so every replica and every broker that
+//!   applies the same batches in the same order holds the same image;
+//! - **atomic batches**: [`MetadataImage::apply_batch`] applies all records of
+//!   an entry or none of them (a rejected batch still advances the offset, on
+//!   every replica alike);
+//! - **guards**: each record's precondition (see [`crate::records`]) is
+//!   checked before anything changes; partition epochs only grow by one per
+//!   change, leader epochs never go down, producer-id blocks only move
+//!   forward (so no id is handed out twice), topic names and ids are unique,
+//!   every ISR is a subset of its partition's replicas.
+//!
+//! Broker liveness (the time of a broker's last heartbeat) is deliberately
+//! *not* part of the image: it changes every couple of seconds per broker and
+//! only the active controller needs it, so it lives in the leader's soft state
+//! ([`crate::logic::BrokerLiveness`]). Writing every heartbeat through Raft
+//! would put one log entry per broker per heartbeat interval on every
+//! controller's disk. What *is* replicated is the outcome: fenced / unfenced.
+//!
+//! Topics are held behind `Arc`, so cloning an image (which atomic batches,
+//! handlers' scratch copies and readers do) copies pointers, not partitions.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::records::{BrokerEndpoint, BrokerId, ConfigResource, MetadataRecord, NO_LEADER};
+
+/// Topic config that allows electing a leader from outside the ISR.
+pub const UNCLEAN_LEADER_ELECTION_ENABLE: &str = "unclean.leader.election.enable";
+/// Topic config read by partition leaders for `acks=all`.
+pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
+
+/// A broker's registration as the quorum knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRegistration {
+    pub broker_id: BrokerId,
+    /// Random id of the broker process that registered; a restart brings a new one.
+    pub incarnation_id: Uuid,
+    /// Grows with every registration in the cluster; requests from an older
+    /// incarnation carry an older epoch and are refused.
+    pub broker_epoch: i64,
+    pub endpoints: Vec<BrokerEndpoint>,
+    pub rack: Option<String>,
+    /// Fenced brokers lead nothing and are not in any ISR (except as the last
+    /// member of a leaderless partition's ISR).
+    pub fenced: bool,
+    /// Set by controlled shutdown; cleared only by a new registration.
+    pub in_controlled_shutdown: bool,
+    /// Metadata offset of the registration; the broker counts as caught up
+    /// once it has applied this offset.
+    pub registered_offset: u64,
+}
+
+impl BrokerRegistration {
+    /// May lead partitions and join ISRs.
+    pub fn is_active(&self) -> bool {
+        !self.fenced && !self.in_controlled_shutdown
+    }
+}
+
+/// Leader and ISR of one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionState {
+    /// Assigned replicas, preferred leader first.
+    pub replicas: Vec<BrokerId>,
+    /// In-sync replicas; never empty, always a subset of `replicas`.
+    pub isr: Vec<BrokerId>,
+    /// [`NO_LEADER`] when no eligible replica is available.
+    pub leader: BrokerId,
+    /// Bumped on every leader change.
+    pub leader_epoch: i32,
+    /// Bumped on every change of this partition; `AlterPartition` compares it.
+    pub partition_epoch: i32,
+}
+
+impl PartitionState {
+    pub fn has_leader(&self) -> bool {
+        self.leader != NO_LEADER
+    }
+}
+
+/// One topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicImage {
+    pub name: String,
+    pub topic_id: Uuid,
+    pub configs: BTreeMap<String, String>,
+    /// Indexed by partition id.
+    pub partitions: Vec<PartitionState>,
+}
+
+impl TopicImage {
+    pub fn partition(&self, partition: i32) -> Option<&PartitionState> {
+        usize::try_from(partition)
+            .ok()
+            .and_then(|p| self.partitions.get(p))
+    }
+}
+
+/// Why a record could not be applied. A rejected batch leaves the image as it
+/// was (apart from the offset).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    #[error("cluster id is already {0}")]
+    ClusterIdAlreadySet(String),
+    #[error("broker epoch {got} is not the next one ({expected})")]
+    BrokerEpochNotNext { got: i64, expected: i64 },
+    #[error("broker {0} is not registered")]
+    UnknownBroker(BrokerId),
+    #[error("broker {broker_id} has epoch {current}, record has {got}")]
+    StaleBrokerEpoch {
+        broker_id: BrokerId,
+        got: i64,
+        current: i64,
+    },
+    #[error("broker {0} is in controlled shutdown")]
+    BrokerShuttingDown(BrokerId),
+    #[error("topic {0} already exists")]
+    TopicExists(String),
+    #[error("topic id {0} already exists")]
+    TopicIdExists(Uuid),
+    #[error("unknown topic id {0}")]
+    UnknownTopicId(Uuid),
+    #[error("unknown topic {0}")]
+    UnknownTopic(String),
+    #[error("topic {topic_id} has {count} partitions, cannot create partition {partition}")]
+    PartitionOutOfOrder {
+        topic_id: Uuid,
+        partition: i32,
+        count: usize,
+    },
+    #[error("unknown partition {topic_id}-{partition}")]
+    UnknownPartition { topic_id: Uuid, partition: i32 },
+    #[error("partition epoch {got} does not follow {current}")]
+    PartitionEpochNotNext { got: i32, current: i32 },
+    #[error("leader epoch {got} is below {current}")]
+    LeaderEpochWentBack { got: i32, current: i32 },
+    #[error("invalid partition state: {0}")]
+    InvalidPartitionState(String),
+    #[error("producer id block starts at {got}, next free id is {expected}")]
+    ProducerIdNotNext { got: i64, expected: i64 },
+    #[error("producer id block of size {0} is invalid")]
+    InvalidProducerIdBlock(i32),
+}
+
+/// The cluster metadata as of [`MetadataImage::offset`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetadataImage {
+    cluster_id: Option<String>,
+    offset: u64,
+    brokers: BTreeMap<BrokerId, BrokerRegistration>,
+    topics: BTreeMap<String, Arc<TopicImage>>,
+    topic_ids: BTreeMap<Uuid, String>,
+    cluster_configs: BTreeMap<String, String>,
+    next_producer_id: i64,
+    next_broker_epoch: i64,
+}
+
+impl MetadataImage {
+    /// The empty image, before any record.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn cluster_id(&self) -> Option<&str> {
+        self.cluster_id.as_deref()
+    }
+
+    /// Metadata offset (Raft log index) of the last entry applied.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    pub fn broker(&self, id: BrokerId) -> Option<&BrokerRegistration> {
+        self.brokers.get(&id)
+    }
+
+    pub fn brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values()
+    }
+
+    /// Registered, unfenced and not shutting down.
+    pub fn is_broker_active(&self, id: BrokerId) -> bool {
+        self.brokers
+            .get(&id)
+            .is_some_and(BrokerRegistration::is_active)
+    }
+
+    /// Ids of active brokers, ascending.
+    pub fn active_brokers(&self) -> Vec<BrokerId> {
+        self.brokers
+            .values()
+            .filter(|b| b.is_active())
+            .map(|b| b.broker_id)
+            .collect()
+    }
+
+    pub fn topic(&self, name: &str) -> Option<&TopicImage> {
+        self.topics.get(name).map(|t| &**t)
+    }
+
+    pub fn topic_by_id(&self, id: &Uuid) -> Option<&TopicImage> {
+        self.topic_ids.get(id).and_then(|name| self.topic(name))
+    }
+
+    /// Topics by name.
+    pub fn topics(&self) -> impl Iterator<Item = &TopicImage> {
+        self.topics.values().map(|t| &**t)
+    }
+
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionState> {
+        self.topic(topic).and_then(|t| t.partition(partition))
+    }
+
+    pub fn cluster_configs(&self) -> &BTreeMap<String, String> {
+        &self.cluster_configs
+    }
+
+    /// Effective value of a topic config: the topic's own, else the cluster's.
+    pub fn topic_config<'a>(&'a self, topic: &'a TopicImage, key: &str) -> Option<&'a str> {
+        topic
+            .configs
+            .get(key)
+            .or_else(|| self.cluster_configs.get(key))
+            .map(String::as_str)
+    }
+
+    /// First producer id of the next block to hand out.
+    pub fn next_producer_id(&self) -> i64 {
+        self.next_producer_id
+    }
+
+    /// Epoch the next broker registration gets.
+    pub fn next_broker_epoch(&self) -> i64 {
+        self.next_broker_epoch
+    }
+
+    /// Applies one committed entry: the batch at `offset`. All records are
+    /// applied or, if one fails its guard, none is; the offset advances in
+    /// both cases.
+    pub fn apply_batch(
+        &mut self,
+        offset: u64,
+        records: &[MetadataRecord],
+    ) -> Result<(), ApplyError> {
+        // The offset moves first: records applied here see their own offset
+        // (a registration remembers it as `registered_offset`).
+        self.offset = self.offset.max(offset);
+        match records {
+            [] => Ok(()),
+            [single] => self.apply(single),
+            many => {
+                let mut next = self.clone();
+                let res = many.iter().try_for_each(|r| next.apply(r));
+                if res.is_ok() {
+                    *self = next;
+                }
+                res
+            }
+        }
+    }
+
+    /// Moves the offset past an entry that carries no records (Raft blank or
+    /// membership entries).
+    pub fn advance_offset(&mut self, offset: u64) {
+        self.offset = self.offset.max(offset);
+    }
+
+    /// Applies one record. Checks its guard first; on error nothing changed.
+    pub fn apply(&mut self, record: &MetadataRecord) -> Result<(), ApplyError> {
+        match record {
+            MetadataRecord::ClusterIdAssigned { cluster_id } => {
+                if let Some(current) = &self.cluster_id {
+                    return Err(ApplyError::ClusterIdAlreadySet(current.clone()));
+                }
+                self.cluster_id = Some(cluster_id.clone());
+            }
+            MetadataRecord::BrokerRegistered {
+                broker_id,
+                incarnation_id,
+                broker_epoch,
+                endpoints,
+                rack,
+            } => {
+                if *broker_epoch != self.next_broker_epoch {
+                    return Err(ApplyError::BrokerEpochNotNext {
+                        got: *broker_epoch,
+                        expected: self.next_broker_epoch,
+                    });
+                }
+                self.next_broker_epoch += 1;
+                self.brokers.insert(
+                    *broker_id,
+                    BrokerRegistration {
+                        broker_id: *broker_id,
+                        incarnation_id: *incarnation_id,
+                        broker_epoch: *broker_epoch,
+                        endpoints: endpoints.clone(),
+                        rack: rack.clone(),
+                        fenced: true,
+                        in_controlled_shutdown: false,
+                        registered_offset: self.offset,
+                    },
+                );
+            }
+            MetadataRecord::BrokerFenced {
+                broker_id,
+                broker_epoch,
+                controlled_shutdown,
+            } => {
+                let broker = self.broker_with_epoch(*broker_id, *broker_epoch)?;
+                broker.fenced = true;
+                broker.in_controlled_shutdown |= *controlled_shutdown;
+            }
+            MetadataRecord::BrokerUnfenced {
+                broker_id,
+                broker_epoch,
+            } => {
+                let broker = self.broker_with_epoch(*broker_id, *broker_epoch)?;
+                if broker.in_controlled_shutdown {
+                    return Err(ApplyError::BrokerShuttingDown(*broker_id));
+                }
+                broker.fenced = false;
+            }
+            MetadataRecord::TopicCreated {
+                name,
+                topic_id,
+                configs,
+            } => {
+                if self.topics.contains_key(name) {
+                    return Err(ApplyError::TopicExists(name.clone()));
+                }
+                if self.topic_ids.contains_key(topic_id) {
+                    return Err(ApplyError::TopicIdExists(*topic_id));
+                }
+                self.topic_ids.insert(*topic_id, name.clone());
+                self.topics.insert(
+                    name.clone(),
+                    Arc::new(TopicImage {
+                        name: name.clone(),
+                        topic_id: *topic_id,
+                        configs: configs.clone(),
+                        partitions: Vec::new(),
+                    }),
+                );
+            }
+            MetadataRecord::PartitionCreated {
+                topic_id,
+                partition,
+                replicas,
+                isr,
+                leader,
+                leader_epoch,
+                partition_epoch,
+            } => {
+                let state = PartitionState {
+                    replicas: replicas.clone(),
+                    isr: isr.clone(),
+                    leader: *leader,
+                    leader_epoch: *leader_epoch,
+                    partition_epoch: *partition_epoch,
+                };
+                check_partition_state(&state)?;
+                let topic = self.topic_mut(topic_id)?;
+                let count = topic.partitions.len();
+                if usize::try_from(*partition).ok() != Some(count) {
+                    return Err(ApplyError::PartitionOutOfOrder {
+                        topic_id: *topic_id,
+                        partition: *partition,
+                        count,
+                    });
+                }
+                topic.partitions.push(state);
+            }
+            MetadataRecord::PartitionChanged {
+                topic_id,
+                partition,
+                isr,
+                leader,
+                leader_epoch,
+                partition_epoch,
+            } => {
+                let topic_id = *topic_id;
+                let partition = *partition;
+                let current = self
+                    .topic_by_id(&topic_id)
+                    .ok_or(ApplyError::UnknownTopicId(topic_id))?
+                    .partition(partition)
+                    .ok_or(ApplyError::UnknownPartition {
+                        topic_id,
+                        partition,
+                    })?;
+                if Some(*partition_epoch) != current.partition_epoch.checked_add(1) {
+                    return Err(ApplyError::PartitionEpochNotNext {
+                        got: *partition_epoch,
+                        current: current.partition_epoch,
+                    });
+                }
+                if *leader_epoch < current.leader_epoch {
+                    return Err(ApplyError::LeaderEpochWentBack {
+                        got: *leader_epoch,
+                        current: current.leader_epoch,
+                    });
+                }
+                let next = PartitionState {
+                    replicas: current.replicas.clone(),
+                    isr: isr.clone(),
+                    leader: *leader,
+                    leader_epoch: *leader_epoch,
+                    partition_epoch: *partition_epoch,
+                };
+                check_partition_state(&next)?;
+                let topic = self.topic_mut(&topic_id)?;
+                if let Some(slot) = usize::try_from(partition)
+                    .ok()
+                    .and_then(|p| topic.partitions.get_mut(p))
+                {
+                    *slot = next;
+                }
+            }
+            MetadataRecord::TopicDeleted { topic_id, name } => {
+                match self.topic_ids.get(topic_id) {
+                    Some(n) if n == name => {}
+                    Some(_) | None => return Err(ApplyError::UnknownTopicId(*topic_id)),
+                }
+                self.topic_ids.remove(topic_id);
+                self.topics.remove(name);
+            }
+            MetadataRecord::ProducerIdsAllocated {
+                first_producer_id,
+                size,
+                ..
+            } => {
+                if *first_producer_id != self.next_producer_id {
+                    return Err(ApplyError::ProducerIdNotNext {
+                        got: *first_producer_id,
+                        expected: self.next_producer_id,
+                    });
+                }
+                let next = (*size > 0)
+                    .then(|| first_producer_id.checked_add(i64::from(*size)))
+                    .flatten()
+                    .ok_or(ApplyError::InvalidProducerIdBlock(*size))?;
+                self.next_producer_id = next;
+            }
+            MetadataRecord::ConfigChanged {
+                resource,
+                name,
+                value,
+            } => {
+                let configs = match resource {
+                    ConfigResource::Cluster => &mut self.cluster_configs,
+                    ConfigResource::Topic { name: topic } => {
+                        let topic = self
+                            .topics
+                            .get_mut(topic)
+                            .ok_or_else(|| ApplyError::UnknownTopic(topic.clone()))?;
+                        &mut Arc::make_mut(topic).configs
+                    }
+                };
+                match value {
+                    Some(v) => configs.insert(name.clone(), v.clone()),
+                    None => configs.remove(name),
+                };
+            }
+        }
+        Ok(())
+    }
+
+    fn broker_with_epoch(
+        &mut self,
+        broker_id: BrokerId,
+        epoch: i64,
+    ) -> Result<&mut BrokerRegistration, ApplyError> {
+        let broker = self
+            .brokers
+            .get_mut(&broker_id)
+            .ok_or(ApplyError::UnknownBroker(broker_id))?;
+        if broker.broker_epoch != epoch {
+            return Err(ApplyError::StaleBrokerEpoch {
+                broker_id,
+                got: epoch,
+                current: broker.broker_epoch,
+            });
+        }
+        Ok(broker)
+    }
+
+    fn topic_mut(&mut self, topic_id: &Uuid) -> Result<&mut TopicImage, ApplyError> {
+        let name = self
+            .topic_ids
+            .get(topic_id)
+            .ok_or(ApplyError::UnknownTopicId(*topic_id))?;
+        let topic = self
+            .topics
+            .get_mut(name)
+            .ok_or_else(|| ApplyError::UnknownTopic(name.clone()))?;
+        Ok(Arc::make_mut(topic))
+    }
+}
+
+fn check_partition_state(state: &PartitionState) -> Result<(), ApplyError> {
+    let invalid = |why: &str| Err(ApplyError::InvalidPartitionState(why.to_owned()));
+    if state.replicas.is_empty() {
+        return invalid("no replicas");
+    }
+    let mut sorted = state.replicas.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != state.replicas.len() {
+        return invalid("duplicate replicas");
+    }
+    if state.isr.is_empty() {
+        return invalid("empty ISR");
+    }
+    if state.isr.iter().any(|b| !state.replicas.contains(b)) {
+        return invalid("ISR member is not a replica");
+    }
+    if state.leader != NO_LEADER && !state.isr.contains(&state.leader) {
+        return invalid("leader is not in the ISR");
+    }
+    if state.leader_epoch < 0 || state.partition_epoch < 0 {
+        return invalid("negative epoch");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn topic_records(name: &str, id: Uuid) -> Vec<MetadataRecord> {
+        vec![
+            MetadataRecord::TopicCreated {
+                name: name.into(),
+                topic_id: id,
+                configs: BTreeMap::new(),
+            },
+            MetadataRecord::PartitionCreated {
+                topic_id: id,
+                partition: 0,
+                replicas: vec![1, 2],
+                isr: vec![1, 2],
+                leader: 1,
+                leader_epoch: 0,
+                partition_epoch: 0,
+            },
+        ]
+    }
+
+    #[test]
+    fn batch_is_atomic_and_offset_advances() {
+        let mut image = MetadataImage::new();
+        let id = Uuid::from_u128(7);
+        let mut bad = topic_records("t", id);
+        bad.push(MetadataRecord::PartitionCreated {
+            topic_id: id,
+            partition: 5,
+            replicas: vec![1],
+            isr: vec![1],
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        });
+        assert!(image.apply_batch(3, &bad).is_err());
+        assert!(image.topic("t").is_none());
+        assert_eq!(image.offset(), 3);
+
+        image.apply_batch(4, &topic_records("t", id)).unwrap();
+        assert_eq!(image.topic("t").unwrap().partitions.len(), 1);
+        assert_eq!(image.offset(), 4);
+    }
+
+    #[test]
+    fn partition_change_is_compare_and_set() {
+        let mut image = MetadataImage::new();
+        let id = Uuid::from_u128(9);
+        image.apply_batch(1, &topic_records("t", id)).unwrap();
+        let change = |epoch| MetadataRecord::PartitionChanged {
+            topic_id: id,
+            partition: 0,
+            isr: vec![1],
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: epoch,
+        };
+        assert!(matches!(
+            image.apply(&change(2)),
+            Err(ApplyError::PartitionEpochNotNext { .. })
+        ));
+        image.apply(&change(1)).unwrap();
+        assert!(image.apply(&change(1)).is_err());
+        assert_eq!(image.partition("t", 0).unwrap().isr, vec![1]);
+    }
+
+    #[test]
+    fn producer_blocks_only_move_forward() {
+        let mut image = MetadataImage::new();
+        let alloc = |first| MetadataRecord::ProducerIdsAllocated {
+            broker_id: 1,
+            broker_epoch: 0,
+            first_producer_id: first,
+            size: 1000,
+        };
+        image.apply(&alloc(0)).unwrap();
+        assert!(image.apply(&alloc(0)).is_err());
+        image.apply(&alloc(1000)).unwrap();
+        assert_eq!(image.next_producer_id(), 2000);
+    }
+
+    #[test]
+    fn image_roundtrips_through_json() {
+        let mut image = MetadataImage::new();
+        image
+            .apply_batch(2, &topic_records("t", Uuid::from_u128(1)))
+            .unwrap();
+        let json = serde_json::to_vec(&image).unwrap();
+        let back: MetadataImage = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back, image);
+    }
+}

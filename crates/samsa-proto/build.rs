@@ -1,0 +1,19 @@
+//! Compiles `proto/*.proto` at the workspace root into tonic/prost code.
+//!
+//! `protox` parses the files in pure Rust, so no system `protoc` is needed.
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let proto_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let files = ["raft.proto", "controller.proto"];
+    for file in &files {
+        println!("cargo:rerun-if-changed={}", proto_dir.join(file).display());
+    }
+    let descriptors = protox::compile(files, [&proto_dir])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_fds(descriptors)?;
+    Ok(())
+}

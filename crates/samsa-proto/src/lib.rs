@@ -1,0 +1,21 @@
+//! Generated code for samsa's internal gRPC services, and nothing else.
+//!
+//! The sources are the `.proto` files in `proto/` at the workspace root;
+//! `build.rs` compiles them with `protox` (no system `protoc`) and
+//! `tonic-prost-build`.
+//!
+//! - [`raft`]: Raft transport between controllers (`samsa.raft.v1`).
+//! - [`controller`]: the broker-facing controller API (`samsa.controller.v1`).
+
+/// `samsa.raft.v1`: Raft RPCs between controllers.
+pub mod raft {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("samsa.raft.v1");
+}
+
+/// `samsa.controller.v1`: broker registration, heartbeats, metadata
+/// subscription, producer-id blocks, topic admin and partition changes.
+pub mod controller {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("samsa.controller.v1");
+}
