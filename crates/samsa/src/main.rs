@@ -3,6 +3,7 @@
 //! offline segment dumper). Each subcommand lives in its own module; this file
 //! only owns the shape of the command line and how errors become exit codes.
 
+mod alloc_guard;
 mod bench;
 mod client;
 mod config;
@@ -18,6 +19,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
+
+#[global_allocator]
+static ALLOCATOR: alloc_guard::LazyHugeAllocator = alloc_guard::LazyHugeAllocator;
 
 /// samsa: a Kafka-wire-compatible commit log.
 #[derive(Debug, Parser)]

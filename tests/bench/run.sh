@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Reproduces the figures in docs/BENCHMARKS.md on this machine.
+#
+#   tests/bench/run.sh             all single-node scenarios (about 10 minutes)
+#   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
+#
+# Each scenario starts a fresh release-built samsa on a free port with a fresh
+# data directory (under BENCH_DIR, default ./target/bench — on the same disk as
+# the repo), and drives it with librdkafka's own load generator
+# `rdkafka_performance` (built from the librdkafka tree bundled in rdkafka-sys,
+# the same build tests/librdkafka/run.sh makes) and with `samsa bench`.
+# Client and broker share the machine. Nothing here is a test: it prints
+# numbers, it asserts nothing.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+target=${CARGO_TARGET_DIR:-$root/target}
+records=${RECORDS:-1000000}
+size=${RECORD_SIZE:-1024}
+bench_dir=${BENCH_DIR:-$target/bench}
+log() { echo "[bench] $*" >&2; }
+
+log "building release samsa"
+(cd "$root" && cargo build --release -p samsa >/dev/null)
+samsa=$target/release/samsa
+"$here/../librdkafka/run.sh" --build
+perf_tool=$target/librdkafka-suite/librdkafka/examples/rdkafka_performance
+if [ ! -x "$perf_tool" ]; then
+    log "building rdkafka_performance"
+    make -C "$target/librdkafka-suite/librdkafka/examples" rdkafka_performance >/dev/null
+fi
+export LD_LIBRARY_PATH=$target/librdkafka-suite/librdkafka/src
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+broker_pid=
+stop_broker() {
+    if [ -n "$broker_pid" ] && kill -0 "$broker_pid" 2>/dev/null; then
+        kill -TERM "$broker_pid"
+        wait "$broker_pid" 2>/dev/null || true
+    fi
+    broker_pid=
+}
+trap stop_broker EXIT
+
+# start_broker <flush policy toml> : starts samsa, sets $port and $data
+start_broker() {
+    stop_broker
+    port=$(free_port)
+    data=$bench_dir/data-$port
+    rm -rf "$bench_dir" && mkdir -p "$data"
+    "$samsa" server --listen "127.0.0.1:$port" --data-dir "$data" --set "log.flush=$1" \
+        >"$bench_dir/broker.log" 2>&1 &
+    broker_pid=$!
+    for _ in $(seq 100); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    log "broker did not start"; cat "$bench_dir/broker.log"; exit 1
+}
+
+# produce <partitions> <extra rdkafka_performance args...> : prints msgs/s
+produce() {
+    local partitions=$1; shift
+    "$samsa" topic create perf --partitions "$partitions" --bootstrap-server "127.0.0.1:$port" >/dev/null
+    "$perf_tool" -P -t perf -b "127.0.0.1:$port" -s "$size" -c "$records" \
+        -X linger.ms=5 "$@" 2>&1 | tee "$bench_dir/perf.out" | grep -o '[0-9]* msgs/s' | tail -1
+}
+
+consume() {
+    local partitions=$1 args=()
+    for p in $(seq 0 $((partitions - 1))); do args+=(-p "$p"); done
+    "$perf_tool" -C -t perf -b "127.0.0.1:$port" -o beginning -e -c "$records" "${args[@]}" \
+        2>&1 | grep -o '[0-9]* msgs/s' | tail -1
+}
+
+rss_peak_mib() { awk '/VmHWM/ {printf "%d", $2/1024}' "/proc/$broker_pid/status"; }
+
+echo "## samsa benchmark run $(date -u +%Y-%m-%dT%H:%MZ), $records records of $size bytes"
+echo
+mkdir -p "$bench_dir"
+dd_out=$(dd if=/dev/zero of="$bench_dir/dd" bs=1M count=2048 conv=fdatasync 2>&1 | tail -1)
+rm -f "$bench_dir/dd"
+echo "- disk, durable sequential write (dd bs=1M count=2048 conv=fdatasync): ${dd_out##*, }"
+echo
+echo "| scenario | partitions | records/s | broker peak RSS |"
+echo "|---|---|---|---|"
+for partitions in 1 8; do
+    start_broker '"every-ack"'
+    r=$(produce "$partitions" -a 1)
+    echo "| (a) acks=1, not idempotent | $partitions | ${r% msgs/s} | $(rss_peak_mib) MiB |"
+    c=$(consume "$partitions")
+    echo "| (c) consume (rdkafka_performance -C) | $partitions | ${c% msgs/s} | $(rss_peak_mib) MiB |"
+
+    start_broker '"every-ack"'
+    r=$(produce "$partitions" -a -1 -X enable.idempotence=true)
+    echo "| (b) acks=all, idempotent, fsync before answer (default) | $partitions | ${r% msgs/s} | $(rss_peak_mib) MiB |"
+
+    start_broker '{ interval = { interval_ms = 0 } }'
+    r=$(produce "$partitions" -a -1 -X enable.idempotence=true)
+    echo "| (b) acks=all, idempotent, fsync off | $partitions | ${r% msgs/s} | $(rss_peak_mib) MiB |"
+done
+stop_broker
+echo
+# (d) memory: 5 GiB through one broker; records must live on disk and in the
+# page cache, not on the broker's heap.
+big=$((5 * 1024 * 1024 * 1024 / size))
+start_broker '"every-ack"'
+records=$big produce 8 -a -1 -X enable.idempotence=true >/dev/null
+records=$big consume 8 >/dev/null
+echo "- (d) memory: $big records of $size bytes (5 GiB) produced (acks=all, idempotent, 8 partitions) and consumed: broker peak RSS $(rss_peak_mib) MiB"
+stop_broker
+echo
+echo "samsa bench (same machine, same run):"
+start_broker '"every-ack"'
+"$samsa" bench produce --bootstrap-server "127.0.0.1:$port" --topic sb --records "$records" \
+    --record-size "$size" --partitions 1 --acks all --idempotent 2>&1 | tail -1
+"$samsa" bench consume --bootstrap-server "127.0.0.1:$port" --topic sb 2>&1 | tail -1
+stop_broker
+rm -rf "$bench_dir"

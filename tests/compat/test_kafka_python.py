@@ -1,0 +1,114 @@
+"""kafka-python (pure Python) against samsa: admin, idempotent produce,
+assign()-based consume, offsets, metadata. No consumer groups."""
+
+import time
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+from eos import Checker
+
+PARTITIONS = 3
+N = 2000
+
+
+def admin(node):
+    return KafkaAdminClient(bootstrap_servers=node.bootstrap, request_timeout_ms=30000)
+
+
+def create_topic(node, name, partitions=PARTITIONS):
+    a = admin(node)
+    try:
+        a.create_topics([NewTopic(name=name, num_partitions=partitions, replication_factor=1)],
+                        timeout_ms=30000)
+    finally:
+        a.close()
+
+
+def consumer(node):
+    return KafkaConsumer(
+        bootstrap_servers=node.bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=100,
+        request_timeout_ms=30000,
+    )
+
+
+def test_admin_create_topic_and_metadata(samsa, topic_name):
+    create_topic(samsa, topic_name)
+    c = consumer(samsa)
+    assert topic_name in c.topics()
+    assert c.partitions_for_topic(topic_name) == set(range(PARTITIONS))
+    c.close()
+
+    a = admin(samsa)
+    desc = a.describe_topics([topic_name])
+    assert len(desc) == 1 and desc[0]["error_code"] == 0, desc
+    parts = sorted(desc[0]["partitions"], key=lambda p: p["partition_index"])
+    assert [p["partition_index"] for p in parts] == list(range(PARTITIONS))
+    assert all(p["leader_id"] == 1 for p in parts), parts
+    cluster = a.describe_cluster()
+    assert [b["broker_id"] for b in cluster["brokers"]] == [1], cluster
+    assert cluster["brokers"][0]["port"] == samsa.port
+    assert cluster["controller_id"] == 1, cluster
+    with pytest.raises(TopicAlreadyExistsError):
+        a.create_topics([NewTopic(name=topic_name, num_partitions=1, replication_factor=1)],
+                        timeout_ms=30000, raise_errors=True)
+    a.close()
+
+
+def test_idempotent_produce_and_assign_consume_exactly_once(samsa, topic_name):
+    create_topic(samsa, topic_name)
+    checker = Checker()
+    p = KafkaProducer(bootstrap_servers=samsa.bootstrap, enable_idempotence=True, acks="all",
+                      linger_ms=5, request_timeout_ms=30000)
+    futures = []
+    for i in range(N):
+        v = f"kp-{i:06}".encode()
+        checker.send(v)
+        futures.append((v, p.send(topic_name, value=v, key=str(i % 13).encode())))
+    p.flush(timeout=60)
+    for v, f in futures:
+        md = f.get(timeout=60)
+        checker.ack(v, md.partition, md.offset)
+    p.close()
+
+    c = consumer(samsa)
+    tps = [TopicPartition(topic_name, i) for i in range(PARTITIONS)]
+    ends = c.end_offsets(tps)
+    assert sum(ends.values()) == N, ends
+    assert c.beginning_offsets(tps) == {tp: 0 for tp in tps}
+    c.assign(tps)
+    c.seek_to_beginning(*tps)
+    pos = {tp: 0 for tp in tps}
+    deadline = time.monotonic() + 120
+    while any(pos[tp] < ends[tp] for tp in tps):
+        assert time.monotonic() < deadline, f"consume timed out at {pos}, ends {ends}"
+        for tp, msgs in c.poll(timeout_ms=500).items():
+            for m in msgs:
+                checker.read(m.partition, m.offset, m.value)
+                pos[tp] = max(pos[tp], m.offset + 1)
+    c.close()
+    checker.assert_ok()
+
+
+def test_list_offsets_by_time(samsa, topic_name):
+    create_topic(samsa, topic_name, partitions=1)
+    base = int(time.time() * 1000) - 3_600_000
+    p = KafkaProducer(bootstrap_servers=samsa.bootstrap, enable_idempotence=True, acks="all")
+    for i in range(10):
+        p.send(topic_name, value=f"t{i}".encode(), partition=0, timestamp_ms=base + 100 * i).get(timeout=30)
+    p.close()
+    c = consumer(samsa)
+    tp = TopicPartition(topic_name, 0)
+    assert c.beginning_offsets([tp]) == {tp: 0}
+    assert c.end_offsets([tp]) == {tp: 10}
+    r = c.offsets_for_times({tp: base + 450})
+    assert r[tp].offset == 5 and r[tp].timestamp == base + 500, r
+    r = c.offsets_for_times({tp: base + 100_000})
+    assert r[tp] is None, r
+    c.close()

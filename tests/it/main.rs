@@ -1,0 +1,11 @@
+//! Integration tests against real `samsa server` processes. Each test starts
+//! its own node (free port, temp data dir) and kills it when done.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod bad_input;
+mod basics;
+mod chaos;
+mod idempotence;
+mod offsets;
+mod persistence;
+mod rdkafka_eos;

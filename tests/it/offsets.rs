@@ -1,0 +1,162 @@
+//! ListOffsets semantics and Fetch long polling.
+
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::fetch_request::FetchRequest;
+use kafka_protocol::messages::ApiKey;
+use samsa_tests::batch::now_ms;
+use samsa_tests::client::fetch_request;
+use samsa_tests::codes::NONE;
+use samsa_tests::{unique_topic, BatchBuilder, SamsaNode};
+
+#[test]
+fn list_offsets_earliest_latest_by_timestamp_and_max_timestamp() {
+    let node = SamsaNode::start();
+    let mut c = node.client();
+    let t = unique_topic("lo");
+    c.create_topic(&t, 1).unwrap();
+
+    // Empty partition: earliest = latest = 0.
+    assert_eq!(c.list_offsets(&t, 0, -2).unwrap().offset, 0);
+    assert_eq!(c.list_offsets(&t, 0, -1).unwrap().offset, 0);
+
+    // Timestamps an hour in the past (within any timestamp-skew limit).
+    let base = now_ms() - 3_600_000;
+    let batches = [
+        // offsets 0,1,2
+        BatchBuilder::new()
+            .record_at("t0", base)
+            .record_at("t1", base + 10)
+            .record_at("t2", base + 20),
+        // offsets 3,4: not monotonic; 3 holds the partition's max timestamp
+        BatchBuilder::new()
+            .record_at("t3", base + 500)
+            .record_at("t4", base + 400),
+        // offset 5
+        BatchBuilder::new().record_at("t5", base + 300),
+    ];
+    let mut next = 0;
+    for b in &batches {
+        let r = c.produce(&t, 0, b.build(), -1).unwrap();
+        assert_eq!((r.error_code, r.base_offset), (NONE, next), "{r:?}");
+        next += b.len() as i64;
+    }
+
+    let lo = |c: &mut samsa_tests::KafkaClient, ts: i64| {
+        let r = c.list_offsets(&t, 0, ts).unwrap();
+        assert_eq!(r.error_code, NONE, "ListOffsets {ts}: {r:?}");
+        (r.offset, r.timestamp)
+    };
+    assert_eq!(lo(&mut c, -2).0, 0, "earliest");
+    assert_eq!(lo(&mut c, -1).0, 6, "latest");
+    // By timestamp: the first offset whose timestamp is >= the target.
+    assert_eq!(lo(&mut c, base), (0, base), "exact first timestamp");
+    assert_eq!(lo(&mut c, base - 1000), (0, base), "before everything");
+    assert_eq!(
+        lo(&mut c, base + 10),
+        (1, base + 10),
+        "exact middle timestamp"
+    );
+    assert_eq!(lo(&mut c, base + 11), (2, base + 20), "between two records");
+    assert_eq!(
+        lo(&mut c, base + 21),
+        (3, base + 500),
+        "first record of batch 2"
+    );
+    assert_eq!(
+        lo(&mut c, base + 350),
+        (3, base + 500),
+        "earliest offset with ts >= target (offset 3), not the closest timestamp"
+    );
+    assert_eq!(lo(&mut c, base + 501), (-1, -1), "after every timestamp");
+
+    // Max timestamp (-3, ListOffsets v7+): the record holding the largest timestamp.
+    let max_v = c.version_for(ApiKey::ListOffsets).unwrap();
+    assert!(
+        max_v >= 7,
+        "ListOffsets v{max_v}: max-timestamp lookup (-3) needs v7"
+    );
+    assert_eq!(lo(&mut c, -3), (3, base + 500), "max timestamp");
+
+    // Unknown partition.
+    let r = c.list_offsets(&t, 9, -1).unwrap();
+    assert_eq!(
+        r.error_code,
+        samsa_tests::codes::UNKNOWN_TOPIC_OR_PARTITION,
+        "{r:?}"
+    );
+
+    // ListOffsets v1 (oldest served by Kafka 4) gives the same answers.
+    let v1 = c.list_offsets_at(&t, 0, base + 11, 1).unwrap();
+    assert_eq!(
+        (v1.error_code, v1.offset, v1.timestamp),
+        (NONE, 2, base + 20)
+    );
+}
+
+#[test]
+fn fetch_long_poll_waits_and_wakes_on_produce() {
+    let node = SamsaNode::start();
+    let mut producer = node.client();
+    let t = unique_topic("poll");
+    producer.create_topic(&t, 1).unwrap();
+    let r = producer
+        .produce(&t, 0, BatchBuilder::new().record("first").build(), -1)
+        .unwrap();
+    assert_eq!((r.error_code, r.base_offset), (NONE, 0));
+
+    let mut fetcher = node.client();
+    let version = fetcher.version_for(ApiKey::Fetch).unwrap();
+
+    // Nothing past offset 1: a fetch with max_wait 500 ms waits about that long.
+    let started = Instant::now();
+    let p = fetcher.fetch(&t, 0, 1, 500, 1).unwrap();
+    let waited = started.elapsed();
+    assert_eq!(p.error_code, NONE, "{p:?}");
+    assert!(p.records.as_ref().is_none_or(|r| r.is_empty()), "{p:?}");
+    assert_eq!(p.high_watermark, 1);
+    assert!(
+        waited >= Duration::from_millis(400),
+        "an empty fetch with max_wait 500 ms and min_bytes 1 returned after {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(1900),
+        "an empty 500 ms fetch took {waited:?}"
+    );
+
+    // A long poll (max_wait 2000 ms) answers as soon as a record arrives.
+    let req: FetchRequest = fetch_request(&t, 0, 1, 2000, 1);
+    let sent_at = Instant::now();
+    let corr = fetcher.send_only(&req, version).unwrap();
+    // Give the broker a request round trip on another connection, so the
+    // fetch is most likely parked before the record is produced.
+    producer.api_versions().unwrap();
+    let r = producer
+        .produce(&t, 0, BatchBuilder::new().record("second").build(), -1)
+        .unwrap();
+    assert_eq!((r.error_code, r.base_offset), (NONE, 1));
+    let acked_at = Instant::now();
+    let resp = fetcher.recv::<FetchRequest>(corr, version).unwrap();
+    let answered_at = Instant::now();
+    let total = answered_at - sent_at;
+    let after_ack = answered_at - acked_at;
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.error_code, NONE);
+    let (recs, _) = samsa_tests::batch::decode_records(
+        0,
+        p.records.as_ref().map(|b| b.as_ref()).unwrap_or(&[]),
+    )
+    .unwrap();
+    assert_eq!(
+        recs.iter()
+            .map(|r| (r.offset, r.value.clone().unwrap_or_default()))
+            .collect::<Vec<_>>(),
+        vec![(1, bytes::Bytes::from_static(b"second"))],
+        "long poll answer"
+    );
+    assert!(
+        total < Duration::from_millis(1500) && after_ack < Duration::from_millis(1000),
+        "long poll answered {total:?} after the fetch and {after_ack:?} after the produce \
+         was acknowledged (max_wait was 2000 ms)"
+    );
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Helpers for run.sh: `broker.py free-port` prints a free TCP port on
+127.0.0.1; `broker.py wait PORT PID TIMEOUT` polls until the broker answers
+ApiVersions (exit 0), the process PID exits (exit 1) or TIMEOUT seconds pass
+(exit 2)."""
+
+import os
+import socket
+import struct
+import sys
+import time
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            body = struct.pack(">hhih", 18, 0, 77, 3) + b"run"
+            s.sendall(struct.pack(">i", len(body)) + body)
+            n = struct.unpack(">i", recv(s, 4))[0]
+            return struct.unpack(">i", recv(s, n)[:4])[0] == 77
+    except (OSError, struct.error):
+        return False
+
+
+def recv(s, n):
+    b = b""
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        if not c:
+            raise ConnectionError("closed")
+        b += c
+    return b
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still "exists"; check /proc state.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def main():
+    if sys.argv[1] == "free-port":
+        print(free_port())
+        return 0
+    if sys.argv[1] == "wait":
+        port, pid, timeout = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+        deadline = time.monotonic() + timeout
+        pause = 0.005
+        while time.monotonic() < deadline:
+            if answers(port):
+                return 0
+            if not alive(pid):
+                return 1
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+        return 2
+    print(__doc__, file=sys.stderr)
+    return 64
+
+
+if __name__ == "__main__":
+    sys.exit(main())

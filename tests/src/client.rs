@@ -1,0 +1,671 @@
+//! A small blocking Kafka protocol client on `kafka-protocol` 0.18: one TCP
+//! connection, length-prefixed frames, one request in flight at a time.
+//!
+//! It exists to send exactly the bytes a test wants (including bad ones) and to
+//! see exactly what the broker answers; real clients are tested separately.
+
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
+use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use kafka_protocol::messages::fetch_response::PartitionData;
+use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
+use kafka_protocol::messages::init_producer_id_response::InitProducerIdResponse;
+use kafka_protocol::messages::list_offsets_request::{
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+};
+use kafka_protocol::messages::list_offsets_response::ListOffsetsPartitionResponse;
+use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
+use kafka_protocol::messages::metadata_response::MetadataResponse;
+use kafka_protocol::messages::produce_request::{
+    PartitionProduceData, ProduceRequest, TopicProduceData,
+};
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
+use kafka_protocol::messages::{ApiKey, BrokerId, RequestHeader, ResponseHeader, TopicName};
+use kafka_protocol::protocol::{
+    encode_request_header_into_buffer, Decodable, Encodable, Request, StrBytes,
+};
+
+use crate::batch::{decode_records, FetchedRecord};
+
+/// Largest response frame the client accepts.
+const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
+/// Read/write timeout of a connection unless a test changes it.
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Highest versions this client uses even if the broker offers more: Produce
+/// and Fetch from v13 on address topics by id, and the helpers use names.
+fn client_cap(key: ApiKey) -> i16 {
+    match key {
+        ApiKey::Produce | ApiKey::Fetch => 12,
+        _ => i16::MAX,
+    }
+}
+
+/// True if `err` means the peer closed or reset the connection.
+pub fn is_connection_closed(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
+                io.kind(),
+                ErrorKind::UnexpectedEof
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::BrokenPipe
+            )
+        })
+    })
+}
+
+/// What happened when a test waited for the broker after sending something.
+#[derive(Debug)]
+pub enum ReadOutcome {
+    /// The broker closed (or reset) the connection.
+    Closed,
+    /// The broker sent a frame (its body, without the length prefix).
+    Frame(Bytes),
+    /// Nothing arrived within the timeout and the connection is still open.
+    Timeout,
+}
+
+/// A blocking Kafka protocol connection.
+pub struct KafkaClient {
+    stream: TcpStream,
+    addr: SocketAddr,
+    next_correlation: i32,
+    /// api key -> (min, max) as advertised by the broker in ApiVersions.
+    broker_versions: HashMap<i16, (i16, i16)>,
+    client_id: String,
+}
+
+impl KafkaClient {
+    /// Connects and performs ApiVersions, so that [`KafkaClient::version_for`]
+    /// knows what the broker supports.
+    pub fn connect(addr: SocketAddr) -> Result<KafkaClient> {
+        let mut c = Self::connect_with_timeout(addr, Duration::from_secs(10))?;
+        c.api_versions().context("ApiVersions handshake")?;
+        Ok(c)
+    }
+
+    /// Connects without sending anything.
+    pub fn connect_with_timeout(addr: SocketAddr, timeout: Duration) -> Result<KafkaClient> {
+        let stream = TcpStream::connect_timeout(&addr, timeout)
+            .with_context(|| format!("connect to {addr}"))?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(IO_TIMEOUT))?;
+        stream.set_write_timeout(Some(IO_TIMEOUT))?;
+        Ok(KafkaClient {
+            stream,
+            addr,
+            next_correlation: 1,
+            broker_versions: HashMap::new(),
+            client_id: "samsa-tests".to_string(),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Sets the read timeout of the socket (`None` blocks forever).
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> Result<()> {
+        self.stream.set_read_timeout(t)?;
+        Ok(())
+    }
+
+    /// The versions the broker advertised, by API key.
+    pub fn broker_versions(&self) -> &HashMap<i16, (i16, i16)> {
+        &self.broker_versions
+    }
+
+    /// The highest version both this client (its codec and caps) and the
+    /// broker support for `key`.
+    pub fn version_for(&self, key: ApiKey) -> Result<i16> {
+        let ours = key.valid_versions();
+        let (bmin, bmax) = *self
+            .broker_versions
+            .get(&(key as i16))
+            .ok_or_else(|| anyhow!("broker does not advertise {key:?}"))?;
+        let max = ours.max.min(bmax).min(client_cap(key));
+        let min = ours.min.max(bmin);
+        if min > max {
+            bail!(
+                "no common version for {key:?}: client {}..{}, broker {bmin}..{bmax}",
+                ours.min,
+                ours.max
+            );
+        }
+        Ok(max)
+    }
+
+    fn correlation(&mut self) -> i32 {
+        let c = self.next_correlation;
+        self.next_correlation = self.next_correlation.wrapping_add(1);
+        c
+    }
+
+    /// Encodes header + body of `req` at `version` into a length-prefixed frame.
+    pub fn encode_frame<R: Request>(&mut self, req: &R, version: i16) -> Result<(i32, BytesMut)> {
+        let correlation_id = self.correlation();
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        encode_request_header_into_buffer(&mut buf, &header)?;
+        req.encode(&mut buf, version)?;
+        let len = i32::try_from(buf.len() - 4)?;
+        buf[0..4].copy_from_slice(&len.to_be_bytes());
+        Ok((correlation_id, buf))
+    }
+
+    /// Sends `req` at `version` without waiting for an answer; returns the
+    /// correlation id to pass to [`KafkaClient::recv`].
+    pub fn send_only<R: Request>(&mut self, req: &R, version: i16) -> Result<i32> {
+        let (corr, frame) = self.encode_frame(req, version)?;
+        self.stream.write_all(&frame).context("write request")?;
+        Ok(corr)
+    }
+
+    /// Reads the answer to a request sent with [`KafkaClient::send_only`].
+    pub fn recv<R: Request>(&mut self, correlation_id: i32, version: i16) -> Result<R::Response> {
+        let mut frame = self.read_frame()?;
+        let api_key = ApiKey::try_from(R::KEY).map_err(|_| anyhow!("unknown key {}", R::KEY))?;
+        let header_version = if api_key == ApiKey::ApiVersions {
+            0
+        } else {
+            api_key.response_header_version(version)
+        };
+        let header = ResponseHeader::decode(&mut frame, header_version)
+            .with_context(|| format!("decode {api_key:?} v{version} response header"))?;
+        if header.correlation_id != correlation_id {
+            bail!(
+                "{api_key:?} response has correlation id {}, expected {correlation_id}",
+                header.correlation_id
+            );
+        }
+        let resp = R::Response::decode(&mut frame, version)
+            .with_context(|| format!("decode {api_key:?} v{version} response body"))?;
+        if frame.has_remaining() {
+            bail!(
+                "{api_key:?} v{version} response has {} trailing bytes after the body",
+                frame.remaining()
+            );
+        }
+        Ok(resp)
+    }
+
+    /// Sends `req` at `version` and reads its response.
+    pub fn send<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response> {
+        let corr = self.send_only(req, version)?;
+        self.recv::<R>(corr, version)
+    }
+
+    /// Sends `req` at the highest common version.
+    pub fn call<R: Request>(&mut self, req: &R) -> Result<R::Response> {
+        let key = ApiKey::try_from(R::KEY).map_err(|_| anyhow!("unknown key {}", R::KEY))?;
+        let v = self.version_for(key)?;
+        self.send(req, v)
+    }
+
+    /// Reads one length-prefixed frame (without the prefix).
+    pub fn read_frame(&mut self) -> Result<Bytes> {
+        let mut len = [0u8; 4];
+        self.stream
+            .read_exact(&mut len)
+            .context("read response length")?;
+        let len = i32::from_be_bytes(len);
+        let len = usize::try_from(len).map_err(|_| anyhow!("negative frame length {len}"))?;
+        if len > MAX_RESPONSE_BYTES {
+            bail!("response frame of {len} bytes is larger than {MAX_RESPONSE_BYTES}");
+        }
+        let mut body = vec![0u8; len];
+        self.stream
+            .read_exact(&mut body)
+            .context("read response body")?;
+        Ok(Bytes::from(body))
+    }
+
+    /// Writes arbitrary bytes to the socket.
+    pub fn send_raw_bytes(&mut self, bytes: &[u8]) -> Result<()> {
+        self.stream.write_all(bytes).context("write raw bytes")?;
+        self.stream.flush()?;
+        Ok(())
+    }
+
+    /// Closes the write half (the broker sees EOF after what was sent).
+    pub fn shutdown_write(&mut self) -> Result<()> {
+        self.stream.shutdown(Shutdown::Write)?;
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for the broker to either send a frame or close
+    /// the connection.
+    pub fn wait_for_frame_or_close(&mut self, timeout: Duration) -> ReadOutcome {
+        let _ = self.stream.set_read_timeout(Some(timeout));
+        let mut len = [0u8; 4];
+        let out = match self.stream.read(&mut len[..1]) {
+            Ok(0) => ReadOutcome::Closed,
+            Ok(_) => match self.stream.read_exact(&mut len[1..]) {
+                Ok(()) => {
+                    let n = i32::from_be_bytes(len);
+                    let mut body = vec![0u8; usize::try_from(n).unwrap_or(0)];
+                    match self.stream.read_exact(&mut body) {
+                        Ok(()) => ReadOutcome::Frame(Bytes::from(body)),
+                        Err(_) => ReadOutcome::Closed,
+                    }
+                }
+                Err(_) => ReadOutcome::Closed,
+            },
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                ReadOutcome::Timeout
+            }
+            Err(_) => ReadOutcome::Closed,
+        };
+        let _ = self.stream.set_read_timeout(Some(IO_TIMEOUT));
+        out
+    }
+
+    // ----- typed helpers -------------------------------------------------
+
+    /// ApiVersions v3 (falls back to v0 if the broker answers
+    /// UNSUPPORTED_VERSION); remembers the broker's ranges.
+    pub fn api_versions(&mut self) -> Result<ApiVersionsResponse> {
+        let req = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("samsa-tests"))
+            .with_client_software_version(StrBytes::from_static_str("0.1.0"));
+        let (error_code, resp) = self.api_versions_at(&req, 3)?;
+        let resp = if error_code == crate::codes::UNSUPPORTED_VERSION {
+            self.api_versions_at(&ApiVersionsRequest::default(), 0)?.1
+        } else {
+            resp
+        };
+        if resp.error_code != 0 {
+            bail!("ApiVersions failed with error {}", resp.error_code);
+        }
+        self.broker_versions = resp
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect();
+        Ok(resp)
+    }
+
+    /// Sends ApiVersions at `version` (any i16, also unsupported ones, whose
+    /// body is then encoded as v3) and decodes the answer: at `version` if
+    /// its error code is 0, as v0 (what Kafka does for UNSUPPORTED_VERSION)
+    /// otherwise. Returns the error code and the decoded response.
+    pub fn api_versions_at(
+        &mut self,
+        req: &ApiVersionsRequest,
+        version: i16,
+    ) -> Result<(i16, ApiVersionsResponse)> {
+        let corr = self.correlation();
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        // Request header v2 for ApiVersions v3+, v1 below (written by hand so
+        // that versions the codec does not know can be sent too).
+        buf.put_i16(ApiKey::ApiVersions as i16);
+        buf.put_i16(version);
+        buf.put_i32(corr);
+        buf.put_i16(i16::try_from(self.client_id.len())?);
+        buf.put_slice(self.client_id.as_bytes());
+        let body_version = version.clamp(0, 3);
+        if version >= 3 {
+            buf.put_u8(0); // header tagged fields
+        }
+        req.encode(&mut buf, body_version)?;
+        let len = i32::try_from(buf.len() - 4)?;
+        buf[0..4].copy_from_slice(&len.to_be_bytes());
+        self.stream.write_all(&buf).context("write ApiVersions")?;
+
+        let mut frame = self.read_frame()?;
+        let header = ResponseHeader::decode(&mut frame, 0)?;
+        if header.correlation_id != corr {
+            bail!(
+                "ApiVersions response correlation id {} != {corr}",
+                header.correlation_id
+            );
+        }
+        if frame.len() < 2 {
+            bail!("ApiVersions response too short");
+        }
+        let error_code = i16::from_be_bytes([frame[0], frame[1]]);
+        let decode_version = if error_code == 0 {
+            version.clamp(0, 4)
+        } else {
+            0
+        };
+        let resp = ApiVersionsResponse::decode(&mut frame, decode_version)
+            .with_context(|| format!("decode ApiVersions response as v{decode_version}"))?;
+        if frame.has_remaining() {
+            bail!(
+                "ApiVersions response (decoded as v{decode_version}) has {} trailing bytes",
+                frame.remaining()
+            );
+        }
+        Ok((error_code, resp))
+    }
+
+    /// Metadata for `topics` (`None` = all topics), without auto-creation.
+    pub fn metadata(&mut self, topics: Option<&[&str]>) -> Result<MetadataResponse> {
+        self.metadata_with(topics, false)
+    }
+
+    /// Metadata with an explicit `allow_auto_topic_creation`.
+    pub fn metadata_with(
+        &mut self,
+        topics: Option<&[&str]>,
+        allow_auto_topic_creation: bool,
+    ) -> Result<MetadataResponse> {
+        let mut req = MetadataRequest::default();
+        req.topics = topics.map(|ts| {
+            ts.iter()
+                .map(|t| MetadataRequestTopic::default().with_name(Some(topic_name(t))))
+                .collect()
+        });
+        req.allow_auto_topic_creation = allow_auto_topic_creation;
+        self.call(&req)
+    }
+
+    /// CreateTopics for one topic with replication factor 1; returns the
+    /// per-topic result (check its `error_code`).
+    pub fn create_topic_result(
+        &mut self,
+        name: &str,
+        partitions: i32,
+    ) -> Result<CreatableTopicResult> {
+        let topic = CreatableTopic::default()
+            .with_name(topic_name(name))
+            .with_num_partitions(partitions)
+            .with_replication_factor(1);
+        let req = CreateTopicsRequest::default()
+            .with_topics(vec![topic])
+            .with_timeout_ms(30_000);
+        let resp = self.call(&req)?;
+        resp.topics
+            .into_iter()
+            .find(|t| t.name.0.as_str() == name)
+            .ok_or_else(|| anyhow!("CreateTopics response lacks topic {name}"))
+    }
+
+    /// Creates a topic and fails unless the broker answers NONE.
+    pub fn create_topic(&mut self, name: &str, partitions: i32) -> Result<()> {
+        let r = self.create_topic_result(name, partitions)?;
+        if r.error_code != 0 {
+            bail!(
+                "CreateTopics {name}: error {} ({:?})",
+                r.error_code,
+                r.error_message
+            );
+        }
+        Ok(())
+    }
+
+    /// Produce one record set to one partition. With `acks == 0` Kafka sends
+    /// no response, so a default response (error 0, offset -1) is returned.
+    pub fn produce(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+        acks: i16,
+    ) -> Result<PartitionProduceResponse> {
+        let version = self.version_for(ApiKey::Produce)?;
+        self.produce_at(topic, partition, records, acks, version)
+    }
+
+    /// [`KafkaClient::produce`] at an explicit version.
+    pub fn produce_at(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+        acks: i16,
+        version: i16,
+    ) -> Result<PartitionProduceResponse> {
+        let req = produce_request(topic, partition, records, acks);
+        if acks == 0 {
+            self.send_only(&req, version)?;
+            return Ok(PartitionProduceResponse::default()
+                .with_index(partition)
+                .with_base_offset(-1));
+        }
+        let resp = self.send(&req, version)?;
+        resp.responses
+            .into_iter()
+            .find(|t| t.name.0.as_str() == topic)
+            .and_then(|t| {
+                t.partition_responses
+                    .into_iter()
+                    .find(|p| p.index == partition)
+            })
+            .ok_or_else(|| anyhow!("Produce response lacks {topic}/{partition}"))
+    }
+
+    /// One Fetch of one partition from `offset`.
+    pub fn fetch(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_wait_ms: i32,
+        min_bytes: i32,
+    ) -> Result<PartitionData> {
+        let version = self.version_for(ApiKey::Fetch)?;
+        let req = fetch_request(topic, partition, offset, max_wait_ms, min_bytes);
+        let resp = self.send(&req, version)?;
+        if resp.error_code != 0 {
+            bail!("Fetch failed with top-level error {}", resp.error_code);
+        }
+        resp.responses
+            .into_iter()
+            .find(|t| t.topic.0.as_str() == topic)
+            .and_then(|t| {
+                t.partitions
+                    .into_iter()
+                    .find(|p| p.partition_index == partition)
+            })
+            .ok_or_else(|| anyhow!("Fetch response lacks {topic}/{partition}"))
+    }
+
+    /// Reads every record of a partition from `from` up to its high watermark
+    /// (control records are skipped). Fails on any partition error.
+    pub fn fetch_all(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+    ) -> Result<Vec<FetchedRecord>> {
+        let mut out: Vec<FetchedRecord> = Vec::new();
+        let mut offset = from;
+        loop {
+            let p = self.fetch(topic, partition, offset, 0, 1)?;
+            if p.error_code != 0 {
+                bail!(
+                    "Fetch {topic}/{partition} at {offset}: error {}",
+                    p.error_code
+                );
+            }
+            let hw = p.high_watermark;
+            let (recs, next) = decode_records(
+                partition,
+                p.records.as_ref().map(|b| b.as_ref()).unwrap_or(&[]),
+            )?;
+            let before = offset;
+            for r in recs {
+                if r.offset >= offset && !r.control {
+                    out.push(r);
+                }
+            }
+            if let Some(n) = next {
+                offset = offset.max(n);
+            }
+            if offset >= hw {
+                break;
+            }
+            if offset == before {
+                bail!("Fetch {topic}/{partition} at {offset} made no progress (hw {hw})");
+            }
+        }
+        Ok(out)
+    }
+
+    /// ListOffsets for one partition at `timestamp` (-1 latest, -2 earliest,
+    /// -3 max timestamp, or a timestamp in ms).
+    pub fn list_offsets(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+    ) -> Result<ListOffsetsPartitionResponse> {
+        let version = self.version_for(ApiKey::ListOffsets)?;
+        self.list_offsets_at(topic, partition, timestamp, version)
+    }
+
+    /// [`KafkaClient::list_offsets`] at an explicit version.
+    pub fn list_offsets_at(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+        version: i16,
+    ) -> Result<ListOffsetsPartitionResponse> {
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_isolation_level(0)
+            .with_timeout_ms(30_000)
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(timestamp)])]);
+        let resp = self.send(&req, version)?;
+        resp.topics
+            .into_iter()
+            .find(|t| t.name.0.as_str() == topic)
+            .and_then(|t| {
+                t.partitions
+                    .into_iter()
+                    .find(|p| p.partition_index == partition)
+            })
+            .ok_or_else(|| anyhow!("ListOffsets response lacks {topic}/{partition}"))
+    }
+
+    /// Log end offset (ListOffsets latest); fails on a partition error.
+    pub fn log_end_offset(&mut self, topic: &str, partition: i32) -> Result<i64> {
+        let r = self.list_offsets(topic, partition, -1)?;
+        if r.error_code != 0 {
+            bail!(
+                "ListOffsets latest {topic}/{partition}: error {}",
+                r.error_code
+            );
+        }
+        Ok(r.offset)
+    }
+
+    /// DeleteTopics for one topic by name; returns its error code.
+    pub fn delete_topic(&mut self, name: &str) -> Result<i16> {
+        use kafka_protocol::messages::delete_topics_request::{
+            DeleteTopicState, DeleteTopicsRequest,
+        };
+        let version = self.version_for(ApiKey::DeleteTopics)?;
+        let mut req = DeleteTopicsRequest::default().with_timeout_ms(30_000);
+        if version >= 6 {
+            req.topics = vec![DeleteTopicState::default().with_name(Some(topic_name(name)))];
+        } else {
+            req.topic_names = vec![topic_name(name)];
+        }
+        let resp = self.send(&req, version)?;
+        resp.responses
+            .into_iter()
+            .find(|r| r.name.as_ref().is_some_and(|n| n.0.as_str() == name))
+            .map(|r| r.error_code)
+            .ok_or_else(|| anyhow!("DeleteTopics response lacks {name}"))
+    }
+
+    /// Partition count of `topic` per Metadata, or `None` if the broker says
+    /// the topic does not exist (UNKNOWN_TOPIC_OR_PARTITION).
+    pub fn partition_count(&mut self, topic: &str) -> Result<Option<usize>> {
+        let md = self.metadata(Some(&[topic]))?;
+        let t = md
+            .topics
+            .into_iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+            .ok_or_else(|| anyhow!("Metadata response lacks {topic}"))?;
+        match t.error_code {
+            0 => Ok(Some(t.partitions.len())),
+            3 => Ok(None),
+            e => bail!("Metadata for {topic}: error {e}"),
+        }
+    }
+
+    /// InitProducerId for an idempotent (non-transactional) producer.
+    pub fn init_producer_id(&mut self) -> Result<InitProducerIdResponse> {
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(i32::MAX)
+            .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+            .with_producer_epoch(-1);
+        let resp = self.call(&req)?;
+        if resp.error_code != 0 {
+            bail!("InitProducerId failed with error {}", resp.error_code);
+        }
+        Ok(resp)
+    }
+}
+
+/// `TopicName` from a `&str`.
+pub fn topic_name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+/// A Produce request for one partition (timeout 30 s).
+pub fn produce_request(topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(topic_name(topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(records))])])
+}
+
+/// A full (sessionless) Fetch request for one partition.
+pub fn fetch_request(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_wait_ms: i32,
+    min_bytes: i32,
+) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(min_bytes)
+        .with_max_bytes(16 * 1024 * 1024)
+        .with_isolation_level(0)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic_name(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_current_leader_epoch(-1)
+                .with_fetch_offset(offset)
+                .with_last_fetched_epoch(-1)
+                .with_log_start_offset(-1)
+                .with_partition_max_bytes(4 * 1024 * 1024)])])
+}

@@ -1,0 +1,300 @@
+//! `SamsaNode`: one real `samsa server` process on a free port with its own
+//! temporary data directory.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+use tempfile::TempDir;
+
+use crate::client::KafkaClient;
+use crate::wait::try_wait_until;
+
+/// How long a node may take to answer ApiVersions after it was spawned.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a clean shutdown may take after SIGTERM.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Path of the `samsa` binary under test: `$SAMSA_BIN`, else
+/// `<CARGO_TARGET_DIR or <workspace>/target>/debug/samsa`.
+pub fn samsa_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("SAMSA_BIN") {
+        return PathBuf::from(p);
+    }
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(t) => PathBuf::from(t),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("tests/ has a parent")
+            .join("target"),
+    };
+    target.join("debug").join("samsa")
+}
+
+/// A free TCP port on 127.0.0.1 (bound once and released; the node binds it
+/// right after, so a collision is possible but unlikely).
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local_addr").port()
+}
+
+/// A running (or stopped) samsa broker. Dropping it SIGKILLs the process; if
+/// the thread is panicking, the node's log is printed first.
+pub struct SamsaNode {
+    bin: PathBuf,
+    port: u16,
+    node_id: i32,
+    settings: Vec<String>,
+    dir: TempDir,
+    child: Option<Child>,
+    /// Number of times the process was started (1 after `start`).
+    starts: u32,
+}
+
+impl SamsaNode {
+    /// Starts a node with default settings and waits until it answers.
+    pub fn start() -> SamsaNode {
+        Self::start_with(&[])
+    }
+
+    /// Starts a node with extra `--set key=value` settings (given as
+    /// `"key=value"`) and waits until it answers ApiVersions.
+    pub fn start_with(settings: &[&str]) -> SamsaNode {
+        let bin = samsa_bin();
+        assert!(
+            bin.is_file(),
+            "samsa binary not found at {} — build it with `cargo build -p samsa` \
+             or point SAMSA_BIN at it",
+            bin.display()
+        );
+        let dir = tempfile::Builder::new()
+            .prefix("samsa-test-")
+            .tempdir()
+            .expect("create temp dir");
+        std::fs::create_dir_all(dir.path().join("data")).expect("create data dir");
+        let mut node = SamsaNode {
+            bin,
+            port: free_port(),
+            node_id: 1,
+            settings: settings.iter().map(|s| s.to_string()).collect(),
+            dir,
+            child: None,
+            starts: 0,
+        };
+        node.spawn_and_wait();
+        node
+    }
+
+    /// `127.0.0.1:PORT`, for `bootstrap.servers`.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn node_id(&self) -> i32 {
+        self.node_id
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The file that collects the node's stdout and stderr (all starts).
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("samsa.log")
+    }
+
+    /// A raw protocol client connected to this node (ApiVersions done).
+    pub fn client(&self) -> KafkaClient {
+        KafkaClient::connect(self.addr())
+            .unwrap_or_else(|e| panic!("connect to samsa at {}: {e:#}", self.addr()))
+    }
+
+    /// Whether the process is running (it has not exited).
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Kills the process with SIGKILL and reaps it.
+    pub fn sigkill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends SIGTERM and waits for the process to exit; panics (after a
+    /// SIGKILL) if it does not exit within 30 s. Returns the exit status.
+    pub fn sigterm_and_wait(&mut self) -> ExitStatus {
+        let mut c = self
+            .child
+            .take()
+            .expect("sigterm_and_wait: node is not running");
+        let pid = Pid::from_raw(i32::try_from(c.id()).expect("pid fits i32"));
+        signal::kill(pid, Signal::SIGTERM).expect("kill(SIGTERM)");
+        let status = try_wait_until(STOP_TIMEOUT, || c.try_wait().ok().flatten());
+        match status {
+            Some(s) => s,
+            None => {
+                let _ = c.kill();
+                let _ = c.wait();
+                panic!(
+                    "samsa did not exit within {STOP_TIMEOUT:?} after SIGTERM\n{}",
+                    self.log_tail(200)
+                );
+            }
+        }
+    }
+
+    /// Starts the process again on the same port with the same data dir and
+    /// settings, and waits until it answers. The node must be stopped.
+    pub fn restart(&mut self) {
+        assert!(
+            self.child.is_none(),
+            "restart: node is still running; call sigkill() or sigterm_and_wait() first"
+        );
+        self.spawn_and_wait();
+    }
+
+    fn spawn_and_wait(&mut self) {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("open node log");
+        let log2 = log.try_clone().expect("clone log fd");
+        self.starts += 1;
+        {
+            use std::io::Write;
+            let mut l = &log;
+            let _ = writeln!(l, "===== samsa start #{} =====", self.starts);
+        }
+        let listen = self.bootstrap();
+        // If the test process dies without running Drop (killed by a test
+        // timeout), the kernel kills the broker too: `setpriv --pdeathsig`
+        // sets PR_SET_PDEATHSIG and execs samsa in the same process (so the
+        // pid we signal is samsa's). Without setpriv, spawn samsa directly.
+        let mut cmd = if has_setpriv() {
+            let mut c = Command::new("setpriv");
+            c.arg("--pdeathsig").arg("KILL").arg(&self.bin);
+            c
+        } else {
+            Command::new(&self.bin)
+        };
+        cmd.arg("server")
+            .arg("--node-id")
+            .arg(self.node_id.to_string())
+            .arg("--listen")
+            .arg(&listen)
+            .arg("--advertised-listener")
+            .arg(&listen)
+            .arg("--data-dir")
+            .arg(self.data_dir());
+        for s in &self.settings {
+            cmd.arg("--set").arg(s);
+        }
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log2));
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.bin.display()));
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    /// Polls until the node answers ApiVersions, or panics with its log if it
+    /// exits or does not answer within the start timeout.
+    fn wait_ready(&mut self) {
+        let addr = self.addr();
+        let started = Instant::now();
+        let deadline = started + START_TIMEOUT;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            if let Some(c) = &mut self.child {
+                if let Ok(Some(status)) = c.try_wait() {
+                    self.child = None;
+                    panic!(
+                        "samsa exited during startup with {status}\n{}",
+                        self.log_tail(200)
+                    );
+                }
+            }
+            if let Ok(mut c) = KafkaClient::connect_with_timeout(addr, Duration::from_secs(2)) {
+                if c.api_versions().is_ok() {
+                    return;
+                }
+            }
+            if Instant::now() >= deadline {
+                self.sigkill();
+                panic!(
+                    "samsa did not answer ApiVersions on {addr} within {START_TIMEOUT:?}\n{}",
+                    self.log_tail(200)
+                );
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+
+    /// The last `lines` lines of the node's log, framed for a panic message.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = File::open(self.log_path()) {
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            // Read at most the last 256 KiB.
+            let from = len.saturating_sub(256 * 1024);
+            let _ = f.seek(SeekFrom::Start(from));
+            let mut buf = Vec::new();
+            let _ = f.read_to_end(&mut buf);
+            s = String::from_utf8_lossy(&buf).into_owned();
+        }
+        let all: Vec<&str> = s.lines().collect();
+        let tail = &all[all.len().saturating_sub(lines)..];
+        format!(
+            "----- samsa log ({}, last {} lines) -----\n{}\n----- end of samsa log -----",
+            self.log_path().display(),
+            tail.len(),
+            tail.join("\n")
+        )
+    }
+}
+
+impl Drop for SamsaNode {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.log_tail(300));
+        }
+        self.sigkill();
+    }
+}
+
+fn has_setpriv() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        Command::new("setpriv")
+            .arg("--help")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
