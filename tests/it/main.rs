@@ -5,6 +5,7 @@
 mod bad_input;
 mod basics;
 mod chaos;
+mod cluster;
 mod idempotence;
 mod offsets;
 mod persistence;

@@ -34,6 +34,45 @@ pub struct BrokerConfig {
     pub retention_check_interval_ms: u64,
     /// Defaults for every partition log (`log.*` settings).
     pub log: LogConfig,
+
+    // --- cluster mode (all ignored while `controller_quorum_voters` is unset) ---
+    /// `controller.quorum.voters`: the static controller quorum,
+    /// `"1@host:9093,2@host:9093,3@host:9093"`. Unset: single-node mode with
+    /// local metadata files. Set: this process runs the controller and the
+    /// broker role (combined mode); `node_id` must be one of the voters.
+    pub controller_quorum_voters: Option<String>,
+    /// Address the controller's gRPC server binds to (Raft between
+    /// controllers, broker ⇄ controller). Must be reachable at this node's
+    /// address in `controller_quorum_voters`.
+    pub controller_listen: SocketAddr,
+    /// Expected cluster id. Unset: take the one fixed at first formation (a
+    /// node whose data belongs to another cluster still refuses to start).
+    pub cluster_id: Option<String>,
+    /// `broker.heartbeat.interval.ms`: how often the broker heartbeats the
+    /// active controller.
+    pub broker_heartbeat_interval_ms: u64,
+    /// `broker.session.timeout.ms`: a broker without heartbeat this long is
+    /// fenced by the controller and its leaderships move.
+    pub broker_session_timeout_ms: u64,
+    /// `controller.quorum.election.timeout.ms`: the base election timeout.
+    /// A controller that hears nothing from the leader waits a leader lease
+    /// (1.5 × this) plus a random 1–1.5 × this before it campaigns, so a
+    /// failover takes about 2.5–3 × this.
+    pub controller_quorum_election_timeout_ms: u64,
+    /// How often the controller leader sends Raft heartbeats; must be well
+    /// below the election timeout.
+    pub controller_quorum_heartbeat_interval_ms: u64,
+    /// How long a metadata change (CreateTopics, DeleteTopics,
+    /// CreatePartitions, producer-id blocks) may wait for the active
+    /// controller before it fails with a retriable REQUEST_TIMED_OUT.
+    pub controller_request_timeout_ms: u64,
+    /// How long a starting node waits to register with an active controller
+    /// (i.e. for a quorum to form) before it gives up with an error.
+    pub controller_startup_timeout_ms: u64,
+    /// Metadata log entries between two controller snapshots.
+    pub metadata_snapshot_interval_entries: u64,
+    /// Producer ids per block the controller hands to a broker.
+    pub producer_id_block_size: i32,
 }
 
 impl Default for BrokerConfig {
@@ -49,6 +88,17 @@ impl Default for BrokerConfig {
             max_request_bytes: 100 * 1024 * 1024,
             retention_check_interval_ms: 300_000,
             log: LogConfig::default(),
+            controller_quorum_voters: None,
+            controller_listen: SocketAddr::from(([0, 0, 0, 0], 9093)),
+            cluster_id: None,
+            broker_heartbeat_interval_ms: 2_000,
+            broker_session_timeout_ms: 9_000,
+            controller_quorum_election_timeout_ms: 1_000,
+            controller_quorum_heartbeat_interval_ms: 150,
+            controller_request_timeout_ms: 30_000,
+            controller_startup_timeout_ms: 300_000,
+            metadata_snapshot_interval_entries: 5_000,
+            producer_id_block_size: 1_000,
         }
     }
 }

@@ -24,6 +24,13 @@ pub enum BrokerError {
     },
     #[error("metadata: {0}")]
     Metadata(#[from] MetadataError),
+    /// A configuration that cannot work (said in one line, with the fix).
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// Cluster mode could not start or keep running (quorum unreachable,
+    /// another cluster's data, duplicate node id, …).
+    #[error("{0}")]
+    Cluster(String),
     #[error("i/o error on {path}: {source}")]
     Io {
         path: std::path::PathBuf,
@@ -32,10 +39,17 @@ pub enum BrokerError {
     },
 }
 
-/// Errors of the topic metadata store (single-node file store today, the
-/// controller quorum later).
+/// Errors of the metadata store (single-node file store, or the controller
+/// quorum in cluster mode).
 #[derive(Debug, thiserror::Error)]
 pub enum MetadataError {
+    /// No active controller answered in time (quorum lost, election in
+    /// progress): retriable, answered as REQUEST_TIMED_OUT.
+    #[error("controller quorum unavailable: {0}")]
+    ControllerUnavailable(String),
+    /// The controller refused the change with this Kafka error code.
+    #[error("{message}")]
+    Rejected { code: i16, message: String },
     #[error("topic '{0}' already exists")]
     TopicAlreadyExists(String),
     #[error("unknown topic '{0}'")]
@@ -94,6 +108,10 @@ pub fn metadata_error_code(error: &MetadataError) -> ResponseError {
         MetadataError::InvalidConfig { .. } => ResponseError::InvalidConfig,
         MetadataError::Io { .. } | MetadataError::Corrupt { .. } => {
             ResponseError::UnknownServerError
+        }
+        MetadataError::ControllerUnavailable(_) => ResponseError::RequestTimedOut,
+        MetadataError::Rejected { code, .. } => {
+            ResponseError::try_from_code(*code).unwrap_or(ResponseError::UnknownServerError)
         }
     }
 }

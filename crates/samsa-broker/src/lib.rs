@@ -4,12 +4,18 @@
 //! - [`dispatch`]: header decoding, the table of supported API versions, routing;
 //! - [`handlers`]: one module per Kafka API family;
 //! - [`replica`]: the partitions this broker hosts (logs, HW watch, group commit);
-//! - [`metadata`]: topic metadata behind the [`metadata::MetadataStore`] boundary;
+//! - [`metadata`]: the broker's metadata image behind the [`metadata::MetadataStore`] boundary;
+//! - `apply`: makes the hosted partitions and their leadership match an image;
 //! - [`producer_ids`]: producer id blocks behind [`producer_ids::ProducerIdBlockSource`];
+//! - [`cluster`]: cluster mode — the embedded controller, registration,
+//!   heartbeats and the metadata stream from the controller quorum;
 //! - [`error`]: the one mapping from internal errors to Kafka error codes.
 //!
-//! [`run`] wires them together for a single node.
+//! [`run`] wires them together: for a single node (no
+//! `controller_quorum_voters`), or as a cluster node ([`cluster::run`]).
 
+mod apply;
+pub mod cluster;
 pub mod config;
 pub mod dispatch;
 pub mod error;
@@ -23,14 +29,17 @@ mod server;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kafka_protocol::error::ResponseError;
 use samsa_storage::FlushPolicy;
 use tracing::{info, warn};
 
 pub use config::BrokerConfig;
 pub use error::{BrokerError, MetadataError};
-use metadata::{LocalMetadataStore, MetadataStore, NewTopic, TopicMetadata};
-use producer_ids::{LocalProducerIdBlockSource, ProducerIdManager};
-use replica::ReplicaManager;
+use metadata::{
+    BrokerInfo, LocalMetadataStore, MetadataImage, MetadataStore, NewTopic, TopicMetadata,
+};
+use producer_ids::{LocalProducerIdBlockSource, ProducerIdBlockSource, ProducerIdManager};
+use replica::{Partition, ReplicaManager};
 
 /// Wall-clock milliseconds since the Unix epoch, the time base of Kafka timestamps.
 pub fn now_ms() -> i64 {
@@ -48,45 +57,103 @@ pub struct Broker {
     pub producer_ids: ProducerIdManager,
     /// Serializes topic creation/deletion so logs and metadata change together.
     admin_lock: tokio::sync::Mutex<()>,
+    /// The image the hosted partitions were last made to match (see `apply`).
+    applied: std::sync::Mutex<Arc<MetadataImage>>,
+    /// Single-node mode (local metadata file).
+    single_node: bool,
+}
+
+/// This broker as it advertises itself.
+pub fn local_broker_info(config: &BrokerConfig) -> BrokerInfo {
+    let (host, port) = config.advertised_host_port();
+    BrokerInfo {
+        node_id: config.node_id,
+        host,
+        port,
+        rack: None,
+        fenced: false,
+    }
 }
 
 impl Broker {
-    /// Opens the data directory: metadata, producer-id store, and every
-    /// partition log (recovering any that were not closed cleanly).
+    /// Opens a single-node data directory: metadata, producer-id store, and
+    /// every partition log (recovering any that were not closed cleanly).
     pub fn open(config: BrokerConfig) -> Result<Broker, BrokerError> {
         let meta_dir = config.data_dir.join("meta");
         std::fs::create_dir_all(&meta_dir).map_err(|source| BrokerError::Io {
             path: meta_dir.clone(),
             source,
         })?;
-        let metadata = LocalMetadataStore::open(meta_dir.join("topics.json"))?;
+        if meta_dir.join(cluster::CLUSTER_FILE).exists() {
+            return Err(BrokerError::Config(format!(
+                "data directory {} belongs to a cluster node ({}); start it with its                  controller_quorum_voters, or use another data_dir for a single node",
+                config.data_dir.display(),
+                meta_dir.join(cluster::CLUSTER_FILE).display()
+            )));
+        }
+        let metadata =
+            LocalMetadataStore::open(meta_dir.join("topics.json"), local_broker_info(&config))?;
         let id_source = LocalProducerIdBlockSource::open(meta_dir.join("producer_ids.json"))
             .map_err(|e| BrokerError::Io {
                 path: meta_dir.join("producer_ids.json"),
                 source: std::io::Error::other(e.to_string()),
             })?;
+        let broker = Self::open_with(config, Arc::new(metadata), Box::new(id_source))?;
+        let image = broker.metadata.image();
+        broker.apply_image(&image)?;
+        Ok(broker)
+    }
+
+    /// A broker over the given metadata store and producer-id source, hosting
+    /// nothing yet: partitions open when an image is applied.
+    pub fn open_with(
+        config: BrokerConfig,
+        metadata: Arc<dyn MetadataStore>,
+        id_source: Box<dyn ProducerIdBlockSource>,
+    ) -> Result<Broker, BrokerError> {
         let replicas = ReplicaManager::new(config.data_dir.clone(), config.log.clone());
         replicas.purge_deleted_dirs()?;
-        let image = metadata.image();
-        let now = now_ms();
-        for topic in image.topics.values() {
-            replicas.ensure_topic(topic, now)?;
-        }
         Ok(Broker {
+            single_node: config.controller_quorum_voters.is_none(),
             config,
-            metadata: Arc::new(metadata),
+            metadata,
             replicas,
-            producer_ids: ProducerIdManager::new(Box::new(id_source)),
+            producer_ids: ProducerIdManager::new(id_source),
             admin_lock: tokio::sync::Mutex::new(()),
+            applied: std::sync::Mutex::new(Arc::new(MetadataImage::default())),
         })
+    }
+
+    /// The partition `topic`-`index` if this broker leads it; otherwise the
+    /// error Kafka answers: NOT_LEADER_OR_FOLLOWER for a partition that
+    /// exists (led elsewhere, or by no one), UNKNOWN_TOPIC_OR_PARTITION for
+    /// one the metadata does not know.
+    pub fn leader_partition(
+        &self,
+        topic: &str,
+        index: i32,
+    ) -> Result<Arc<Partition>, ResponseError> {
+        match self.replicas.get(topic, index) {
+            Some(partition) if partition.is_leader() => Ok(partition),
+            Some(_) => Err(ResponseError::NotLeaderOrFollower),
+            None if self.metadata.image().partition(topic, index).is_some() => {
+                Err(ResponseError::NotLeaderOrFollower)
+            }
+            None => Err(ResponseError::UnknownTopicOrPartition),
+        }
     }
 
     /// Creates a topic: metadata first (durable), then its partition logs.
     pub async fn create_topic(&self, topic: NewTopic) -> Result<Arc<TopicMetadata>, MetadataError> {
         let _admin = self.admin_lock.lock().await;
         let created = self.metadata.create_topic(topic).await?;
-        self.replicas.clear_stale_dirs(&created);
-        self.open_partitions(&created);
+        if self.single_node {
+            // A brand-new topic on the only node: whatever sits in its
+            // directories is left over from before. (In cluster mode the
+            // applier decides by the topic id stored in each directory.)
+            self.replicas.clear_stale_dirs(&created);
+        }
+        self.apply_current();
         info!(topic = %created.name, partitions = created.partitions, "topic created");
         Ok(created)
     }
@@ -94,7 +161,7 @@ impl Broker {
     pub async fn delete_topic(&self, name: String) -> Result<Arc<TopicMetadata>, MetadataError> {
         let _admin = self.admin_lock.lock().await;
         let deleted = self.metadata.delete_topic(name).await?;
-        self.replicas.remove_topic(&deleted);
+        self.apply_current();
         info!(topic = %deleted.name, "topic deleted");
         Ok(deleted)
     }
@@ -103,17 +170,24 @@ impl Broker {
         &self,
         name: String,
         count: i32,
+        assignments: Option<Vec<Vec<i32>>>,
     ) -> Result<Arc<TopicMetadata>, MetadataError> {
         let _admin = self.admin_lock.lock().await;
-        let topic = self.metadata.create_partitions(name, count).await?;
-        self.open_partitions(&topic);
+        let topic = self
+            .metadata
+            .create_partitions(name, count, assignments)
+            .await?;
+        self.apply_current();
         Ok(topic)
     }
 
-    fn open_partitions(&self, topic: &TopicMetadata) {
-        if let Err(e) = self.replicas.ensure_topic(topic, now_ms()) {
-            // The metadata is durable; the next start retries opening the logs.
-            warn!(topic = %topic.name, error = %e, "cannot open partitions of topic");
+    /// Applies the store's current image right away, so the change a request
+    /// just made is hosted before it is answered.
+    fn apply_current(&self) {
+        let image = self.metadata.image();
+        if let Err(e) = self.apply_image(&image) {
+            // The metadata is durable; the next apply (or start) retries.
+            warn!(error = %e, "cannot apply metadata to hosted partitions");
         }
     }
 
@@ -124,6 +198,7 @@ impl Broker {
             partitions: self.config.num_partitions,
             replication_factor: self.config.default_replication_factor,
             configs: Default::default(),
+            assignments: None,
         };
         match self.create_topic(topic).await {
             Err(MetadataError::TopicAlreadyExists(_)) => self
@@ -144,6 +219,9 @@ pub async fn run(
     config: BrokerConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), BrokerError> {
+    if config.controller_quorum_voters.is_some() {
+        return cluster::run(config, shutdown).await;
+    }
     let listen = config.listen;
     let broker = Arc::new(
         tokio::task::spawn_blocking(move || Broker::open(config))

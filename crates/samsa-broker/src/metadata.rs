@@ -1,12 +1,23 @@
-//! Topic metadata: which topics exist, their ids, partition counts and configs.
+//! The broker's view of cluster metadata: which topics exist (ids, partition
+//! counts, configs), who leads each partition (leader, leader epoch, replicas,
+//! ISR), and which brokers exist with their advertised endpoints.
 //!
-//! [`MetadataStore`] is the boundary the controller quorum will sit behind;
-//! today [`LocalMetadataStore`] keeps the image in one JSON file written
-//! atomically. Readers take an immutable [`MetadataImage`] snapshot (an `Arc`),
-//! so a request sees one consistent view even while topics change.
+//! [`MetadataStore`] is the boundary between the broker and wherever metadata
+//! is decided. Two implementations exist and produce the *same* kind of
+//! [`MetadataImage`], so handlers never branch on the mode:
 //!
-//! Invariants: a topic name maps to exactly one topic id; a change is durable on
-//! disk before the new image is published.
+//! - [`LocalMetadataStore`] (single node): one JSON file written atomically;
+//!   every partition is led by this node at leader epoch 0 and the broker list
+//!   is this node alone;
+//! - `cluster::QuorumMetadataStore` (cluster mode): the image follows the
+//!   controller quorum's committed metadata log.
+//!
+//! Readers take an immutable [`MetadataImage`] snapshot (an `Arc`), so a
+//! request sees one consistent view even while metadata changes.
+//!
+//! Invariants: a topic name maps to exactly one topic id; every topic carries
+//! exactly `partitions` partition states; a change is durable (on disk, or
+//! committed by the quorum) before the new image is published.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -20,6 +31,39 @@ use uuid::Uuid;
 use crate::error::MetadataError;
 use crate::fsutil::write_atomic;
 
+/// `leader` of a partition that has no leader (Kafka's -1).
+pub const NO_LEADER: i32 = -1;
+
+/// One broker as the metadata knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerInfo {
+    pub node_id: i32,
+    /// Advertised Kafka endpoint.
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+    /// Fenced brokers lead nothing and are left out of Metadata answers.
+    pub fenced: bool,
+}
+
+/// Leadership of one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionInfo {
+    /// [`NO_LEADER`] when no replica can lead.
+    pub leader: i32,
+    pub leader_epoch: i32,
+    /// Assigned replicas, preferred leader first.
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
+impl PartitionInfo {
+    /// Whether `node` is one of the partition's replicas (and so hosts its log).
+    pub fn is_replica(&self, node: i32) -> bool {
+        self.replicas.contains(&node)
+    }
+}
+
 /// One topic as the cluster knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicMetadata {
@@ -29,6 +73,18 @@ pub struct TopicMetadata {
     pub replication_factor: i16,
     /// Topic-level config overrides (`retention.ms`, …), validated on entry.
     pub configs: BTreeMap<String, String>,
+    /// Leadership of partitions `0..partitions`, by index. Not part of the
+    /// single-node file: the local store derives it ("this node leads").
+    #[serde(skip)]
+    pub partition_states: Vec<PartitionInfo>,
+}
+
+impl TopicMetadata {
+    pub fn partition(&self, index: i32) -> Option<&PartitionInfo> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partition_states.get(i))
+    }
 }
 
 /// A request to create a topic, already defaulted (no -1 counts).
@@ -38,20 +94,42 @@ pub struct NewTopic {
     pub partitions: i32,
     pub replication_factor: i16,
     pub configs: BTreeMap<String, String>,
+    /// Manual placement: replica list per partition, by index.
+    pub assignments: Option<Vec<Vec<i32>>>,
 }
 
 /// An immutable view of all metadata.
 #[derive(Debug, Clone, Default)]
 pub struct MetadataImage {
+    /// Position of this image in its store's history: the metadata log
+    /// offset in cluster mode, a change counter in single-node mode. A newer
+    /// image never has a smaller offset.
+    pub offset: u64,
     pub cluster_id: String,
+    /// The broker reported as "controller" to Kafka clients.
+    pub controller_id: i32,
+    /// Every registered broker (fenced ones included), by id.
+    pub brokers: Vec<BrokerInfo>,
     pub topics: BTreeMap<String, Arc<TopicMetadata>>,
     topic_names_by_id: HashMap<Uuid, String>,
 }
 
 impl MetadataImage {
-    fn new(cluster_id: String, topics: impl IntoIterator<Item = TopicMetadata>) -> Self {
+    /// Builds an image at `offset`; `brokers` are sorted by id. Each topic
+    /// must carry its partition states.
+    pub fn from_parts(
+        offset: u64,
+        cluster_id: String,
+        controller_id: i32,
+        mut brokers: Vec<BrokerInfo>,
+        topics: impl IntoIterator<Item = TopicMetadata>,
+    ) -> Self {
+        brokers.sort_by_key(|b| b.node_id);
         let mut image = MetadataImage {
+            offset,
             cluster_id,
+            controller_id,
+            brokers,
             ..Default::default()
         };
         for topic in topics {
@@ -63,8 +141,25 @@ impl MetadataImage {
         image
     }
 
+    /// Unfenced brokers: the ones clients are told about.
+    pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerInfo> {
+        self.brokers.iter().filter(|b| !b.fenced)
+    }
+
+    pub fn broker(&self, node_id: i32) -> Option<&BrokerInfo> {
+        self.brokers.iter().find(|b| b.node_id == node_id)
+    }
+
+    pub fn is_live_broker(&self, node_id: i32) -> bool {
+        self.broker(node_id).is_some_and(|b| !b.fenced)
+    }
+
     pub fn topic(&self, name: &str) -> Option<&Arc<TopicMetadata>> {
         self.topics.get(name)
+    }
+
+    pub fn partition(&self, topic: &str, index: i32) -> Option<&PartitionInfo> {
+        self.topic(topic).and_then(|t| t.partition(index))
     }
 
     pub fn topic_by_id(&self, id: &Uuid) -> Option<&Arc<TopicMetadata>> {
@@ -74,8 +169,11 @@ impl MetadataImage {
     }
 }
 
-/// Where topic metadata lives. Implementations publish a new image only after
-/// the change is durable.
+/// Where metadata is decided. Implementations publish a new image only after
+/// the change is durable, and a successful change is visible in [`image`]
+/// when the call returns.
+///
+/// [`image`]: MetadataStore::image
 pub trait MetadataStore: Send + Sync {
     fn image(&self) -> Arc<MetadataImage>;
     fn create_topic(
@@ -86,10 +184,13 @@ pub trait MetadataStore: Send + Sync {
         &self,
         name: String,
     ) -> BoxFuture<'_, Result<Arc<TopicMetadata>, MetadataError>>;
+    /// Grows a topic to `new_count` partitions; `assignments` places the new
+    /// ones (one replica list per new partition).
     fn create_partitions(
         &self,
         name: String,
         new_count: i32,
+        assignments: Option<Vec<Vec<i32>>>,
     ) -> BoxFuture<'_, Result<Arc<TopicMetadata>, MetadataError>>;
 }
 
@@ -100,14 +201,40 @@ struct MetadataFile {
 }
 
 /// Single-node metadata store: one JSON file, rewritten atomically per change.
+/// The image it publishes names `local` as the only broker, the controller
+/// and the leader (epoch 0) of every partition.
 pub struct LocalMetadataStore {
     path: PathBuf,
+    local: BrokerInfo,
     image: Mutex<Arc<MetadataImage>>,
 }
 
+/// The single-node image: `local` leads every partition at epoch 0.
+fn local_image(
+    offset: u64,
+    cluster_id: String,
+    local: &BrokerInfo,
+    topics: impl IntoIterator<Item = TopicMetadata>,
+) -> MetadataImage {
+    let me = local.node_id;
+    let topics = topics.into_iter().map(|mut topic| {
+        topic.partition_states = (0..topic.partitions)
+            .map(|_| PartitionInfo {
+                leader: me,
+                leader_epoch: 0,
+                replicas: vec![me],
+                isr: vec![me],
+            })
+            .collect();
+        topic
+    });
+    MetadataImage::from_parts(offset, cluster_id, me, vec![local.clone()], topics)
+}
+
 impl LocalMetadataStore {
-    /// Opens `path`, creating it with a fresh cluster id if it does not exist.
-    pub fn open(path: PathBuf) -> Result<Self, MetadataError> {
+    /// Opens `path`, creating it with a fresh cluster id if it does not
+    /// exist. `local` is this broker.
+    pub fn open(path: PathBuf, local: BrokerInfo) -> Result<Self, MetadataError> {
         let image = match std::fs::read(&path) {
             Ok(bytes) => {
                 let file: MetadataFile =
@@ -115,10 +242,10 @@ impl LocalMetadataStore {
                         path: path.clone(),
                         reason: e.to_string(),
                     })?;
-                MetadataImage::new(file.cluster_id, file.topics)
+                local_image(0, file.cluster_id, &local, file.topics)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let image = MetadataImage::new(new_cluster_id(), []);
+                let image = local_image(0, new_cluster_id(), &local, []);
                 persist(&path, &image)?;
                 image
             }
@@ -126,6 +253,7 @@ impl LocalMetadataStore {
         };
         Ok(LocalMetadataStore {
             path,
+            local,
             image: Mutex::new(Arc::new(image)),
         })
     }
@@ -143,7 +271,12 @@ impl LocalMetadataStore {
             .map(|(name, t)| (name.clone(), TopicMetadata::clone(t)))
             .collect();
         let result = change(&mut topics)?;
-        let image = MetadataImage::new(guard.cluster_id.clone(), topics.into_values());
+        let image = local_image(
+            guard.offset + 1,
+            guard.cluster_id.clone(),
+            &self.local,
+            topics.into_values(),
+        );
         persist(&self.path, &image)?;
         *guard = Arc::new(image);
         Ok(result)
@@ -214,10 +347,13 @@ impl MetadataStore for LocalMetadataStore {
                 partitions: topic.partitions,
                 replication_factor: topic.replication_factor,
                 configs: topic.configs.clone(),
+                partition_states: Vec::new(),
             };
             topics.insert(topic.name.clone(), created.clone());
             Ok(Arc::new(created))
         });
+        // Answer with the published topic, which carries its partition states.
+        let result = result.map(|created| self.published(created));
         Box::pin(async move { result })
     }
 
@@ -238,6 +374,8 @@ impl MetadataStore for LocalMetadataStore {
         &self,
         name: String,
         new_count: i32,
+        // One node: the handler has checked that assignments name only it.
+        _assignments: Option<Vec<Vec<i32>>>,
     ) -> BoxFuture<'_, Result<Arc<TopicMetadata>, MetadataError>> {
         let result = self.update(|topics| {
             let topic = topics
@@ -255,7 +393,20 @@ impl MetadataStore for LocalMetadataStore {
             topic.partitions = new_count;
             Ok(Arc::new(topic.clone()))
         });
+        let result = result.map(|grown| self.published(grown));
         Box::pin(async move { result })
+    }
+}
+
+impl LocalMetadataStore {
+    /// The current image's version of `topic` (with partition states), or
+    /// `topic` itself if it is not there.
+    fn published(&self, topic: Arc<TopicMetadata>) -> Arc<TopicMetadata> {
+        self.image()
+            .topic(&topic.name)
+            .filter(|t| t.topic_id == topic.topic_id)
+            .cloned()
+            .unwrap_or(topic)
     }
 }
 
@@ -390,6 +541,17 @@ mod tests {
             partitions,
             replication_factor: 1,
             configs: BTreeMap::new(),
+            assignments: None,
+        }
+    }
+
+    fn me() -> BrokerInfo {
+        BrokerInfo {
+            node_id: 1,
+            host: "127.0.0.1".into(),
+            port: 9092,
+            rack: None,
+            fenced: false,
         }
     }
 
@@ -397,15 +559,18 @@ mod tests {
     async fn topics_survive_reopen_and_keep_their_ids() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("topics.json");
-        let store = LocalMetadataStore::open(path.clone()).unwrap();
+        let store = LocalMetadataStore::open(path.clone(), me()).unwrap();
         let cluster_id = store.image().cluster_id.clone();
         let created = store.create_topic(new_topic("orders", 3)).await.unwrap();
-        store.create_partitions("orders".into(), 5).await.unwrap();
+        store
+            .create_partitions("orders".into(), 5, None)
+            .await
+            .unwrap();
         store.create_topic(new_topic("gone", 1)).await.unwrap();
         store.delete_topic("gone".into()).await.unwrap();
         drop(store);
 
-        let reopened = LocalMetadataStore::open(path).unwrap();
+        let reopened = LocalMetadataStore::open(path, me()).unwrap();
         let image = reopened.image();
         assert_eq!(image.cluster_id, cluster_id);
         let orders = image.topic("orders").unwrap();
@@ -418,7 +583,7 @@ mod tests {
     #[tokio::test]
     async fn duplicate_and_invalid_topics_are_rejected() {
         let dir = tempfile::tempdir().unwrap();
-        let store = LocalMetadataStore::open(dir.path().join("t.json")).unwrap();
+        let store = LocalMetadataStore::open(dir.path().join("t.json"), me()).unwrap();
         store.create_topic(new_topic("a", 1)).await.unwrap();
         assert!(matches!(
             store.create_topic(new_topic("a", 1)).await,
@@ -429,9 +594,32 @@ mod tests {
             Err(MetadataError::InvalidTopic { .. })
         ));
         assert!(matches!(
-            store.create_partitions("a".into(), 1).await,
+            store.create_partitions("a".into(), 1, None).await,
             Err(MetadataError::InvalidPartitions { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn single_node_image_says_this_node_leads_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalMetadataStore::open(dir.path().join("t.json"), me()).unwrap();
+        let before = store.image().offset;
+        let created = store.create_topic(new_topic("a", 2)).await.unwrap();
+        assert_eq!(created.partition_states.len(), 2);
+        let image = store.image();
+        assert!(image.offset > before);
+        assert_eq!(image.controller_id, 1);
+        assert_eq!(image.live_brokers().count(), 1);
+        for index in 0..2 {
+            let p = image.partition("a", index).unwrap();
+            assert_eq!((p.leader, p.leader_epoch), (1, 0));
+            assert_eq!(
+                (p.replicas.as_slice(), p.isr.as_slice()),
+                (&[1][..], &[1][..])
+            );
+        }
+        store.create_partitions("a".into(), 3, None).await.unwrap();
+        assert!(store.image().partition("a", 2).is_some());
     }
 
     #[test]
@@ -440,7 +628,7 @@ mod tests {
         let path = dir.path().join("t.json");
         std::fs::write(&path, b"{not json").unwrap();
         assert!(matches!(
-            LocalMetadataStore::open(path),
+            LocalMetadataStore::open(path, me()),
             Err(MetadataError::Corrupt { .. })
         ));
     }

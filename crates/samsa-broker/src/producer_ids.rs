@@ -4,8 +4,9 @@
 //! [`ProducerIdBlockSource`]; the broker hands them out one by one from the
 //! current block. Invariant: an id is never handed out twice, across restarts
 //! and crashes — the source makes a block durable *before* returning it, so a
-//! crash can only skip ids, never repeat them. The controller quorum replaces
-//! [`LocalProducerIdBlockSource`] with a replicated allocator.
+//! crash can only skip ids, never repeat them. In cluster mode the block
+//! source is the controller quorum (`cluster::ControllerProducerIdBlockSource`),
+//! whose blocks are committed to the metadata log before they are handed out.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -36,6 +37,9 @@ pub enum ProducerIdError {
     Corrupt { path: PathBuf, reason: String },
     #[error("producer id space exhausted")]
     Exhausted,
+    /// The controller quorum could not hand out a block now; retriable.
+    #[error("no producer id block available: {0}")]
+    Unavailable(String),
 }
 
 /// Hands out blocks of producer ids that no one else will ever get.

@@ -4,9 +4,14 @@
 //! network paths need around it: a watch of the high watermark for fetch long
 //! polls, and group commit for `acks=all` under the fsync-before-answer policy.
 //!
+//! Each partition also carries its [`Leadership`] as the metadata last said
+//! (leader or not, leader epoch); produce, fetch and list-offsets are served
+//! only where this broker leads. The metadata applier (`apply`) sets it.
+//!
 //! Invariants kept here:
-//! - on a single node the high watermark equals the log end offset after every
-//!   append (replication will replace this with min LEO over the ISR);
+//! - a partition with one replica has its high watermark equal to the log end
+//!   offset after every append (replication will replace this with min LEO
+//!   over the ISR);
 //! - the high watermark only moves forward, and every move is published on the
 //!   watch so parked fetches wake up;
 //! - an `acks=all` produce under [`FlushPolicy::EveryAck`] is answered only
@@ -16,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use samsa_storage::{AppendInfo, FlushPolicy, LogConfig, PartitionLog, ReadResult, StorageError};
@@ -54,11 +60,39 @@ pub struct PartitionOffsets {
     pub log_end_offset: i64,
 }
 
+/// Whether this broker leads a partition, and at which leader epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leadership {
+    pub is_leader: bool,
+    pub leader_epoch: i32,
+}
+
+impl Leadership {
+    /// What a single node has for every partition.
+    pub const SINGLE_NODE: Leadership = Leadership {
+        is_leader: true,
+        leader_epoch: 0,
+    };
+
+    // Packed into one atomic so readers never see a leader flag from one
+    // change with the epoch of another.
+    fn pack(self) -> u64 {
+        (u64::from(self.is_leader) << 32) | u64::from(self.leader_epoch as u32)
+    }
+
+    fn unpack(bits: u64) -> Self {
+        Leadership {
+            is_leader: bits >> 32 != 0,
+            leader_epoch: bits as u32 as i32,
+        }
+    }
+}
+
 pub struct Partition {
     pub topic: String,
     pub index: i32,
-    /// The leader epoch; constant 0 until the controller assigns leaders.
-    pub leader_epoch: i32,
+    /// [`Leadership`], packed.
+    leadership: AtomicU64,
     /// Whether `acks=all` answers wait for an fsync (`FlushPolicy::EveryAck`).
     pub flushes_before_ack: bool,
     log: Mutex<Option<PartitionLog>>,
@@ -67,12 +101,12 @@ pub struct Partition {
 }
 
 impl Partition {
-    fn new(topic: String, index: i32, log: PartitionLog) -> Self {
+    fn new(topic: String, index: i32, log: PartitionLog, leadership: Leadership) -> Self {
         let hw = log.high_watermark();
         Partition {
             topic,
             index,
-            leader_epoch: 0,
+            leadership: AtomicU64::new(leadership.pack()),
             flushes_before_ack: log.config().flush == FlushPolicy::EveryAck,
             log: Mutex::new(Some(log)),
             high_watermark: watch::Sender::new(hw),
@@ -82,6 +116,25 @@ impl Partition {
 
     pub fn name(&self) -> String {
         format!("{}-{}", self.topic, self.index)
+    }
+
+    pub fn leadership(&self) -> Leadership {
+        Leadership::unpack(self.leadership.load(Ordering::Acquire))
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leadership().is_leader
+    }
+
+    /// The current leader epoch (stamped into appended batches, compared with
+    /// the epoch clients send in Fetch).
+    pub fn leader_epoch(&self) -> i32 {
+        self.leadership().leader_epoch
+    }
+
+    /// Applies a leadership change from the metadata; returns the previous one.
+    pub fn set_leadership(&self, leadership: Leadership) -> Leadership {
+        Leadership::unpack(self.leadership.swap(leadership.pack(), Ordering::AcqRel))
     }
 
     fn with_log<T>(
@@ -99,7 +152,7 @@ impl Partition {
     /// Returns the append outcome and the log start offset after it.
     pub fn append(&self, records: &[u8], now_ms: i64) -> Result<(AppendInfo, i64), PartitionError> {
         let (info, hw, log_start_offset) = self.with_log(|log| {
-            let info = log.append_as_leader(records, self.leader_epoch, now_ms)?;
+            let info = log.append_as_leader(records, self.leader_epoch(), now_ms)?;
             let leo = log.log_end_offset();
             log.set_high_watermark(leo);
             Ok((info, log.high_watermark(), log.log_start_offset()))
@@ -248,34 +301,49 @@ impl ReplicaManager {
             .collect()
     }
 
-    /// Opens (recovering if needed) or creates every partition of `topic` not yet open.
+    /// Opens (recovering if needed) or creates every partition of `topic` not
+    /// yet open, led by this node (single-node semantics).
     pub fn ensure_topic(&self, topic: &TopicMetadata, now_ms: i64) -> Result<(), BrokerError> {
-        let config = topic_log_config(&self.defaults, topic);
         for index in 0..topic.partitions {
-            if self.get(&topic.name, index).is_some() {
-                continue;
-            }
-            let dir = partition_dir(&self.data_dir, &topic.name, index);
-            let name = format!("{}-{}", topic.name, index);
-            let (mut log, report) =
-                PartitionLog::open(&dir, config.clone(), now_ms).map_err(|source| {
-                    BrokerError::OpenPartition {
-                        partition: name.clone(),
-                        source,
-                    }
-                })?;
-            // One replica: everything in the log is committed (the HW
-            // checkpoint may lag after a crash).
-            let log_end_offset = log.log_end_offset();
-            log.set_high_watermark(log_end_offset);
-            info!(partition = %name, log_end_offset, recovery = ?report, "partition opened");
-            let partition = Arc::new(Partition::new(topic.name.clone(), index, log));
-            self.partitions
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert((topic.name.clone(), index), partition);
+            self.ensure_partition(topic, index, Leadership::SINGLE_NODE, now_ms)?;
         }
         Ok(())
+    }
+
+    /// Opens (recovering if needed) or creates partition `index` of `topic`
+    /// if it is not open yet, and sets its leadership (also when it was open).
+    /// A new partition gets its leadership before anyone can look it up.
+    pub fn ensure_partition(
+        &self,
+        topic: &TopicMetadata,
+        index: i32,
+        leadership: Leadership,
+        now_ms: i64,
+    ) -> Result<Arc<Partition>, BrokerError> {
+        if let Some(partition) = self.get(&topic.name, index) {
+            partition.set_leadership(leadership);
+            return Ok(partition);
+        }
+        let config = topic_log_config(&self.defaults, topic);
+        let dir = partition_dir(&self.data_dir, &topic.name, index);
+        let name = format!("{}-{}", topic.name, index);
+        let (mut log, report) = PartitionLog::open(&dir, config, now_ms).map_err(|source| {
+            BrokerError::OpenPartition {
+                partition: name.clone(),
+                source,
+            }
+        })?;
+        // One replica: everything in the log is committed (the HW
+        // checkpoint may lag after a crash).
+        let log_end_offset = log.log_end_offset();
+        log.set_high_watermark(log_end_offset);
+        info!(partition = %name, log_end_offset, ?leadership, recovery = ?report, "partition opened");
+        let partition = Arc::new(Partition::new(topic.name.clone(), index, log, leadership));
+        self.partitions
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((topic.name.clone(), index), partition.clone());
+        Ok(partition)
     }
 
     /// Closes and deletes every partition of a deleted topic. The directories

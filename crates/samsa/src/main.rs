@@ -6,6 +6,7 @@
 mod alloc_guard;
 mod bench;
 mod client;
+mod cluster;
 mod config;
 mod consume;
 mod dump_log;
@@ -35,8 +36,12 @@ struct Cli {
 enum Command {
     /// Run a broker (configuration from a TOML file, flags and --set overrides).
     Server(server::ServerArgs),
-    /// Run a single-node development broker on 127.0.0.1:9092 with ./samsa-data.
+    /// Run a development broker on 127.0.0.1:9092 with ./samsa-data, or a
+    /// local cluster with --nodes 3.
     Dev(server::DevArgs),
+    /// Inspect the controller quorum and cluster metadata.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
     /// Create, list, describe and delete topics.
     #[command(subcommand)]
     Topic(topic::TopicCommand),
@@ -76,6 +81,7 @@ fn main() -> ExitCode {
             Command::Server(args) => server::run_server(args).await,
             Command::Dev(args) => server::run_dev(args).await,
             Command::Topic(cmd) => topic::run(cmd).await,
+            Command::Cluster(cmd) => cluster::run(cmd).await,
             Command::Produce(args) => produce::run(args).await,
             Command::Consume(args) => consume::run(args).await,
             Command::Bench(cmd) => bench::run(cmd).await,
@@ -102,15 +108,20 @@ fn report(result: anyhow::Result<ExitCode>) -> ExitCode {
 }
 
 /// Logs go to stderr so that stdout stays clean for data (consume, dump-log,
-/// topic list). `RUST_LOG` selects what is shown; the default is `info`.
+/// topic list). `RUST_LOG` selects what is shown; the default is `info`,
+/// with openraft's per-RPC chatter at `warn`.
+const DEFAULT_LOG_FILTER: &str = "info,openraft=warn";
+
 fn init_logging() {
     let filter = match EnvFilter::try_from_default_env() {
         Ok(filter) => filter,
         Err(err) => {
             if std::env::var_os("RUST_LOG").is_some() {
-                eprintln!("warning: ignoring invalid RUST_LOG ({err}); using `info`");
+                eprintln!(
+                    "warning: ignoring invalid RUST_LOG ({err}); using `{DEFAULT_LOG_FILTER}`"
+                );
             }
-            EnvFilter::new("info")
+            EnvFilter::new(DEFAULT_LOG_FILTER)
         }
     };
     tracing_subscriber::fmt()

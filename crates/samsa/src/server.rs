@@ -1,6 +1,8 @@
 //! `samsa server` and `samsa dev`: assemble a [`BrokerConfig`], run
 //! [`samsa_broker::run`] until SIGTERM/SIGINT, and report how it ended.
-//! `dev` is `server` with single-node defaults and a startup banner.
+//! `dev` is `server` with single-node defaults and a startup banner;
+//! `dev --nodes N` runs N cluster nodes (controller + broker each) in this
+//! one process, on 127.0.0.1 ports 100 apart, data in `<data-dir>/node-<id>`.
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
@@ -39,12 +41,23 @@ pub struct ServerArgs {
 
 #[derive(Debug, Args)]
 pub struct DevArgs {
-    /// Directory for partition logs and broker state.
+    /// Directory for partition logs and broker state (with --nodes N > 1:
+    /// one subdirectory node-<id> per node).
     #[arg(long, value_name = "DIR", default_value = "./samsa-data")]
     data_dir: PathBuf,
-    /// Port of the Kafka listener on 127.0.0.1.
+    /// Port of the Kafka listener on 127.0.0.1 (node N of a cluster:
+    /// port + 100 × (N − 1)).
     #[arg(long, default_value_t = 9092)]
     port: u16,
+    /// Number of nodes: 1 runs a single broker; more run a local cluster of
+    /// combined controller + broker nodes.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=9))]
+    nodes: u16,
+    /// Controller (gRPC) port of node 1 with --nodes N > 1 (node N:
+    /// controller-port + 100 × (N − 1)).
+    #[arg(long, value_name = "PORT", default_value_t = 9093)]
+    controller_port: u16,
     /// Override any config key, e.g. --set num_partitions=3 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
@@ -79,6 +92,9 @@ pub async fn run_server(args: ServerArgs) -> Result<ExitCode> {
 }
 
 pub async fn run_dev(args: DevArgs) -> Result<ExitCode> {
+    if args.nodes > 1 {
+        return run_dev_cluster(args).await;
+    }
     let listen = SocketAddr::from(([127, 0, 0, 1], args.port));
     let cfg = BrokerConfig {
         listen,
@@ -120,6 +136,150 @@ async fn run_broker(cfg: BrokerConfig) -> Result<ExitCode> {
         .map_err(|err| anyhow!("broker failed: {err}"))?;
     tracing::info!("samsa broker stopped cleanly");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The configurations of a `dev --nodes N` cluster.
+fn dev_cluster_configs(args: &DevArgs) -> Result<Vec<BrokerConfig>> {
+    let port_of = |base: u16, node: u16| -> Result<u16> {
+        base.checked_add(100 * (node - 1))
+            .ok_or_else(|| anyhow!("port {base} + {} is not a TCP port", 100 * (node - 1)))
+    };
+    let nodes = 1..=args.nodes;
+    let voters = nodes
+        .clone()
+        .map(|n| {
+            Ok(format!(
+                "{n}@127.0.0.1:{}",
+                port_of(args.controller_port, n)?
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?
+        .join(",");
+    nodes
+        .map(|n| {
+            let listen = SocketAddr::from(([127, 0, 0, 1], port_of(args.port, n)?));
+            let cfg = BrokerConfig {
+                node_id: i32::from(n),
+                listen,
+                advertised_listener: Some(listen.to_string()),
+                data_dir: args.data_dir.join(format!("node-{n}")),
+                controller_quorum_voters: Some(voters.clone()),
+                controller_listen: SocketAddr::from((
+                    [127, 0, 0, 1],
+                    port_of(args.controller_port, n)?,
+                )),
+                ..BrokerConfig::default()
+            };
+            config::apply_overrides(cfg, &args.set)
+        })
+        .collect()
+}
+
+/// `samsa dev --nodes N`: N combined nodes in this process, stopped together.
+async fn run_dev_cluster(args: DevArgs) -> Result<ExitCode> {
+    let configs = dev_cluster_configs(&args)?;
+    for cfg in &configs {
+        for addr in [cfg.listen, cfg.controller_listen] {
+            drop(TcpListener::bind(addr).map_err(|err| {
+                anyhow!(
+                    "cannot listen on {addr}: {err} (is another samsa or Kafka running? \
+                     try --port / --controller-port)"
+                )
+            })?);
+        }
+    }
+    let shutdown = signals::shutdown_signal()?;
+    println!("{}", cluster_banner(&configs));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopper = {
+        let stop_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        })
+    };
+    let mut nodes = tokio::task::JoinSet::new();
+    for cfg in configs {
+        let mut stop = stop_rx.clone();
+        nodes.spawn(async move {
+            let node_id = cfg.node_id;
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            (node_id, samsa_broker::run(cfg, stopped).await)
+        });
+    }
+    let mut failure = None;
+    while let Some(joined) = nodes.join_next().await {
+        let error = match joined {
+            Ok((_, Ok(()))) => continue,
+            Ok((node_id, Err(err))) => anyhow!("node {node_id} failed: {err}"),
+            Err(err) => anyhow!("a node task failed: {err}"),
+        };
+        tracing::error!("{error:#}; stopping the other nodes");
+        failure.get_or_insert(error);
+        let _ = stop_tx.send(true);
+    }
+    stopper.abort();
+    match failure {
+        Some(err) => Err(err),
+        None => {
+            tracing::info!("samsa dev cluster stopped cleanly");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn cluster_banner(configs: &[BrokerConfig]) -> String {
+    let mut rows = String::new();
+    for cfg in configs {
+        let (host, port) = cfg.advertised_host_port();
+        let data_dir = std::path::absolute(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone());
+        rows.push_str(&format!(
+            "  {:<5} {:<17} {:<17} {}\n",
+            cfg.node_id,
+            format!("{host}:{port}"),
+            cfg.controller_listen,
+            data_dir.display()
+        ));
+    }
+    let bootstrap = configs
+        .iter()
+        .map(|c| {
+            let (host, port) = c.advertised_host_port();
+            format!("{host}:{port}")
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    let controllers = configs
+        .iter()
+        .map(|c| c.controller_listen.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let default_controllers = "127.0.0.1:9093,127.0.0.1:9193,127.0.0.1:9293";
+    let status_flags = if controllers == default_controllers {
+        String::new()
+    } else {
+        format!(" --controller {controllers}")
+    };
+    format!(
+        "\
+samsa {version} - development cluster ({n} nodes, each a controller and a broker)
+
+  Node  Kafka             Controller        Data directory
+{rows}
+  Bootstrap       {bootstrap}
+
+  Create a topic  samsa topic create demo --partitions 3 -b {bootstrap}
+  Produce         seq 10 | samsa produce demo -b {bootstrap}
+  Consume         samsa consume demo --from-beginning --print-offsets -b {bootstrap}
+  Cluster status  samsa cluster status{status_flags}
+
+  Press Ctrl-C to stop all nodes (data is kept in the data directories).
+",
+        version = env!("CARGO_PKG_VERSION"),
+        n = configs.len(),
+    )
 }
 
 fn banner(cfg: &BrokerConfig) -> String {
@@ -188,6 +348,35 @@ mod tests {
         assert!(parse_host_port("[::1]:9092").is_ok());
         assert!(parse_host_port("host").is_err());
         assert!(parse_host_port(":9092").is_err());
+    }
+
+    #[test]
+    fn dev_cluster_ports_and_voters() {
+        let args = DevArgs {
+            data_dir: PathBuf::from("/tmp/d"),
+            port: 9092,
+            nodes: 3,
+            controller_port: 9093,
+            set: vec!["broker_session_timeout_ms=3000".into()],
+        };
+        let configs = dev_cluster_configs(&args).unwrap();
+        let ports: Vec<(u16, u16)> = configs
+            .iter()
+            .map(|c| (c.listen.port(), c.controller_listen.port()))
+            .collect();
+        assert_eq!(ports, vec![(9092, 9093), (9192, 9193), (9292, 9293)]);
+        assert_eq!(
+            configs[2].controller_quorum_voters.as_deref(),
+            Some("1@127.0.0.1:9093,2@127.0.0.1:9193,3@127.0.0.1:9293")
+        );
+        assert_eq!(configs[1].data_dir, PathBuf::from("/tmp/d/node-2"));
+        assert!(configs.iter().all(|c| c.broker_session_timeout_ms == 3000));
+        let text = cluster_banner(&configs);
+        assert!(
+            text.contains("127.0.0.1:9092,127.0.0.1:9192,127.0.0.1:9292"),
+            "{text}"
+        );
+        assert!(text.contains("samsa cluster status\n"), "{text}");
     }
 
     #[test]

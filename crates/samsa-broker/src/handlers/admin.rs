@@ -1,6 +1,8 @@
 //! Topic administration (CreateTopics, DeleteTopics, CreatePartitions) and
-//! DescribeCluster. Every change goes through [`Broker`], which persists the
-//! metadata before it opens or removes logs.
+//! DescribeCluster. Every change goes through [`Broker`] and its metadata
+//! store (the local file, or the controller quorum in cluster mode), which
+//! makes the change durable before logs are opened or removed. Replica counts
+//! and assignments are checked against the brokers in the metadata image.
 
 use std::collections::BTreeMap;
 
@@ -21,11 +23,36 @@ use uuid::Uuid;
 
 use super::{str_bytes, topic_name};
 use crate::error::{metadata_error_code, MetadataError};
-use crate::metadata::{validate_topic_config, validate_topic_name, NewTopic};
+use crate::metadata::{validate_topic_config, validate_topic_name, MetadataImage, NewTopic};
 use crate::Broker;
 
-/// Brokers available for replicas: one until the controller quorum lands.
-const AVAILABLE_BROKERS: usize = 1;
+/// Checks that an assignment names only known brokers, each once per partition.
+fn check_assignment(
+    image: &MetadataImage,
+    partition: i32,
+    brokers: &[i32],
+) -> Result<(), MetadataError> {
+    if brokers.is_empty() {
+        return Err(MetadataError::InvalidReplicaAssignment(format!(
+            "partition {partition} has no replicas"
+        )));
+    }
+    if let Some(unknown) = brokers.iter().find(|b| image.broker(**b).is_none()) {
+        let known: Vec<i32> = image.brokers.iter().map(|b| b.node_id).collect();
+        return Err(MetadataError::InvalidReplicaAssignment(format!(
+            "partition {partition} names broker {unknown}; the brokers are {known:?}"
+        )));
+    }
+    let mut distinct = brokers.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != brokers.len() {
+        return Err(MetadataError::InvalidReplicaAssignment(format!(
+            "partition {partition} lists a broker twice"
+        )));
+    }
+    Ok(())
+}
 
 fn new_topic_from_request(
     broker: &Broker,
@@ -33,7 +60,9 @@ fn new_topic_from_request(
 ) -> Result<NewTopic, MetadataError> {
     let name = topic.name.0.as_str().to_string();
     validate_topic_name(&name)?;
-    let node = broker.config.node_id;
+    let image = broker.metadata.image();
+    let available = image.live_brokers().count();
+    let mut assignments = None;
     let (partitions, replication_factor) = if topic.assignments.is_empty() {
         let partitions = if topic.num_partitions == -1 {
             broker.config.num_partitions
@@ -63,21 +92,21 @@ fn new_topic_from_request(
                 "partitions must be numbered consecutively from 0".into(),
             ));
         }
-        for assignment in &topic.assignments {
-            if assignment.broker_ids.iter().any(|b| b.0 != node) || assignment.broker_ids.is_empty()
-            {
-                return Err(MetadataError::InvalidReplicaAssignment(format!(
-                    "partition {} names brokers {:?}; only broker {node} exists",
-                    assignment.partition_index,
-                    assignment
-                        .broker_ids
-                        .iter()
-                        .map(|b| b.0)
-                        .collect::<Vec<_>>()
-                )));
-            }
+        let mut by_index: Vec<&_> = topic.assignments.iter().collect();
+        by_index.sort_by_key(|a| a.partition_index);
+        let mut lists = Vec::with_capacity(by_index.len());
+        for assignment in by_index {
+            let ids: Vec<i32> = assignment.broker_ids.iter().map(|b| b.0).collect();
+            check_assignment(&image, assignment.partition_index, &ids)?;
+            lists.push(ids);
         }
         let replication_factor = topic.assignments[0].broker_ids.len() as i16;
+        if lists.iter().any(|l| l.len() != replication_factor as usize) {
+            return Err(MetadataError::InvalidReplicaAssignment(
+                "all partitions must have the same number of replicas".into(),
+            ));
+        }
+        assignments = Some(lists);
         (indexes.len() as i32, replication_factor)
     };
     if partitions <= 0 {
@@ -86,16 +115,10 @@ fn new_topic_from_request(
             reason: "number of partitions must be larger than 0".into(),
         });
     }
-    if replication_factor <= 0 {
+    if replication_factor <= 0 || replication_factor as usize > available {
         return Err(MetadataError::InvalidReplicationFactor {
             requested: replication_factor,
-            available: AVAILABLE_BROKERS,
-        });
-    }
-    if replication_factor as usize > AVAILABLE_BROKERS {
-        return Err(MetadataError::InvalidReplicationFactor {
-            requested: replication_factor,
-            available: AVAILABLE_BROKERS,
+            available,
         });
     }
     let mut configs = BTreeMap::new();
@@ -112,6 +135,7 @@ fn new_topic_from_request(
         partitions,
         replication_factor,
         configs,
+        assignments,
     })
 }
 
@@ -241,17 +265,19 @@ pub async fn create_partitions(
     for topic in request.topics {
         let name = topic.name.0.as_str().to_string();
         let mut result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
-        let node = broker.config.node_id;
-        let bad_assignment = topic.assignments.as_ref().and_then(|assignments| {
+        let image = broker.metadata.image();
+        let current = image.topic(&name).map_or(0, |t| t.partitions);
+        let assignments: Option<Vec<Vec<i32>>> = topic.assignments.as_ref().map(|assignments| {
             assignments
                 .iter()
-                .find(|a| a.broker_ids.is_empty() || a.broker_ids.iter().any(|b| b.0 != node))
-                .map(|a| {
-                    MetadataError::InvalidReplicaAssignment(format!(
-                        "assignment {:?} names brokers other than {node}",
-                        a.broker_ids.iter().map(|b| b.0).collect::<Vec<_>>()
-                    ))
-                })
+                .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+                .collect()
+        });
+        let bad_assignment = assignments.as_ref().and_then(|lists| {
+            lists
+                .iter()
+                .zip(current..)
+                .find_map(|(ids, partition)| check_assignment(&image, partition, ids).err())
         });
         let outcome = if let Some(e) = bad_assignment {
             Err(e)
@@ -266,7 +292,7 @@ pub async fn create_partitions(
             }
         } else {
             broker
-                .create_partitions(name, topic.count)
+                .create_partitions(name, topic.count, assignments)
                 .await
                 .map(|_| ())
         };
@@ -283,12 +309,19 @@ pub fn describe_cluster(
     broker: &Broker,
     _request: DescribeClusterRequest,
 ) -> DescribeClusterResponse {
-    let (host, port) = broker.config.advertised_host_port();
+    let image = broker.metadata.image();
+    let brokers = image
+        .live_brokers()
+        .map(|b| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(b.node_id))
+                .with_host(str_bytes(b.host.clone()))
+                .with_port(b.port)
+                .with_rack(b.rack.clone().map(str_bytes))
+        })
+        .collect();
     DescribeClusterResponse::default()
-        .with_cluster_id(str_bytes(broker.metadata.image().cluster_id.clone()))
-        .with_controller_id(BrokerId(broker.config.node_id))
-        .with_brokers(vec![DescribeClusterBroker::default()
-            .with_broker_id(BrokerId(broker.config.node_id))
-            .with_host(str_bytes(host))
-            .with_port(port)])
+        .with_cluster_id(str_bytes(image.cluster_id.clone()))
+        .with_controller_id(BrokerId(image.controller_id))
+        .with_brokers(brokers)
 }

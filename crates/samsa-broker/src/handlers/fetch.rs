@@ -83,16 +83,18 @@ fn read_once(
             if read_committed {
                 data.aborted_transactions = Some(Vec::new());
             }
-            let Some(partition) = broker.replicas.get(name, wanted.partition) else {
-                data.error_code = ResponseError::UnknownTopicOrPartition.code();
-                any_error = true;
-                partitions.push(data);
-                continue;
+            let partition = match broker.leader_partition(name, wanted.partition) {
+                Ok(partition) => partition,
+                Err(code) => {
+                    data.error_code = code.code();
+                    any_error = true;
+                    partitions.push(data);
+                    continue;
+                }
             };
-            if wanted.current_leader_epoch >= 0
-                && wanted.current_leader_epoch != partition.leader_epoch
-            {
-                let error = if wanted.current_leader_epoch > partition.leader_epoch {
+            let leader_epoch = partition.leader_epoch();
+            if wanted.current_leader_epoch >= 0 && wanted.current_leader_epoch != leader_epoch {
+                let error = if wanted.current_leader_epoch > leader_epoch {
                     ResponseError::UnknownLeaderEpoch
                 } else {
                     ResponseError::FencedLeaderEpoch

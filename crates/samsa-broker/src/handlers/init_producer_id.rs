@@ -6,6 +6,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use tracing::{info, warn};
 
+use crate::producer_ids::ProducerIdError;
 use crate::Broker;
 
 pub async fn handle(broker: &Broker, request: InitProducerIdRequest) -> InitProducerIdResponse {
@@ -22,6 +23,12 @@ pub async fn handle(broker: &Broker, request: InitProducerIdRequest) -> InitProd
             response
                 .with_producer_id(ProducerId(id))
                 .with_producer_epoch(0)
+        }
+        // As Kafka does while its controller cannot hand out a block:
+        // a retriable error the client backs off on.
+        Err(e @ ProducerIdError::Unavailable(_)) => {
+            warn!(error = %e, "cannot allocate a producer id yet");
+            response.with_error_code(ResponseError::CoordinatorLoadInProgress.code())
         }
         Err(e) => {
             warn!(error = %e, "cannot allocate a producer id");

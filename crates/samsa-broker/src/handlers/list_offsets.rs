@@ -32,12 +32,15 @@ pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
                         .with_partition_index(wanted.partition_index)
                         .with_timestamp(-1)
                         .with_offset(-1);
-                    let Some(partition) = broker.replicas.get(&name, wanted.partition_index) else {
-                        response.error_code = ResponseError::UnknownTopicOrPartition.code();
-                        return response;
+                    let partition = match broker.leader_partition(&name, wanted.partition_index) {
+                        Ok(partition) => partition,
+                        Err(code) => {
+                            response.error_code = code.code();
+                            return response;
+                        }
                     };
                     if version >= 4 {
-                        response.leader_epoch = partition.leader_epoch;
+                        response.leader_epoch = partition.leader_epoch();
                     }
                     match lookup(&partition, wanted.timestamp, read_committed) {
                         Ok(Some((offset, timestamp))) => {

@@ -1,4 +1,5 @@
-//! Metadata: topics, partitions and the (single) broker, with auto-creation.
+//! Metadata: topics, partitions (leader, epoch, replicas, ISR) and the live
+//! brokers, all from the broker's metadata image, with auto-creation.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_response::{
@@ -9,12 +10,10 @@ use uuid::Uuid;
 
 use super::{str_bytes, topic_name};
 use crate::error::metadata_error_code;
-use crate::metadata::{validate_topic_name, TopicMetadata};
+use crate::metadata::{validate_topic_name, TopicMetadata, NO_LEADER};
 use crate::Broker;
 
 pub async fn handle(broker: &Broker, request: MetadataRequest, version: i16) -> MetadataResponse {
-    let node_id = broker.config.node_id;
-    let (host, port) = broker.config.advertised_host_port();
     let image = broker.metadata.image();
 
     let mut topics = Vec::new();
@@ -62,13 +61,22 @@ pub async fn handle(broker: &Broker, request: MetadataRequest, version: i16) -> 
         }
     }
 
+    // Auto-creation may have changed the image: list the brokers as of now.
+    let image = broker.metadata.image();
+    let brokers = image
+        .live_brokers()
+        .map(|b| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(b.node_id))
+                .with_host(str_bytes(b.host.clone()))
+                .with_port(b.port)
+                .with_rack(b.rack.clone().map(str_bytes))
+        })
+        .collect();
     MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(BrokerId(node_id))
-            .with_host(str_bytes(host))
-            .with_port(port)])
+        .with_brokers(brokers)
         .with_cluster_id(Some(str_bytes(image.cluster_id.clone())))
-        .with_controller_id(BrokerId(node_id))
+        .with_controller_id(BrokerId(image.controller_id))
         .with_topics(topics)
 }
 
@@ -80,22 +88,48 @@ fn error_topic(name: Option<String>, id: Uuid, error: ResponseError) -> Metadata
 }
 
 fn topic_response(broker: &Broker, topic: &TopicMetadata, version: i16) -> MetadataResponseTopic {
-    let node = BrokerId(broker.config.node_id);
+    let me = broker.config.node_id;
+    let image = broker.metadata.image();
+    let ids = |ids: &[i32]| ids.iter().map(|b| BrokerId(*b)).collect::<Vec<_>>();
     let partitions = (0..topic.partitions)
         .map(|index| {
-            let hosted = broker.replicas.get(&topic.name, index);
-            let (error, leader_epoch) = match &hosted {
-                Some(p) => (0, p.leader_epoch),
-                None => (ResponseError::LeaderNotAvailable.code(), -1),
+            let Some(state) = topic.partition(index) else {
+                // Created but not yet in this broker's image.
+                return MetadataResponsePartition::default()
+                    .with_error_code(ResponseError::LeaderNotAvailable.code())
+                    .with_partition_index(index)
+                    .with_leader_id(BrokerId(NO_LEADER));
             };
+            // A partition this node should lead but could not open has no
+            // leader as far as clients are concerned.
+            let leader = if state.leader == me && broker.replicas.get(&topic.name, index).is_none()
+            {
+                NO_LEADER
+            } else {
+                state.leader
+            };
+            let error = if leader == NO_LEADER {
+                ResponseError::LeaderNotAvailable.code()
+            } else {
+                0
+            };
+            let offline: Vec<i32> = state
+                .replicas
+                .iter()
+                .copied()
+                .filter(|b| !image.is_live_broker(*b))
+                .collect();
             let mut partition = MetadataResponsePartition::default()
                 .with_error_code(error)
                 .with_partition_index(index)
-                .with_leader_id(if hosted.is_some() { node } else { BrokerId(-1) })
-                .with_replica_nodes(vec![node])
-                .with_isr_nodes(vec![node]);
+                .with_leader_id(BrokerId(leader))
+                .with_replica_nodes(ids(&state.replicas))
+                .with_isr_nodes(ids(&state.isr));
+            if version >= 5 {
+                partition = partition.with_offline_replicas(ids(&offline));
+            }
             if version >= 7 {
-                partition = partition.with_leader_epoch(leader_epoch);
+                partition = partition.with_leader_epoch(state.leader_epoch);
             }
             partition
         })

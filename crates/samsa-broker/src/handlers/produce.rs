@@ -46,11 +46,16 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                         format!("acks={acks} is not -1, 0 or 1"),
                     ));
                 }
-                let Some(partition) = broker.replicas.get(&name, data.index) else {
-                    break 'partition Some((
-                        ResponseError::UnknownTopicOrPartition,
-                        format!("this server does not host {name}-{}", data.index),
-                    ));
+                let partition = match broker.leader_partition(&name, data.index) {
+                    Ok(partition) => partition,
+                    Err(code) => {
+                        let why = if code == ResponseError::NotLeaderOrFollower {
+                            "this broker does not lead"
+                        } else {
+                            "this server does not host"
+                        };
+                        break 'partition Some((code, format!("{why} {name}-{}", data.index)));
+                    }
                 };
                 let records = data.records.unwrap_or_default();
                 if let Ok(header) = BatchHeader::parse(&records) {

@@ -1,0 +1,295 @@
+//! Applying a [`MetadataImage`] to what this broker hosts: the one place
+//! where metadata turns into open logs and leadership, for both modes.
+//!
+//! [`Broker::apply_image`] makes the hosted partitions match an image:
+//!
+//! - a topic that is gone from the image, or now has another topic id (it
+//!   was deleted and re-created under the same name), has its partitions
+//!   closed and their directories deleted;
+//! - every partition whose replica set includes this broker is opened (or
+//!   created) and given its [`Leadership`]: leader at the image's leader
+//!   epoch if the image names this broker as leader, otherwise not serving;
+//! - a partition this broker hosts but no longer replicates stops serving.
+//!
+//! Invariants:
+//!
+//! - applies are serialized and each one diffs against the image applied
+//!   before it, so an image is never half-applied while another starts;
+//! - an image older than the applied one (a smaller offset: the background
+//!   applier can lose a race with a request that applied a newer image) is
+//!   ignored, so a topic never disappears because a stale image came late;
+//! - a partition directory carries the id of the topic it belongs to
+//!   ([`PARTITION_METADATA_FILE`]); a directory found with another topic's id
+//!   where a partition is about to be opened is left over from a deleted
+//!   topic of the same name and is removed first, so data never resurfaces
+//!   under a new topic;
+//! - a partition that fails to open is not hosted (requests for it get
+//!   NOT_LEADER_OR_FOLLOWER) and is retried by the next apply.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use crate::error::BrokerError;
+use crate::fsutil::write_atomic;
+use crate::metadata::MetadataImage;
+use crate::replica::{partition_dir, Leadership};
+use crate::{now_ms, Broker};
+
+/// File in each partition directory naming the topic id it belongs to.
+pub const PARTITION_METADATA_FILE: &str = "partition.metadata";
+
+#[derive(Serialize, Deserialize)]
+struct PartitionMetadataFile {
+    version: u32,
+    topic_id: Uuid,
+}
+
+/// The topic id recorded in `dir`, if any (an unreadable file counts as none).
+fn recorded_topic_id(dir: &Path) -> Option<Uuid> {
+    let bytes = std::fs::read(dir.join(PARTITION_METADATA_FILE)).ok()?;
+    serde_json::from_slice::<PartitionMetadataFile>(&bytes)
+        .ok()
+        .map(|f| f.topic_id)
+}
+
+fn record_topic_id(dir: &Path, topic_id: Uuid) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec(&PartitionMetadataFile {
+        version: 0,
+        topic_id,
+    })
+    .map_err(std::io::Error::other)?;
+    write_atomic(&dir.join(PARTITION_METADATA_FILE), &bytes)
+}
+
+impl Broker {
+    /// Makes the hosted partitions match `image` (see the module docs).
+    /// Every partition is attempted; the first failure is returned.
+    pub fn apply_image(&self, image: &Arc<MetadataImage>) -> Result<(), BrokerError> {
+        let mut applied = self.applied.lock().unwrap_or_else(|p| p.into_inner());
+        if image.offset < applied.offset {
+            return Ok(());
+        }
+        let me = self.config.node_id;
+        let now = now_ms();
+
+        for (name, old) in &applied.topics {
+            let same = image
+                .topic(name)
+                .is_some_and(|t| t.topic_id == old.topic_id);
+            if !same {
+                info!(topic = %name, topic_id = %old.topic_id, "topic deleted; removing its partitions");
+                self.replicas.remove_topic(old);
+            }
+        }
+
+        let mut first_error = None;
+        for topic in image.topics.values() {
+            for index in 0..topic.partitions {
+                let Some(state) = topic.partition(index) else {
+                    continue;
+                };
+                let hosted = self.replicas.get(&topic.name, index);
+                if !state.is_replica(me) {
+                    if let Some(partition) = hosted {
+                        if partition.is_leader() {
+                            info!(partition = %partition.name(), "no longer a replica; stopped serving");
+                        }
+                        partition.set_leadership(Leadership {
+                            is_leader: false,
+                            leader_epoch: state.leader_epoch,
+                        });
+                    }
+                    continue;
+                }
+                let leadership = Leadership {
+                    is_leader: state.leader == me,
+                    leader_epoch: state.leader_epoch,
+                };
+                if let Some(partition) = hosted {
+                    let before = partition.set_leadership(leadership);
+                    if before != leadership {
+                        info!(
+                            partition = %partition.name(),
+                            leader = state.leader,
+                            leader_epoch = state.leader_epoch,
+                            serving = leadership.is_leader,
+                            "leadership changed"
+                        );
+                    }
+                    continue;
+                }
+                let dir = partition_dir(&self.config.data_dir, &topic.name, index);
+                if let Some(recorded) = recorded_topic_id(&dir) {
+                    if recorded != topic.topic_id {
+                        warn!(dir = %dir.display(), %recorded, current = %topic.topic_id,
+                            "removing the directory of an earlier topic with the same name");
+                        if let Err(e) = std::fs::remove_dir_all(&dir) {
+                            warn!(dir = %dir.display(), error = %e, "cannot remove stale partition directory");
+                        }
+                    }
+                }
+                match self
+                    .replicas
+                    .ensure_partition(topic, index, leadership, now)
+                {
+                    Ok(_) => {
+                        if recorded_topic_id(&dir) != Some(topic.topic_id) {
+                            if let Err(e) = record_topic_id(&dir, topic.topic_id) {
+                                warn!(dir = %dir.display(), error = %e, "cannot record the topic id of a partition");
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        warn!(partition = %format!("{}-{index}", topic.name), error = %e, "cannot open partition; will retry");
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        *applied = Arc::clone(image);
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::metadata::{
+        BrokerInfo, LocalMetadataStore, PartitionInfo, TopicMetadata, NO_LEADER,
+    };
+    use crate::producer_ids::LocalProducerIdBlockSource;
+    use crate::BrokerConfig;
+    use kafka_protocol::error::ResponseError;
+
+    fn broker(dir: &Path) -> Broker {
+        let config = BrokerConfig {
+            data_dir: dir.to_path_buf(),
+            ..BrokerConfig::default()
+        };
+        let me = crate::local_broker_info(&config);
+        let store = LocalMetadataStore::open(dir.join("topics.json"), me).unwrap();
+        let ids = LocalProducerIdBlockSource::open(dir.join("ids.json")).unwrap();
+        Broker::open_with(config, Arc::new(store), Box::new(ids)).unwrap()
+    }
+
+    fn image(offset: u64, topic_id: Uuid, states: Vec<PartitionInfo>) -> Arc<MetadataImage> {
+        let brokers = (1..=2)
+            .map(|id| BrokerInfo {
+                node_id: id,
+                host: "127.0.0.1".into(),
+                port: 9092,
+                rack: None,
+                fenced: false,
+            })
+            .collect();
+        let topic = TopicMetadata {
+            name: "t".into(),
+            topic_id,
+            partitions: i32::try_from(states.len()).unwrap(),
+            replication_factor: 1,
+            configs: Default::default(),
+            partition_states: states,
+        };
+        Arc::new(MetadataImage::from_parts(
+            offset,
+            "c".into(),
+            1,
+            brokers,
+            [topic],
+        ))
+    }
+
+    fn state(replica: i32, leader: i32, leader_epoch: i32) -> PartitionInfo {
+        PartitionInfo {
+            leader,
+            leader_epoch,
+            replicas: vec![replica],
+            isr: vec![replica],
+        }
+    }
+
+    #[test]
+    fn leadership_follows_images_and_stale_images_are_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = broker(dir.path());
+        let a = Uuid::from_u128(1);
+        broker
+            .apply_image(&image(1, a, vec![state(1, 1, 0), state(2, 2, 0)]))
+            .unwrap();
+        let p0 = broker.leader_partition("t", 0).unwrap();
+        assert_eq!(p0.leader_epoch(), 0);
+        assert!(
+            broker.replicas.get("t", 1).is_none(),
+            "not a replica of t-1"
+        );
+        assert_eq!(
+            recorded_topic_id(&partition_dir(dir.path(), "t", 0)),
+            Some(a)
+        );
+
+        // Fenced: no leader; the log stays open but is not served.
+        broker
+            .apply_image(&image(2, a, vec![state(1, NO_LEADER, 1), state(2, 2, 0)]))
+            .unwrap();
+        assert_eq!(
+            broker.leader_partition("t", 0).err(),
+            Some(ResponseError::NotLeaderOrFollower)
+        );
+        // A late, older image changes nothing.
+        broker
+            .apply_image(&image(1, a, vec![state(1, 1, 0), state(2, 2, 0)]))
+            .unwrap();
+        assert!(broker.leader_partition("t", 0).is_err());
+        // Back, at a newer epoch.
+        broker
+            .apply_image(&image(3, a, vec![state(1, 1, 2), state(2, 2, 0)]))
+            .unwrap();
+        assert_eq!(broker.leader_partition("t", 0).unwrap().leader_epoch(), 2);
+
+        // Deleted and re-created under the same name: a fresh partition.
+        let b = Uuid::from_u128(2);
+        broker
+            .apply_image(&image(4, b, vec![state(1, 1, 0)]))
+            .unwrap();
+        let fresh = broker.leader_partition("t", 0).unwrap();
+        assert!(!Arc::ptr_eq(&fresh, &p0));
+        assert_eq!(
+            recorded_topic_id(&partition_dir(dir.path(), "t", 0)),
+            Some(b)
+        );
+    }
+
+    #[test]
+    fn a_directory_of_an_earlier_topic_is_not_adopted() {
+        let dir = tempfile::tempdir().unwrap();
+        let stale = partition_dir(dir.path(), "t", 0);
+        std::fs::create_dir_all(&stale).unwrap();
+        record_topic_id(&stale, Uuid::from_u128(9)).unwrap();
+        std::fs::write(stale.join("junk"), b"old data").unwrap();
+        let broker = broker(dir.path());
+        broker
+            .apply_image(&image(1, Uuid::from_u128(1), vec![state(1, 1, 0)]))
+            .unwrap();
+        assert!(!stale.join("junk").exists(), "stale directory was adopted");
+        assert_eq!(recorded_topic_id(&stale), Some(Uuid::from_u128(1)));
+    }
+
+    #[test]
+    fn topic_id_marker_roundtrip() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(recorded_topic_id(dir.path()), None);
+        let id = Uuid::new_v4();
+        record_topic_id(dir.path(), id).unwrap();
+        assert_eq!(recorded_topic_id(dir.path()), Some(id));
+        std::fs::write(dir.path().join(PARTITION_METADATA_FILE), b"junk").unwrap();
+        assert_eq!(recorded_topic_id(dir.path()), None);
+    }
+}

@@ -1,0 +1,844 @@
+//! Three-node clusters of real `samsa server` processes, each node both a
+//! controller and a broker: Kafka clients through any node, controller
+//! failover under SIGKILL, producer-id uniqueness across failovers, broker
+//! fencing, quorum loss, bad configuration, and `samsa dev --nodes 3` with
+//! `samsa cluster status`.
+//!
+//! Each test starts its own cluster (free ports, temporary directories) and
+//! kills every process when it ends, also on failure. Waits are polls with
+//! deadlines. The settings shorten the broker session to 3 s (the issue's
+//! 9 s default is not what is under test) to keep the suite fast.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::MetadataResponse;
+use rdkafka::producer::Producer;
+use samsa_tests::cluster::{median_and_max, run_to_exit, SamsaCluster};
+use samsa_tests::node::samsa_bin;
+use samsa_tests::rdk::{
+    acked_count, checking_producer, consume_to_end, idempotent_producer_config, send_checked,
+};
+use samsa_tests::{unique_topic, wait_until, BatchBuilder, EosChecker, KafkaClient};
+
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+const LEADER_NOT_AVAILABLE: i16 = 5;
+const REQUEST_TIMED_OUT: i16 = 7;
+const TOPIC_ALREADY_EXISTS: i16 = 36;
+const ACKS_ALL: i16 = -1;
+
+/// `(leader, leader_epoch, error_code)` per partition of `topic`, as node
+/// `client` reports it; `None` if the topic is unknown there.
+fn leaders(client: &mut KafkaClient, topic: &str) -> Option<Vec<(i32, i32, i16)>> {
+    let md = client.metadata(Some(&[topic])).ok()?;
+    let t = md
+        .topics
+        .into_iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))?;
+    if t.error_code != 0 {
+        return None;
+    }
+    let mut parts: Vec<_> = t
+        .partitions
+        .iter()
+        .map(|p| {
+            (
+                p.partition_index,
+                (p.leader_id.0, p.leader_epoch, p.error_code),
+            )
+        })
+        .collect();
+    parts.sort_by_key(|(i, _)| *i);
+    Some(parts.into_iter().map(|(_, v)| v).collect())
+}
+
+fn broker_ids(md: &MetadataResponse) -> BTreeSet<i32> {
+    md.brokers.iter().map(|b| b.node_id.0).collect()
+}
+
+/// Asks node `id` for Metadata; `None` if it cannot be reached.
+fn metadata_of(cluster: &SamsaCluster, id: i32) -> Option<MetadataResponse> {
+    KafkaClient::connect(cluster.node(id).addr())
+        .ok()?
+        .metadata(None)
+        .ok()
+}
+
+fn one_record(value: &str) -> bytes::Bytes {
+    BatchBuilder::new().values([value]).build()
+}
+
+/// Topics, clients through any node, NOT_LEADER_OR_FOLLOWER, librdkafka
+/// producing through one node and consuming through another.
+#[test]
+fn librdkafka_works_through_any_node() {
+    let cluster = SamsaCluster::start(3, &[]);
+    let topic = unique_topic("any-node");
+    cluster.client(2).create_topic(&topic, 3).unwrap();
+
+    // Every node reports all three brokers and the same leaders, spread over them.
+    let mut seen = Vec::new();
+    for id in cluster.ids() {
+        let mut c = cluster.client(id);
+        let found = wait_until(
+            &format!("node {id} to see {topic} with leaders"),
+            Duration::from_secs(10),
+            || {
+                leaders(&mut c, &topic)
+                    .filter(|l| l.iter().all(|(leader, _, e)| *leader > 0 && *e == 0))
+            },
+        );
+        let md = c.metadata(Some(&[])).unwrap();
+        assert_eq!(
+            broker_ids(&md),
+            BTreeSet::from([1, 2, 3]),
+            "brokers seen by node {id}"
+        );
+        assert!(md.controller_id.0 > 0, "controller id from node {id}");
+        seen.push(found);
+    }
+    assert!(
+        seen.windows(2).all(|w| w[0] == w[1]),
+        "nodes disagree: {seen:?}"
+    );
+    let leader_of: Vec<i32> = seen[0].iter().map(|(l, _, _)| *l).collect();
+    assert_eq!(
+        leader_of.iter().collect::<BTreeSet<_>>().len(),
+        3,
+        "3 partitions over 3 brokers should have 3 different leaders: {leader_of:?}"
+    );
+
+    // A broker that does not lead a partition refuses it with Kafka's code.
+    for (partition, leader) in leader_of.iter().enumerate() {
+        let partition = i32::try_from(partition).unwrap();
+        let other = cluster.ids().into_iter().find(|id| id != leader).unwrap();
+        let mut c = cluster.client(other);
+        let r = c
+            .produce(&topic, partition, one_record("x"), ACKS_ALL)
+            .unwrap();
+        assert_eq!(
+            r.error_code, NOT_LEADER_OR_FOLLOWER,
+            "produce to {partition} on node {other}"
+        );
+        let f = c.fetch(&topic, partition, 0, 0, 1).unwrap();
+        assert_eq!(
+            f.error_code, NOT_LEADER_OR_FOLLOWER,
+            "fetch {partition} on node {other}"
+        );
+        let l = c.list_offsets(&topic, partition, -1).unwrap();
+        assert_eq!(
+            l.error_code, NOT_LEADER_OR_FOLLOWER,
+            "list offsets {partition} on node {other}"
+        );
+        let mut lc = cluster.client(*leader);
+        let r = lc
+            .produce(&topic, partition, one_record("y"), ACKS_ALL)
+            .unwrap();
+        assert_eq!(
+            r.error_code, 0,
+            "produce to {partition} on its leader {leader}"
+        );
+    }
+
+    // librdkafka: produce bootstrapped at node 2 only, consume at node 3 only.
+    let checker = EosChecker::shared();
+    let producer = checking_producer(
+        &idempotent_producer_config(&cluster.node(2).bootstrap()),
+        checker.clone(),
+    );
+    const RECORDS: u64 = 3_000;
+    for i in 0..RECORDS {
+        send_checked(&producer, "p", &topic, None, format!("r{i:05}").as_bytes()).unwrap();
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+    let producer = Arc::new(producer);
+    assert_eq!(acked_count(&producer), RECORDS);
+    let mut values = BTreeSet::new();
+    consume_to_end(
+        &cluster.node(3).bootstrap(),
+        &topic,
+        3,
+        Duration::from_secs(60),
+        |_, _, v| {
+            values.insert(String::from_utf8_lossy(v).into_owned());
+        },
+    )
+    .unwrap();
+    let produced: BTreeSet<String> = (0..RECORDS).map(|i| format!("r{i:05}")).collect();
+    assert!(
+        produced.is_subset(&values),
+        "consumed {} of {RECORDS} records",
+        produced.intersection(&values).count()
+    );
+
+    // Partitions added and a topic deleted through different nodes.
+    {
+        use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+        use kafka_protocol::messages::CreatePartitionsRequest;
+        let req = CreatePartitionsRequest::default()
+            .with_topics(vec![CreatePartitionsTopic::default()
+                .with_name(samsa_tests::client::topic_name(&topic))
+                .with_count(4)])
+            .with_timeout_ms(30_000);
+        let resp = cluster.client(1).call(&req).unwrap();
+        assert_eq!(
+            resp.results[0].error_code, 0,
+            "{:?}",
+            resp.results[0].error_message
+        );
+        let mut c2 = cluster.client(2);
+        wait_until(
+            "node 2 to see 4 partitions with leaders",
+            Duration::from_secs(10),
+            || {
+                leaders(&mut c2, &topic)
+                    .filter(|l| l.len() == 4 && l.iter().all(|(l, _, _)| *l > 0))
+            },
+        );
+    }
+    let mut c3 = cluster.client(3);
+    assert_eq!(c3.delete_topic(&topic).unwrap(), 0);
+    for id in cluster.ids() {
+        let mut c = cluster.client(id);
+        wait_until(
+            &format!("node {id} to forget {topic}"),
+            Duration::from_secs(10),
+            || {
+                c.partition_count(&topic)
+                    .ok()
+                    .flatten()
+                    .is_none()
+                    .then_some(())
+            },
+        );
+        let leftover: Vec<_> = std::fs::read_dir(cluster.node(id).data_dir())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&topic))
+            .map(|e| e.file_name())
+            .collect();
+        assert!(leftover.is_empty(), "node {id} kept {leftover:?}");
+    }
+}
+
+/// SIGKILLs the controller leader repeatedly while topics are being created.
+#[test]
+fn controller_leader_kills_lose_no_topic_and_killed_nodes_catch_up() {
+    const KILLS: usize = 5;
+    let mut cluster = SamsaCluster::start(3, &["metadata_snapshot_interval_entries=16"]);
+    let addrs: BTreeMap<i32, std::net::SocketAddr> = cluster
+        .ids()
+        .into_iter()
+        .map(|id| (id, cluster.node(id).addr()))
+        .collect();
+    let created: Arc<Mutex<Vec<String>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let creator = {
+        let created = created.clone();
+        let stop = stop.clone();
+        let prefix = unique_topic("kill");
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            let mut attempt = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let name = format!("{prefix}-{n}");
+                // Any live node: the one that answered last, else the next.
+                let ids: Vec<i32> = addrs.keys().copied().collect();
+                let id = ids[attempt % ids.len()];
+                let outcome = KafkaClient::connect(addrs[&id])
+                    .and_then(|mut c| c.create_topic_result(&name, 1));
+                match outcome {
+                    Ok(r) if r.error_code == 0 || r.error_code == TOPIC_ALREADY_EXISTS => {
+                        created.lock().unwrap().push(name);
+                        n += 1;
+                    }
+                    // Timed out (maybe committed anyway): retry the same name.
+                    Ok(_) | Err(_) => {
+                        attempt += 1;
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            }
+        })
+    };
+
+    let mut failovers = Vec::new();
+    let mut first_create = Vec::new();
+    for round in 1..=KILLS {
+        let leader = cluster.wait_leader(Duration::from_secs(20));
+        let before = created.lock().unwrap().len();
+        wait_until("topics being created", Duration::from_secs(20), || {
+            (created.lock().unwrap().len() >= before + 3).then_some(())
+        });
+        let count_at_kill = created.lock().unwrap().len();
+        let killed_at = Instant::now();
+        cluster.sigkill(leader);
+        let new_leader = wait_until(
+            &format!("a new controller leader after killing {leader}"),
+            Duration::from_secs(15),
+            || cluster.self_declared_leader().filter(|l| *l != leader),
+        );
+        let failover = killed_at.elapsed();
+        wait_until(
+            "a topic created after the kill",
+            Duration::from_secs(20),
+            || (created.lock().unwrap().len() > count_at_kill).then_some(()),
+        );
+        let writes_back = killed_at.elapsed();
+        println!(
+            "round {round}: killed leader {leader}; node {new_leader} took over after {failover:?}; \
+             topic creation worked again after {writes_back:?}"
+        );
+        failovers.push(failover);
+        first_create.push(writes_back);
+
+        // The killed node rejoins and catches up with the leader's log.
+        cluster.restart(leader);
+        wait_until(
+            &format!("node {leader} to catch up with the metadata log"),
+            Duration::from_secs(20),
+            || {
+                let offsets = cluster.metadata_offsets();
+                let target = *offsets.values().max()?;
+                (offsets.len() == 3 && offsets.get(&leader) == Some(&target)).then_some(())
+            },
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    creator.join().unwrap();
+
+    let created = created.lock().unwrap().clone();
+    assert!(
+        created.len() >= KILLS * 3,
+        "only {} topics created",
+        created.len()
+    );
+    // No created topic is lost, on any node (each node's image).
+    for id in cluster.ids() {
+        let names = wait_until(
+            &format!("node {id} to list all topics"),
+            Duration::from_secs(20),
+            || {
+                let md = metadata_of(&cluster, id)?;
+                let names: HashSet<String> = md
+                    .topics
+                    .iter()
+                    .filter_map(|t| t.name.as_ref().map(|n| n.0.as_str().to_owned()))
+                    .collect();
+                created.iter().all(|t| names.contains(t)).then_some(names)
+            },
+        );
+        assert!(created.iter().all(|t| names.contains(t)));
+    }
+    let (median, worst) = median_and_max(&failovers);
+    let (median_w, worst_w) = median_and_max(&first_create);
+    println!(
+        "controller failover over {KILLS} SIGKILLs of the leader: median {median:?}, worst {worst:?} \
+         (until a survivor declares itself leader); first successful CreateTopics after the kill: \
+         median {median_w:?}, worst {worst_w:?}; {} topics created, none lost",
+        created.len()
+    );
+    assert!(worst < Duration::from_secs(10), "failover took {worst:?}");
+}
+
+/// Producer ids handed out by all brokers while the controller leader is
+/// killed: every id is unique, over at least 20 blocks.
+#[test]
+fn producer_ids_stay_unique_across_controller_failovers() {
+    const BLOCK: i64 = 10;
+    const MIN_BLOCKS: usize = 30;
+    let mut cluster = SamsaCluster::start(3, &[&format!("producer_id_block_size={BLOCK}")]);
+    let ids: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = cluster
+        .ids()
+        .into_iter()
+        .map(|id| {
+            let addr = cluster.node(id).addr();
+            let ids = ids.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut client: Option<KafkaClient> = None;
+                while !stop.load(Ordering::Relaxed) {
+                    let c = match client.as_mut() {
+                        Some(c) => c,
+                        None => match KafkaClient::connect(addr) {
+                            Ok(c) => client.insert(c),
+                            Err(_) => {
+                                std::thread::sleep(Duration::from_millis(50));
+                                continue;
+                            }
+                        },
+                    };
+                    match c.init_producer_id() {
+                        Ok(r) => ids.lock().unwrap().push(r.producer_id.0),
+                        // Killed node or no block right now: reconnect / retry.
+                        Err(_) => client = None,
+                    }
+                }
+            })
+        })
+        .collect();
+    let blocks = |ids: &[i64]| {
+        ids.iter()
+            .map(|id| id / BLOCK)
+            .collect::<HashSet<_>>()
+            .len()
+    };
+    let mut kills = 0;
+    while kills < 3 || blocks(&ids.lock().unwrap()) < MIN_BLOCKS {
+        assert!(kills < 10, "too few blocks after {kills} kills");
+        let leader = cluster.wait_leader(Duration::from_secs(20));
+        let before = ids.lock().unwrap().len();
+        wait_until(
+            "producer ids being handed out",
+            Duration::from_secs(20),
+            || (ids.lock().unwrap().len() > before + 2 * BLOCK as usize).then_some(()),
+        );
+        cluster.sigkill(leader);
+        kills += 1;
+        let after_kill = ids.lock().unwrap().len();
+        wait_until(
+            "producer ids after the kill",
+            Duration::from_secs(30),
+            || (ids.lock().unwrap().len() > after_kill + 2 * BLOCK as usize).then_some(()),
+        );
+        cluster.restart(leader);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let ids = ids.lock().unwrap().clone();
+    let unique: HashSet<i64> = ids.iter().copied().collect();
+    println!(
+        "{} producer ids from {} blocks over {kills} controller-leader kills, all unique: {}",
+        ids.len(),
+        blocks(&ids),
+        unique.len() == ids.len()
+    );
+    assert!(blocks(&ids) >= 20, "only {} blocks", blocks(&ids));
+    assert_eq!(
+        unique.len(),
+        ids.len(),
+        "a producer id was handed out twice"
+    );
+}
+
+/// A SIGKILLed broker is fenced after the session timeout, its single-replica
+/// partitions become unavailable, and it leads them again when it returns.
+#[test]
+fn killed_broker_is_fenced_and_unfenced_when_it_returns() {
+    let session = Duration::from_millis(3_000);
+    let heartbeat = Duration::from_millis(500);
+    let mut cluster = SamsaCluster::start(3, &[]);
+    let topic = unique_topic("fence");
+    cluster.client(1).create_topic(&topic, 6).unwrap();
+    let mut observer_client = cluster.client(1);
+    let initial = wait_until(
+        "leaders of every partition",
+        Duration::from_secs(10),
+        || {
+            leaders(&mut observer_client, &topic)
+                .filter(|l| l.iter().all(|(leader, _, _)| *leader > 0))
+        },
+    );
+    // One acknowledged record in every partition, through its leader.
+    for (partition, (leader, _, _)) in initial.iter().enumerate() {
+        let partition = i32::try_from(partition).unwrap();
+        let r = cluster
+            .client(*leader)
+            .produce(&topic, partition, one_record("before"), ACKS_ALL)
+            .unwrap();
+        assert_eq!(r.error_code, 0);
+    }
+    // The victim: a broker that leads partitions but is not the controller
+    // leader, so this test sees broker fencing, not controller failover.
+    let controller = cluster.wait_leader(Duration::from_secs(20));
+    let victim = initial
+        .iter()
+        .map(|(l, _, _)| *l)
+        .find(|l| *l != controller)
+        .expect("a partition led by a non-controller broker");
+    let observer = cluster.ids().into_iter().find(|id| *id != victim).unwrap();
+    let victims: Vec<usize> = initial
+        .iter()
+        .enumerate()
+        .filter(|(_, (l, _, _))| *l == victim)
+        .map(|(i, _)| i)
+        .collect();
+
+    let killed_at = Instant::now();
+    cluster.sigkill(victim);
+    let mut c = cluster.client(observer);
+    let fenced = wait_until(
+        &format!("broker {victim} to be fenced"),
+        session + Duration::from_secs(15),
+        || {
+            let md = c.metadata(Some(&[])).ok()?;
+            let gone = !broker_ids(&md).contains(&victim);
+            let state = leaders(&mut c, &topic)?;
+            let unavailable = victims
+                .iter()
+                .all(|p| state[*p].0 == -1 && state[*p].2 == LEADER_NOT_AVAILABLE);
+            (gone && unavailable).then_some(killed_at.elapsed())
+        },
+    );
+    println!("broker {victim} fenced {fenced:?} after SIGKILL (session timeout {session:?})");
+    assert!(
+        fenced >= session.saturating_sub(heartbeat + Duration::from_millis(300)),
+        "fenced after only {fenced:?}, before the session timeout"
+    );
+    // Other partitions keep their leaders; produce to the orphans is refused.
+    let during = leaders(&mut c, &topic).unwrap();
+    for (p, (leader, _, _)) in during.iter().enumerate() {
+        if !victims.contains(&p) {
+            assert_eq!(
+                *leader, initial[p].0,
+                "partition {p} moved although its leader lives"
+            );
+        }
+    }
+    let r = c
+        .produce(
+            &topic,
+            i32::try_from(victims[0]).unwrap(),
+            one_record("x"),
+            ACKS_ALL,
+        )
+        .unwrap();
+    assert_eq!(r.error_code, NOT_LEADER_OR_FOLLOWER);
+
+    // Back: unfenced, leads its partitions again at a newer epoch, data intact.
+    cluster.restart(victim);
+    let back = wait_until(
+        &format!("broker {victim} to lead again"),
+        Duration::from_secs(20),
+        || {
+            let md = c.metadata(Some(&[])).ok()?;
+            let state = leaders(&mut c, &topic)?;
+            (broker_ids(&md).contains(&victim) && victims.iter().all(|p| state[*p].0 == victim))
+                .then_some(state)
+        },
+    );
+    let mut vc = cluster.client(victim);
+    for p in &victims {
+        assert!(
+            back[*p].1 > initial[*p].1,
+            "leader epoch of {p} did not grow: {:?}",
+            back[*p]
+        );
+        let partition = i32::try_from(*p).unwrap();
+        let r = vc
+            .produce(&topic, partition, one_record("after"), ACKS_ALL)
+            .unwrap();
+        assert_eq!(r.error_code, 0, "produce to {partition} after the return");
+        assert_eq!(r.base_offset, 1, "the record from before the kill is kept");
+        let values: Vec<String> = vc
+            .fetch_all(&topic, partition, 0)
+            .unwrap()
+            .into_iter()
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+            .collect();
+        assert_eq!(values, ["before", "after"]);
+    }
+}
+
+/// Two of three controllers down: the survivor keeps serving what it leads,
+/// metadata changes fail with a retriable error, and all recovers.
+#[test]
+fn quorum_loss_keeps_leaderships_and_fails_metadata_changes_retriably() {
+    let mut cluster = SamsaCluster::start(3, &[]);
+    let topic = unique_topic("quorum");
+    cluster.client(1).create_topic(&topic, 3).unwrap();
+    let mut c = cluster.client(1);
+    let state = wait_until("leaders", Duration::from_secs(10), || {
+        leaders(&mut c, &topic).filter(|l| l.iter().all(|(leader, _, _)| *leader > 0))
+    });
+    let survivor = 1;
+    let own = i32::try_from(state.iter().position(|(l, _, _)| *l == survivor).unwrap()).unwrap();
+    cluster.sigkill(2);
+    cluster.sigkill(3);
+
+    // The survivor keeps its leadership.
+    let mut s = cluster.client(survivor);
+    let r = s
+        .produce(&topic, own, one_record("during"), ACKS_ALL)
+        .unwrap();
+    assert_eq!(
+        r.error_code, 0,
+        "produce on the survivor during quorum loss"
+    );
+    assert_eq!(s.fetch_all(&topic, own, 0).unwrap().len(), 1);
+
+    // A metadata change fails within the request timeout, retriably.
+    let started = Instant::now();
+    let r = s
+        .create_topic_result(&unique_topic("no-quorum"), 1)
+        .unwrap();
+    let took = started.elapsed();
+    let message = r
+        .error_message
+        .as_ref()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_default();
+    println!(
+        "CreateTopics without quorum: error {} after {took:?}: {message}",
+        r.error_code
+    );
+    assert_eq!(r.error_code, REQUEST_TIMED_OUT, "{message}");
+    assert!(message.contains("controller"), "unclear message: {message}");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+
+    // One controller back: quorum again, changes work, the dead node is fenced.
+    cluster.restart(2);
+    let name = unique_topic("quorum-back");
+    wait_until(
+        "CreateTopics to work again",
+        Duration::from_secs(30),
+        || {
+            let r = KafkaClient::connect(cluster.node(survivor).addr())
+                .ok()?
+                .create_topic_result(&name, 1)
+                .ok()?;
+            (r.error_code == 0 || r.error_code == TOPIC_ALREADY_EXISTS).then_some(())
+        },
+    );
+    wait_until("node 3 to be fenced", Duration::from_secs(20), || {
+        let md = metadata_of(&cluster, survivor)?;
+        (!broker_ids(&md).contains(&3)).then_some(())
+    });
+    cluster.restart(3);
+    let md = metadata_of(&cluster, 3).unwrap();
+    assert_eq!(broker_ids(&md), BTreeSet::from([1, 2, 3]));
+    assert!(md
+        .topics
+        .iter()
+        .any(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == name)));
+}
+
+fn assert_fails_with(output: &(std::process::ExitStatus, String), needle: &str) {
+    let (status, text) = output;
+    assert!(
+        !status.success(),
+        "expected a failure, got success:\n{text}"
+    );
+    assert!(
+        text.contains(needle),
+        "expected the error to mention {needle:?}:\n{text}"
+    );
+    assert!(
+        !text.contains("panicked"),
+        "a panic instead of an error:\n{text}"
+    );
+}
+
+/// Bad configurations end the process with a clear error, never a panic or
+/// a silent hang.
+#[test]
+fn bad_cluster_configuration_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = || samsa_tests::node::free_port();
+    let (p1, p2, p3) = (port(), port(), port());
+    let voters = format!("1@127.0.0.1:{p1},2@127.0.0.1:{p2},3@127.0.0.1:{p3}");
+    let server = |node: i32, controller: u16, voters: &str, extra: &[&str]| -> Vec<String> {
+        let data = dir.path().join(format!("n{node}-{controller}"));
+        let mut args: Vec<String> = vec![
+            "server".into(),
+            "--node-id".into(),
+            node.to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{}", port()),
+            "--data-dir".into(),
+            data.display().to_string(),
+            "--set".into(),
+            format!("controller_quorum_voters={voters}"),
+            "--set".into(),
+            format!("controller_listen=127.0.0.1:{controller}"),
+        ];
+        for e in extra {
+            args.push("--set".into());
+            args.push((*e).into());
+        }
+        args
+    };
+    let bin = samsa_bin();
+    let quick = Duration::from_secs(20);
+
+    // The node is not in the voter list.
+    let out = run_to_exit(&bin, &server(4, p1, &voters, &[]), quick);
+    assert_fails_with(&out, "not in controller_quorum_voters");
+    // A node id twice in the voter list.
+    let dup = format!("1@127.0.0.1:{p1},1@127.0.0.1:{p2}");
+    let out = run_to_exit(&bin, &server(1, p1, &dup, &[]), quick);
+    assert_fails_with(&out, "appears twice");
+    // The quorum cannot form (the other voters never start): a bounded wait.
+    let started = Instant::now();
+    let out = run_to_exit(
+        &bin,
+        &server(1, p1, &voters, &["controller_startup_timeout_ms=3000"]),
+        Duration::from_secs(30),
+    );
+    assert_fails_with(&out, "could not register with the controller quorum");
+    assert_fails_with(&out, "at least 2 of the 3 voters");
+    println!("unreachable quorum reported after {:?}", started.elapsed());
+
+    // A running cluster, then a second process with node id 2.
+    let mut cluster = SamsaCluster::start(3, &[]);
+    let node2 = cluster.node(2).controller_port;
+    let out = run_to_exit(&bin, &server(2, node2, cluster.voters(), &[]), quick);
+    assert_fails_with(&out, "configured twice");
+    // The cluster is unharmed.
+    cluster.wait_leader(Duration::from_secs(10));
+    cluster
+        .client(1)
+        .create_topic(&unique_topic("still-fine"), 1)
+        .unwrap();
+
+    // Another cluster's data: a configured cluster id that is not this data's.
+    cluster.sigkill(3);
+    let mut args = cluster.server_args(3);
+    args.extend(["--set".into(), "cluster_id=some-other-cluster".into()]);
+    let out = run_to_exit(&bin, &args, quick);
+    assert_fails_with(&out, "another cluster");
+    // Cluster data started as a single node, and single-node data in a cluster.
+    let single = vec![
+        "server".to_string(),
+        "--listen".into(),
+        format!("127.0.0.1:{}", port()),
+        "--data-dir".into(),
+        cluster.node(3).data_dir().display().to_string(),
+    ];
+    let out = run_to_exit(&bin, &single, quick);
+    assert_fails_with(&out, "belongs to a cluster node");
+    let mut single_node = samsa_tests::SamsaNode::start();
+    let single_data = single_node.data_dir();
+    single_node.sigterm_and_wait();
+    let mut args = server(1, p1, &voters, &[]);
+    let at = args.iter().position(|a| a == "--data-dir").unwrap();
+    args[at + 1] = single_data.display().to_string();
+    let out = run_to_exit(&bin, &args, quick);
+    assert_fails_with(&out, "single-node data");
+    cluster.restart(3);
+}
+
+/// Six free ports: base, base+100, base+200 for Kafka and controllers.
+fn dev_ports() -> (u16, u16) {
+    for _ in 0..200 {
+        let kafka = rand::random::<u16>() % 20_000 + 20_000;
+        let controller = kafka + 1;
+        let all = [
+            kafka,
+            kafka + 100,
+            kafka + 200,
+            controller,
+            controller + 100,
+            controller + 200,
+        ];
+        if all
+            .iter()
+            .all(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        {
+            return (kafka, controller);
+        }
+    }
+    panic!("no free port range for samsa dev");
+}
+
+/// `samsa dev --nodes 3` brings up a working cluster; `samsa cluster status`
+/// describes it; SIGTERM stops all three nodes cleanly.
+#[test]
+fn dev_three_nodes_and_cluster_status() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let (kafka, controller) = dev_ports();
+    let log = std::fs::File::create(dir.path().join("dev.log")).unwrap();
+    let dev = Command::new(samsa_bin())
+        .args(["dev", "--nodes", "3", "--port", &kafka.to_string()])
+        .args(["--controller-port", &controller.to_string(), "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args(["--set", "broker_session_timeout_ms=3000"])
+        .env("RUST_LOG", "info,openraft=warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log.try_clone().unwrap()))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child, std::path::PathBuf);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                eprintln!("{}", std::fs::read_to_string(&self.1).unwrap_or_default());
+            }
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let log_path = dir.path().join("dev.log");
+    let mut guard = Kill(dev, log_path.clone());
+    let addr = |n: u16| std::net::SocketAddr::from(([127, 0, 0, 1], kafka + 100 * n));
+    for n in 0..3 {
+        wait_until(
+            &format!("dev node {} to list 3 brokers", n + 1),
+            Duration::from_secs(60),
+            || {
+                let mut c =
+                    KafkaClient::connect_with_timeout(addr(n), Duration::from_secs(1)).ok()?;
+                c.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+                c.api_versions().ok()?;
+                let md = c.metadata(Some(&[])).ok()?;
+                (broker_ids(&md) == BTreeSet::from([1, 2, 3])).then_some(())
+            },
+        );
+    }
+    let topic = unique_topic("dev");
+    KafkaClient::connect(addr(2))
+        .unwrap()
+        .create_topic(&topic, 3)
+        .unwrap();
+    let mut c1 = KafkaClient::connect(addr(0)).unwrap();
+    wait_until("node 1 to see the topic", Duration::from_secs(10), || {
+        leaders(&mut c1, &topic).filter(|l| l.len() == 3)
+    });
+
+    let controllers = format!(
+        "127.0.0.1:{controller},127.0.0.1:{},127.0.0.1:{}",
+        controller + 100,
+        controller + 200
+    );
+    let args: Vec<String> = ["cluster", "status", "--controller", &controllers]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let (status, text) = run_to_exit(&samsa_bin(), &args, Duration::from_secs(30));
+    println!("{text}");
+    assert!(status.success(), "cluster status failed:\n{text}");
+    assert!(text.contains("Controller leader:  "), "{text}");
+    assert!(!text.contains("Controller leader:  none"), "{text}");
+    assert_eq!(text.matches(" active").count(), 3, "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.contains(&topic)).count(),
+        3,
+        "{text}"
+    );
+    assert_eq!(text.matches("follower").count(), 2, "{text}");
+
+    // SIGTERM: all nodes stop cleanly.
+    nix_sigterm(guard.0.id());
+    let status = samsa_tests::wait::try_wait_until(Duration::from_secs(30), || {
+        guard.0.try_wait().ok().flatten()
+    })
+    .expect("samsa dev did not stop within 30 s of SIGTERM");
+    assert!(status.success(), "samsa dev exited with {status}");
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    assert!(text.contains("samsa dev cluster stopped cleanly"), "{text}");
+}
+
+fn nix_sigterm(pid: u32) {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    kill(Pid::from_raw(i32::try_from(pid).unwrap()), Signal::SIGTERM).expect("kill(SIGTERM)");
+}
