@@ -10,3 +10,4 @@ mod idempotence;
 mod offsets;
 mod persistence;
 mod rdkafka_eos;
+mod replication;

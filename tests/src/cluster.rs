@@ -296,6 +296,11 @@ impl SamsaCluster {
         self.wait_ready(id);
     }
 
+    /// The process id of node `id`, while it runs.
+    pub fn pid(&self, id: i32) -> Option<u32> {
+        self.node(id).child.as_ref().map(Child::id)
+    }
+
     /// SIGKILLs node `id` and reaps it; returns when the process is gone.
     pub fn sigkill(&mut self, id: i32) {
         if let Some(mut c) = self.node_mut(id).child.take() {

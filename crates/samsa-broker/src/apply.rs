@@ -35,7 +35,7 @@ use uuid::Uuid;
 
 use crate::error::BrokerError;
 use crate::fsutil::write_atomic;
-use crate::metadata::MetadataImage;
+use crate::metadata::{MetadataImage, TopicMetadata};
 use crate::replica::{partition_dir, Leadership};
 use crate::{now_ms, Broker};
 
@@ -63,6 +63,17 @@ fn record_topic_id(dir: &Path, topic_id: Uuid) -> std::io::Result<()> {
     })
     .map_err(std::io::Error::other)?;
     write_atomic(&dir.join(PARTITION_METADATA_FILE), &bytes)
+}
+
+/// `min.insync.replicas` of a topic: its config, else 2 when it has three
+/// or more replicas (so acks=all survives one loss without going below two
+/// copies), else 1.
+fn min_insync_replicas(topic: &TopicMetadata) -> usize {
+    topic
+        .configs
+        .get(samsa_controller::image::MIN_INSYNC_REPLICAS)
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(if topic.replication_factor >= 3 { 2 } else { 1 })
 }
 
 impl Broker {
@@ -109,7 +120,11 @@ impl Broker {
                     is_leader: state.leader == me,
                     leader_epoch: state.leader_epoch,
                 };
+                let min_isr = min_insync_replicas(topic);
                 if let Some(partition) = hosted {
+                    // Replica set first: a new leader must know its ISR
+                    // before it serves its first produce.
+                    partition.set_replica_set(me, topic.topic_id, state, min_isr, now);
                     let before = partition.set_leadership(leadership);
                     if before != leadership {
                         info!(
@@ -132,11 +147,15 @@ impl Broker {
                         }
                     }
                 }
-                match self
-                    .replicas
-                    .ensure_partition(topic, index, leadership, now)
-                {
-                    Ok(_) => {
+                // Opened not serving; it serves only once its replica set is known.
+                let opening = Leadership {
+                    is_leader: false,
+                    leader_epoch: state.leader_epoch,
+                };
+                match self.replicas.ensure_partition(topic, index, opening, now) {
+                    Ok(partition) => {
+                        partition.set_replica_set(me, topic.topic_id, state, min_isr, now);
+                        partition.set_leadership(leadership);
                         if recorded_topic_id(&dir) != Some(topic.topic_id) {
                             if let Err(e) = record_topic_id(&dir, topic.topic_id) {
                                 warn!(dir = %dir.display(), error = %e, "cannot record the topic id of a partition");
@@ -213,6 +232,7 @@ mod tests {
             leader_epoch,
             replicas: vec![replica],
             isr: vec![replica],
+            partition_epoch: 0,
         }
     }
 

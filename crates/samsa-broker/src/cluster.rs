@@ -88,7 +88,11 @@ use crate::metadata::{
     BrokerInfo, MetadataImage, MetadataStore, NewTopic, PartitionInfo, TopicMetadata,
 };
 use crate::producer_ids::{ProducerIdBlock, ProducerIdBlockSource, ProducerIdError};
+use crate::replication::fetcher::spawn_fetchers;
+use crate::replication::isr::isr_loop;
+use crate::replication::service::{ReplicationGrpc, ReplicationHub};
 use crate::{maintenance_loop, server, Broker, BrokerConfig};
+use samsa_proto::replication::replication_service_server::ReplicationServiceServer;
 
 /// Name of the Kafka listener brokers register.
 const LISTENER: &str = "PLAINTEXT";
@@ -408,6 +412,7 @@ pub fn broker_image(
                 leader_epoch: p.leader_epoch,
                 replicas: p.replicas.clone(),
                 isr: p.isr.clone(),
+                partition_epoch: p.partition_epoch,
             })
             .collect(),
     });
@@ -872,7 +877,7 @@ async fn start_controller(
     config: &BrokerConfig,
     settings: &ClusterSettings,
     cluster_id: Option<String>,
-) -> Result<ControllerNode, BrokerError> {
+) -> Result<(ControllerNode, tonic::service::Routes), BrokerError> {
     let node = NodeId::try_from(config.node_id)
         .map_err(|_| config_error(format!("node_id {} is negative", config.node_id)))?;
     let mut cc = ControllerConfig::new(node, settings.voters.clone(), &config.data_dir);
@@ -897,9 +902,49 @@ async fn start_controller(
     cc.tick_interval = (settings.session_timeout / 6)
         .clamp(Duration::from_millis(100), Duration::from_millis(500));
     cc.write_timeout = settings.request_timeout;
-    ControllerNode::start(cc)
+    // Embedded: this process serves one gRPC port for the controller and
+    // for replication between brokers.
+    ControllerNode::start_embedded(cc)
         .await
         .map_err(|e| BrokerError::Cluster(format!("cannot start the controller: {e}")))
+}
+
+/// Serves the controller's services and the replication service on this
+/// node's controller address until `stop` turns true.
+async fn serve_grpc(
+    listen: std::net::SocketAddr,
+    routes: tonic::service::Routes,
+    replication: ReplicationGrpc,
+    mut stop: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, BrokerError> {
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
+        BrokerError::Cluster(format!(
+            "cannot bind the controller/replication gRPC address {listen}: {e}"
+        ))
+    })?;
+    let routes = routes.add_service(
+        ReplicationServiceServer::new(replication)
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024),
+    );
+    info!(%listen, "gRPC listening (controller, replication)");
+    Ok(tokio::spawn(
+        async move {
+            let served = tonic::transport::Server::builder()
+                .add_routes(routes)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async move {
+                        let _ = stop.wait_for(|stopped| *stopped).await;
+                    },
+                )
+                .await;
+            if let Err(e) = served {
+                error!(error = %e, "gRPC server failed");
+            }
+        }
+        .in_current_span(),
+    ))
 }
 
 /// Runs a cluster node (controller + broker) until `shutdown` resolves or a
@@ -932,16 +977,43 @@ async fn run_node(
     probe_duplicate(&settings).await?;
     let listener = server::bind(config.listen).await?;
     let cluster_id = config.cluster_id.clone().or(identity.cluster_id.clone());
-    let controller = start_controller(&config, &settings, cluster_id).await?;
+    let (controller, routes) = start_controller(&config, &settings, cluster_id).await?;
+    let replication = ReplicationGrpc::new();
+    let (grpc_stop_tx, grpc_stop_rx) = watch::channel(false);
+    let grpc = match serve_grpc(
+        config.controller_listen,
+        routes,
+        replication.clone(),
+        grpc_stop_rx,
+    )
+    .await
+    {
+        Ok(grpc) => grpc,
+        Err(e) => {
+            let _ = controller.shutdown().await;
+            return Err(e);
+        }
+    };
     info!(
         voters = %settings.voters_text(),
         controller_listen = %config.controller_listen,
         "controller started"
     );
-    let result = serve(config, settings, identity, &controller, listener, shutdown).await;
+    let result = serve(
+        config,
+        settings,
+        identity,
+        &controller,
+        replication,
+        listener,
+        shutdown,
+    )
+    .await;
     if let Err(e) = controller.shutdown().await {
         warn!(error = %e, "controller did not stop cleanly");
     }
+    let _ = grpc_stop_tx.send(true);
+    let _ = grpc.await;
     result
 }
 
@@ -950,6 +1022,7 @@ async fn serve(
     settings: ClusterSettings,
     mut identity: DataDirIdentity,
     controller: &ControllerNode,
+    replication: ReplicationGrpc,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), BrokerError> {
@@ -997,6 +1070,7 @@ async fn serve(
         &settings,
     ));
     let epoch = Arc::new(AtomicI64::new(-1));
+    let isr_client = admin_client.clone();
     let ids = ControllerProducerIdBlockSource {
         client: admin_client,
         broker_id: me,
@@ -1018,6 +1092,11 @@ async fn serve(
             .map_err(|e| BrokerError::Cluster(format!("opening the broker failed: {e}")))??
     };
     let broker = Arc::new(broker);
+    let (isr_tx, isr_rx) = tokio::sync::mpsc::unbounded_channel();
+    replication.attach(Arc::new(ReplicationHub {
+        broker: Arc::clone(&broker),
+        isr_proposals: isr_tx,
+    }));
     let (fenced_tx, mut fenced_rx) = watch::channel(true);
     let lifecycle = Arc::new(Lifecycle {
         client: ControllerClient::new(
@@ -1080,6 +1159,29 @@ async fn serve(
             let _ = tokio::task::spawn_blocking(move || closing.replicas.close_all()).await;
             return Ok(());
         }
+    }
+
+    // Replication: follow the leaders of the partitions this broker
+    // follows, and keep the ISRs of those it leads.
+    {
+        let peers: Vec<(i32, String)> = settings
+            .voters
+            .iter()
+            .filter_map(|(id, addr)| Some((i32::try_from(*id).ok()?, addr.clone())))
+            .collect();
+        for fetcher in spawn_fetchers(&broker, &peers, &stop_rx) {
+            tasks.0.push(fetcher);
+        }
+        tasks.spawn(
+            isr_loop(
+                Arc::clone(&broker),
+                isr_client,
+                Arc::clone(&lifecycle.epoch),
+                isr_rx,
+                stop_rx.clone(),
+            )
+            .in_current_span(),
+        );
     }
 
     // Keep hosted partitions in line with every later image.

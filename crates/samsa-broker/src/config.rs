@@ -73,6 +73,15 @@ pub struct BrokerConfig {
     pub metadata_snapshot_interval_entries: u64,
     /// Producer ids per block the controller hands to a broker.
     pub producer_id_block_size: i32,
+    /// `replica.lag.time.max.ms`: a follower that has not caught up with the
+    /// leader's log end for this long leaves the ISR.
+    pub replica_lag_time_max_ms: u64,
+    /// `replica.fetch.wait.max.ms`: how long a leader holds a follower's
+    /// fetch when it has nothing new for it.
+    pub replica_fetch_wait_max_ms: u64,
+    /// `replica.fetch.max.bytes`-like budget of one follower fetch over all
+    /// its partitions (the first batch is always sent whole).
+    pub replica_fetch_max_bytes: u32,
 }
 
 impl Default for BrokerConfig {
@@ -99,6 +108,9 @@ impl Default for BrokerConfig {
             controller_startup_timeout_ms: 300_000,
             metadata_snapshot_interval_entries: 5_000,
             producer_id_block_size: 1_000,
+            replica_lag_time_max_ms: 30_000,
+            replica_fetch_wait_max_ms: 500,
+            replica_fetch_max_bytes: 1024 * 1024,
         }
     }
 }

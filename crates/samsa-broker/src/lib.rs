@@ -4,6 +4,8 @@
 //! - [`dispatch`]: header decoding, the table of supported API versions, routing;
 //! - [`handlers`]: one module per Kafka API family;
 //! - [`replica`]: the partitions this broker hosts (logs, HW watch, group commit);
+//! - [`replication`]: follower fetch loops, the leader's replication service,
+//!   HW over the ISR, ISR changes, the leader-epoch cache;
 //! - [`metadata`]: the broker's metadata image behind the [`metadata::MetadataStore`] boundary;
 //! - `apply`: makes the hosted partitions and their leadership match an image;
 //! - [`producer_ids`]: producer id blocks behind [`producer_ids::ProducerIdBlockSource`];
@@ -24,6 +26,7 @@ pub mod handlers;
 pub mod metadata;
 pub mod producer_ids;
 pub mod replica;
+pub mod replication;
 mod server;
 
 use std::sync::Arc;

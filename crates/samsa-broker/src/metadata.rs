@@ -55,6 +55,8 @@ pub struct PartitionInfo {
     /// Assigned replicas, preferred leader first.
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
+    /// Bumped on every change of the partition; `AlterPartition` compares it.
+    pub partition_epoch: i32,
 }
 
 impl PartitionInfo {
@@ -224,6 +226,7 @@ fn local_image(
                 leader_epoch: 0,
                 replicas: vec![me],
                 isr: vec![me],
+                partition_epoch: 0,
             })
             .collect();
         topic

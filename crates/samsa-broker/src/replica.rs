@@ -9,9 +9,9 @@
 //! only where this broker leads. The metadata applier (`apply`) sets it.
 //!
 //! Invariants kept here:
-//! - a partition with one replica has its high watermark equal to the log end
-//!   offset after every append (replication will replace this with min LEO
-//!   over the ISR);
+//! - the high watermark is the minimum log end offset over the ISR (see
+//!   `replication`); a partition whose ISR is just this leader has it equal
+//!   to the log end offset after every append;
 //! - the high watermark only moves forward, and every move is published on the
 //!   watch so parked fetches wake up;
 //! - an `acks=all` produce under [`FlushPolicy::EveryAck`] is answered only
@@ -30,6 +30,7 @@ use tracing::{info, warn};
 
 use crate::error::BrokerError;
 use crate::metadata::{topic_log_config, TopicMetadata};
+use crate::replication::{LeaderEpochCache, ReplicaState};
 
 /// Why an operation on a partition failed.
 #[derive(Debug, thiserror::Error)]
@@ -95,14 +96,21 @@ pub struct Partition {
     leadership: AtomicU64,
     /// Whether `acks=all` answers wait for an fsync (`FlushPolicy::EveryAck`).
     pub flushes_before_ack: bool,
-    log: Mutex<Option<PartitionLog>>,
-    high_watermark: watch::Sender<i64>,
+    pub(crate) log: Mutex<Option<PartitionLog>>,
+    pub(crate) high_watermark: watch::Sender<i64>,
+    /// The log end offset, for follower fetches waiting on new data.
+    pub(crate) log_end: watch::Sender<i64>,
+    /// Leader/ISR, follower progress and the leader-epoch cache (locked
+    /// after `log`, never before).
+    pub(crate) replication: Mutex<ReplicaState>,
     flush_lock: tokio::sync::Mutex<()>,
 }
 
 impl Partition {
     fn new(topic: String, index: i32, log: PartitionLog, leadership: Leadership) -> Self {
         let hw = log.high_watermark();
+        let leo = log.log_end_offset();
+        let epochs = LeaderEpochCache::open(&log);
         Partition {
             topic,
             index,
@@ -110,6 +118,8 @@ impl Partition {
             flushes_before_ack: log.config().flush == FlushPolicy::EveryAck,
             log: Mutex::new(Some(log)),
             high_watermark: watch::Sender::new(hw),
+            log_end: watch::Sender::new(leo),
+            replication: Mutex::new(ReplicaState::new(epochs)),
             flush_lock: tokio::sync::Mutex::new(()),
         }
     }
@@ -137,7 +147,7 @@ impl Partition {
         Leadership::unpack(self.leadership.swap(leadership.pack(), Ordering::AcqRel))
     }
 
-    fn with_log<T>(
+    pub(crate) fn with_log<T>(
         &self,
         f: impl FnOnce(&mut PartitionLog) -> Result<T, StorageError>,
     ) -> Result<T, PartitionError> {
@@ -148,24 +158,11 @@ impl Partition {
         }
     }
 
-    /// Appends a produce request's records as leader and advances the HW.
+    /// Appends a produce request's records as leader and advances the HW
+    /// as far as the ISR allows (to the LEO when this replica is alone).
     /// Returns the append outcome and the log start offset after it.
     pub fn append(&self, records: &[u8], now_ms: i64) -> Result<(AppendInfo, i64), PartitionError> {
-        let (info, hw, log_start_offset) = self.with_log(|log| {
-            let info = log.append_as_leader(records, self.leader_epoch(), now_ms)?;
-            let leo = log.log_end_offset();
-            log.set_high_watermark(leo);
-            Ok((info, log.high_watermark(), log.log_start_offset()))
-        })?;
-        self.high_watermark.send_if_modified(|current| {
-            if hw > *current {
-                *current = hw;
-                true
-            } else {
-                false
-            }
-        });
-        Ok((info, log_start_offset))
+        self.append_as_leader_replicated(records, now_ms)
     }
 
     /// Waits until everything below `end_offset` is on disk (group commit).
@@ -334,9 +331,12 @@ impl ReplicaManager {
             }
         })?;
         // One replica: everything in the log is committed (the HW
-        // checkpoint may lag after a crash).
+        // checkpoint may lag after a crash). With more, the checkpointed HW
+        // stands until the ISR moves it.
         let log_end_offset = log.log_end_offset();
-        log.set_high_watermark(log_end_offset);
+        if topic.replication_factor <= 1 {
+            log.set_high_watermark(log_end_offset);
+        }
         info!(partition = %name, log_end_offset, ?leadership, recovery = ?report, "partition opened");
         let partition = Arc::new(Partition::new(topic.name.clone(), index, log, leadership));
         self.partitions

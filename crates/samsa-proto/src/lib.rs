@@ -6,6 +6,7 @@
 //!
 //! - [`raft`]: Raft transport between controllers (`samsa.raft.v1`).
 //! - [`controller`]: the broker-facing controller API (`samsa.controller.v1`).
+//! - [`replication`]: follower ⇄ leader partition replication (`samsa.replication.v1`).
 
 /// `samsa.raft.v1`: Raft RPCs between controllers.
 pub mod raft {
@@ -18,4 +19,10 @@ pub mod raft {
 pub mod controller {
     #![allow(clippy::all, missing_docs)]
     tonic::include_proto!("samsa.controller.v1");
+}
+
+/// `samsa.replication.v1`: followers fetching partition data from leaders.
+pub mod replication {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("samsa.replication.v1");
 }

@@ -1,9 +1,14 @@
 //! Produce: validate, append as leader, and answer per `acks`.
 //!
 //! acks=0 gets no answer (dispatch drops it), acks=1 is answered once the
-//! batch is in the log, acks=all additionally waits for the fsync that makes
-//! it durable when the partition's flush policy is `every-ack`. Idempotence
-//! (dedup, sequence and epoch checks) is enforced by the log itself.
+//! batch is in the leader's log. acks=all is refused with NOT_ENOUGH_REPLICAS
+//! before appending when the ISR is smaller than `min.insync.replicas`;
+//! otherwise it waits for the fsync that makes the batch durable (flush
+//! policy `every-ack`) and for the high watermark to cover it (every ISR
+//! member has it), answering NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR
+//! shrank below the minimum meanwhile, NOT_LEADER_OR_FOLLOWER if leadership
+//! moved, and REQUEST_TIMED_OUT after the request's `timeout_ms`.
+//! Idempotence (dedup, sequence and epoch checks) is enforced by the log itself.
 
 use futures::future::join_all;
 use kafka_protocol::error::ResponseError;
@@ -21,11 +26,14 @@ struct PendingDurability {
     topic: usize,
     partition: usize,
     end_offset: i64,
+    leader_epoch: i32,
 }
 
 pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> ProduceResponse {
     let now = now_ms();
     let acks = request.acks;
+    let deadline = tokio::time::Instant::now()
+        + std::time::Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0));
     let mut responses = Vec::with_capacity(request.topic_data.len());
     let mut waits = Vec::new();
     let mut hosts = Vec::new();
@@ -66,6 +74,19 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                         ));
                     }
                 }
+                if acks == -1 {
+                    let (isr, min_isr) = partition.isr_and_min();
+                    if isr < min_isr {
+                        break 'partition Some((
+                            ResponseError::NotEnoughReplicas,
+                            format!(
+                                "{name}-{}: {isr} in-sync replicas, min.insync.replicas is {min_isr}",
+                                data.index
+                            ),
+                        ));
+                    }
+                }
+                let leader_epoch = partition.leader_epoch();
                 match partition.append(&records, now) {
                     Ok((info, log_start_offset)) => {
                         if info.duplicate {
@@ -74,11 +95,12 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                         response.base_offset = info.base_offset;
                         response.log_append_time_ms = info.log_append_time_ms;
                         response.log_start_offset = log_start_offset;
-                        if acks == -1 && partition.flushes_before_ack {
+                        if acks == -1 {
                             waits.push(PendingDurability {
                                 topic: topic_index,
                                 partition: partition_index,
                                 end_offset: info.last_offset + 1,
+                                leader_epoch,
                             });
                             hosts.push(partition);
                         }
@@ -116,22 +138,42 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
         );
     }
 
-    // acks=all: answer only after the group-commit fsync covering each batch.
+    // acks=all: answer only after the group-commit fsync covering each
+    // batch and once the HW (every ISR member) covers it.
     let outcomes = join_all(
         waits
             .iter()
             .zip(hosts.iter())
-            .map(|(wait, partition)| partition.wait_durable(wait.end_offset)),
+            .map(|(wait, partition)| async move {
+                if partition.flushes_before_ack {
+                    if let Err(e) = partition.wait_durable(wait.end_offset).await {
+                        warn!(error = %e, "fsync before acks=all answer failed");
+                        return Err((ResponseError::KafkaStorageError, e.to_string()));
+                    }
+                }
+                partition
+                    .wait_replicated(wait.end_offset, wait.leader_epoch, deadline)
+                    .await
+                    .map_err(|code| {
+                        (
+                            code,
+                            format!(
+                        "{}: the batch ending at {} was not acknowledged by the ISR: {code:?}",
+                        partition.name(),
+                        wait.end_offset
+                    ),
+                        )
+                    })
+            }),
     )
     .await;
     for (wait, outcome) in waits.iter().zip(outcomes) {
-        if let Err(e) = outcome {
-            warn!(error = %e, "fsync before acks=all answer failed");
+        if let Err((code, message)) = outcome {
             let response = &mut responses[wait.topic].partition_responses[wait.partition];
-            response.error_code = ResponseError::KafkaStorageError.code();
+            response.error_code = code.code();
             response.base_offset = -1;
             if version >= 8 {
-                response.error_message = Some(str_bytes(e.to_string()));
+                response.error_message = Some(str_bytes(message));
             }
         }
     }

@@ -1,0 +1,206 @@
+//! The follower side of replication: one fetch loop per peer broker, each
+//! batching every partition this broker follows with that peer as leader.
+//!
+//! Each round sends, per partition, the log end offset and the epoch of the
+//! last batch; the answer is applied per partition: records are appended
+//! (offsets and epochs as the leader assigned them) and the leader's HW is
+//! taken up to this log's end; a divergence truncates this log to where the
+//! leader's and its own copy of that epoch end (whichever is lower); an
+//! out-of-range answer restarts the log at the leader's log start or cuts
+//! it back to the leader's log end. Other errors wait for the metadata to
+//! catch up.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use samsa_proto::replication::replication_service_client::ReplicationServiceClient;
+use samsa_proto::replication::{FetchPartition, PartitionData, ReplicaFetchRequest};
+use tokio::sync::watch;
+use tonic::transport::{Channel, Endpoint};
+use tracing::{debug, warn, Instrument};
+
+use crate::replica::Partition;
+use crate::{now_ms, Broker};
+
+/// Pause when there is nothing to follow at this peer, or after a failure.
+const IDLE: Duration = Duration::from_millis(100);
+const RETRY: Duration = Duration::from_millis(250);
+const OFFSET_OUT_OF_RANGE: i32 = 1;
+
+fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
+    let uri = if addr.starts_with("http://") {
+        addr.to_owned()
+    } else {
+        format!("http://{addr}")
+    };
+    Ok(Endpoint::from_shared(uri)?
+        .connect_timeout(Duration::from_secs(1))
+        .tcp_nodelay(true)
+        .connect_lazy())
+}
+
+/// Spawns one fetch loop per peer `(node id, replication gRPC address)`.
+pub fn spawn_fetchers(
+    broker: &Arc<Broker>,
+    peers: &[(i32, String)],
+    stop: &watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    peers
+        .iter()
+        .filter(|(id, _)| *id != broker.config.node_id)
+        .map(|(id, addr)| {
+            let span = tracing::info_span!("replica_fetcher", leader = *id);
+            tokio::spawn(
+                fetch_loop(Arc::clone(broker), *id, addr.clone(), stop.clone()).instrument(span),
+            )
+        })
+        .collect()
+}
+
+async fn fetch_loop(
+    broker: Arc<Broker>,
+    leader: i32,
+    addr: String,
+    mut stop: watch::Receiver<bool>,
+) {
+    let channel = match channel(&addr) {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(%addr, error = %e, "bad replication address; not following this leader");
+            return;
+        }
+    };
+    let max_wait = broker.config.replica_fetch_wait_max_ms;
+    let mut client =
+        ReplicationServiceClient::new(channel).max_decoding_message_size(64 * 1024 * 1024);
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let followed: Vec<(Arc<Partition>, i32)> = broker
+            .replicas
+            .all()
+            .into_iter()
+            .filter_map(|p| match p.followed_leader() {
+                Some((l, epoch)) if l == leader => Some((p, epoch)),
+                _ => None,
+            })
+            .collect();
+        let pause = if followed.is_empty() {
+            Some(IDLE)
+        } else {
+            match fetch_once(&broker, &mut client, &followed, max_wait).await {
+                Ok(()) => None,
+                Err(e) => {
+                    debug!(error = %e, "replica fetch failed; retrying");
+                    Some(RETRY)
+                }
+            }
+        };
+        if let Some(pause) = pause {
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}
+
+async fn fetch_once(
+    broker: &Broker,
+    client: &mut ReplicationServiceClient<Channel>,
+    followed: &[(Arc<Partition>, i32)],
+    max_wait_ms: u64,
+) -> Result<(), tonic::Status> {
+    let mut partitions = Vec::with_capacity(followed.len());
+    let mut sent = Vec::with_capacity(followed.len());
+    for (partition, epoch) in followed {
+        let Ok((fetch_offset, last_fetched_epoch, high_watermark)) = partition.follower_position()
+        else {
+            continue;
+        };
+        partitions.push(FetchPartition {
+            topic: partition.topic.clone(),
+            partition: partition.index,
+            current_leader_epoch: *epoch,
+            fetch_offset,
+            last_fetched_epoch,
+            high_watermark,
+        });
+        sent.push((Arc::clone(partition), *epoch, fetch_offset));
+    }
+    let mut request = tonic::Request::new(ReplicaFetchRequest {
+        replica_id: broker.config.node_id,
+        max_wait_ms: u32::try_from(max_wait_ms).unwrap_or(u32::MAX),
+        max_bytes: broker.config.replica_fetch_max_bytes,
+        partitions,
+    });
+    request.set_timeout(Duration::from_millis(max_wait_ms) + Duration::from_secs(5));
+    let response = client.fetch(request).await?.into_inner();
+    let mut all_failed = !response.partitions.is_empty();
+    for data in response.partitions {
+        let Some((partition, epoch, fetch_offset)) = sent
+            .iter()
+            .find(|(p, _, _)| p.topic == data.topic && p.index == data.partition)
+        else {
+            continue;
+        };
+        // The answer belongs to the epoch it was asked under.
+        if partition.followed_leader().map(|(_, e)| e) != Some(*epoch) {
+            continue;
+        }
+        match apply(partition, *fetch_offset, &data) {
+            Ok(true) => all_failed = false,
+            Ok(false) => {}
+            Err(e) => {
+                warn!(partition = %partition.name(), error = %e, "applying fetched data failed")
+            }
+        }
+    }
+    if all_failed {
+        // Every partition answered an error: the metadata is moving; let it.
+        tokio::time::sleep(RETRY).await;
+    }
+    Ok(())
+}
+
+/// Applies one partition's answer; `Ok(false)` when it was an error to wait out.
+fn apply(
+    partition: &Partition,
+    fetch_offset: i64,
+    data: &PartitionData,
+) -> Result<bool, crate::replica::PartitionError> {
+    let now = now_ms();
+    if let Some(diverging) = &data.diverging_epoch {
+        let own_end = partition.own_epoch_end(diverging.epoch)?;
+        let target = if diverging.epoch < 0 {
+            diverging.end_offset
+        } else {
+            diverging.end_offset.min(own_end)
+        };
+        if target < partition.offsets()?.log_start_offset {
+            partition.restart_at(data.log_start_offset.max(0), now)?;
+        } else {
+            partition.truncate_divergent(target, now)?;
+        }
+        return Ok(true);
+    }
+    match data.error_code {
+        0 => {
+            partition.append_from_leader(fetch_offset, &data.records, data.high_watermark, now)?;
+            Ok(true)
+        }
+        OFFSET_OUT_OF_RANGE => {
+            if fetch_offset < data.log_start_offset {
+                partition.restart_at(data.log_start_offset, now)?;
+            } else if fetch_offset > data.log_end_offset {
+                partition.truncate_divergent(data.log_end_offset, now)?;
+            }
+            Ok(true)
+        }
+        code => {
+            debug!(partition = %partition.name(), code, "leader refused the fetch");
+            Ok(false)
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Partition replication between brokers (cluster mode), KIP-101/KIP-279 style.
+//!
+//! - followers pull from each partition's leader over gRPC
+//!   (`proto/replication.proto`, served on the node's controller port next
+//!   to the controller services): one fetch loop per leader broker, batched
+//!   over every partition this broker follows there ([`fetcher`]);
+//! - a follower sends its log end offset and the epoch of its last batch;
+//!   the leader answers records and its high watermark, or — when the
+//!   follower's log diverged — the epoch and end offset to truncate to,
+//!   from its leader-epoch cache ([`epoch_cache`], checkpointed in every
+//!   partition directory) ([`service`]);
+//! - the leader tracks each follower's log end offset and last caught-up
+//!   time, advances the high watermark to the minimum LEO over the ISR, and
+//!   changes the ISR through the controller's `AlterPartition` (compare-and-
+//!   set on the partition epoch): a follower that has not caught up for
+//!   `replica_lag_time_max_ms` leaves, one that reaches the HW rejoins ([`isr`]);
+//! - `acks=all` produces wait until the HW covers their batch
+//!   ([`Partition::wait_replicated`](crate::replica::Partition::wait_replicated)).
+//!
+//! Single-node mode uses the same code path without any of the tasks: a
+//! partition whose ISR is just its leader advances the HW to the LEO on
+//! every append.
+//!
+//! Invariants:
+//! - the HW never decreases and never passes the LEO of any member of the
+//!   maximal ISR (committed ISR ∪ a pending expansion); a shrink counts only
+//!   once the controller committed it, so an acknowledged record is on every
+//!   replica that can be elected leader;
+//! - a leader never truncates its own log; only followers truncate, and
+//!   only the suffix the leader reports as divergent (or beyond its log end);
+//! - one leader per epoch: the leader refuses fetches naming another leader
+//!   epoch (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), and batches carry the
+//!   epoch of the leader that appended them;
+//! - the leader-epoch checkpoint is written before a batch starting a new
+//!   epoch is appended, so it is never behind the log after a crash.
+//! - producer (idempotence) state on followers is rebuilt from replicated
+//!   batches by the log (`append_as_follower`), so a new leader deduplicates
+//!   a batch retried after failover.
+
+pub mod epoch_cache;
+pub mod fetcher;
+pub mod isr;
+pub mod service;
+pub mod state;
+
+pub use epoch_cache::LeaderEpochCache;
+pub use state::ReplicaState;
+
+use std::time::Duration;
+
+use kafka_protocol::error::ResponseError;
+use tokio::time::Instant;
+
+use crate::replica::Partition;
+
+impl Partition {
+    /// Waits until the HW covers `end_offset` (acks=all). Fails with
+    /// NOT_LEADER_OR_FOLLOWER when leadership or its epoch changes,
+    /// REQUEST_TIMED_OUT at `deadline`, and NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    /// when the HW got there with fewer ISR members than `min.insync.replicas`.
+    pub async fn wait_replicated(
+        &self,
+        end_offset: i64,
+        leader_epoch: i32,
+        deadline: Instant,
+    ) -> Result<(), ResponseError> {
+        // Leadership changes do not move the HW; look again at least this often.
+        const RECHECK: Duration = Duration::from_millis(100);
+        let mut hw = self.watch_high_watermark();
+        loop {
+            if *hw.borrow_and_update() >= end_offset {
+                let (isr, min) = self.isr_and_min();
+                return if isr < min {
+                    Err(ResponseError::NotEnoughReplicasAfterAppend)
+                } else {
+                    Ok(())
+                };
+            }
+            let leadership = self.leadership();
+            if !leadership.is_leader || leadership.leader_epoch != leader_epoch {
+                return Err(ResponseError::NotLeaderOrFollower);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ResponseError::RequestTimedOut);
+            }
+            let wake = deadline.min(now + RECHECK);
+            if let Ok(Err(_)) = tokio::time::timeout_at(wake, hw.changed()).await {
+                return Err(ResponseError::NotLeaderOrFollower);
+            }
+        }
+    }
+}

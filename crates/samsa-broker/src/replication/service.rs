@@ -1,0 +1,135 @@
+//! The leader side of replication: the `ReplicationService` gRPC server.
+//!
+//! A fetch is answered at once when any partition has records, an error, a
+//! divergence, or a HW newer than the follower knows; otherwise it is held
+//! (long poll) until one of those happens or `max_wait_ms` passes. Watches
+//! are subscribed before reading, so no wake-up is lost.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures::future::select_all;
+use samsa_proto::replication::replication_service_server::ReplicationService;
+use samsa_proto::replication::{
+    EpochEndOffset, PartitionData, ReplicaFetchRequest, ReplicaFetchResponse,
+};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
+
+use super::isr::IsrProposal;
+use super::state::ReplicaFetch;
+use crate::{now_ms, Broker};
+
+/// Longest hold of a fetch, whatever the follower asks.
+const MAX_WAIT_CAP: Duration = Duration::from_secs(10);
+
+/// What the service needs once the broker exists (the gRPC server starts
+/// with the controller, before the broker is open).
+pub struct ReplicationHub {
+    pub broker: Arc<Broker>,
+    pub isr_proposals: mpsc::UnboundedSender<IsrProposal>,
+}
+
+#[derive(Clone, Default)]
+pub struct ReplicationGrpc {
+    hub: Arc<OnceLock<Arc<ReplicationHub>>>,
+}
+
+impl ReplicationGrpc {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes the service answer; until then it is UNAVAILABLE.
+    pub fn attach(&self, hub: Arc<ReplicationHub>) {
+        let _ = self.hub.set(hub);
+    }
+}
+
+#[tonic::async_trait]
+impl ReplicationService for ReplicationGrpc {
+    async fn fetch(
+        &self,
+        request: Request<ReplicaFetchRequest>,
+    ) -> Result<Response<ReplicaFetchResponse>, Status> {
+        let Some(hub) = self.hub.get().cloned() else {
+            return Err(Status::unavailable("the broker is starting"));
+        };
+        let req = request.into_inner();
+        let deadline =
+            Instant::now() + Duration::from_millis(u64::from(req.max_wait_ms)).min(MAX_WAIT_CAP);
+        let partitions: Vec<_> = req
+            .partitions
+            .iter()
+            .map(|p| hub.broker.replicas.get(&p.topic, p.partition))
+            .collect();
+        loop {
+            let mut watches = Vec::new();
+            for p in partitions.iter().flatten() {
+                watches.push(p.watch_log_end());
+                let hw = p.watch_high_watermark();
+                watches.push(hw);
+            }
+            for w in &mut watches {
+                w.borrow_and_update();
+            }
+            let mut budget = req.max_bytes as usize;
+            let mut ready = false;
+            let mut out = Vec::with_capacity(req.partitions.len());
+            let now = now_ms();
+            for (fp, partition) in req.partitions.iter().zip(&partitions) {
+                let mut data = PartitionData {
+                    topic: fp.topic.clone(),
+                    partition: fp.partition,
+                    ..PartitionData::default()
+                };
+                let Some(partition) = partition else {
+                    data.error_code = 6; // NOT_LEADER_OR_FOLLOWER
+                    ready = true;
+                    out.push(data);
+                    continue;
+                };
+                let answer = partition.serve_replica_fetch(
+                    ReplicaFetch {
+                        replica_id: req.replica_id,
+                        current_leader_epoch: fp.current_leader_epoch,
+                        fetch_offset: fp.fetch_offset,
+                        last_fetched_epoch: fp.last_fetched_epoch,
+                        max_bytes: budget,
+                    },
+                    now,
+                );
+                if let Some(isr) = answer.expand_isr_to {
+                    let _ = hub.isr_proposals.send(IsrProposal {
+                        partition: Arc::clone(partition),
+                        new_isr: isr,
+                        leader_epoch: None,
+                    });
+                }
+                budget = budget.saturating_sub(answer.records.len());
+                ready |= !answer.records.is_empty()
+                    || answer.error_code != 0
+                    || answer.diverging.is_some()
+                    || answer.high_watermark > fp.high_watermark;
+                data.error_code = i32::from(answer.error_code);
+                data.high_watermark = answer.high_watermark;
+                data.log_start_offset = answer.log_start_offset;
+                data.log_end_offset = answer.log_end_offset;
+                data.diverging_epoch = answer
+                    .diverging
+                    .map(|(epoch, end_offset)| EpochEndOffset { epoch, end_offset });
+                data.records = answer.records.to_vec();
+                out.push(data);
+            }
+            if ready || watches.is_empty() || Instant::now() >= deadline {
+                return Ok(Response::new(ReplicaFetchResponse { partitions: out }));
+            }
+            let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                // Nothing moved: answer with what there is (no records).
+                return Ok(Response::new(ReplicaFetchResponse { partitions: out }));
+            }
+        }
+    }
+}

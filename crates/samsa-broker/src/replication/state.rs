@@ -1,0 +1,510 @@
+//! Replication state of one hosted partition and the operations on it that
+//! must happen under the log's lock: leader appends that advance the HW,
+//! serving a follower's fetch, and a follower's appends and truncations.
+//!
+//! Lock order: the partition's log mutex first, then [`ReplicaState`]'s.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use samsa_storage::{AppendInfo, PartitionLog};
+use tracing::{debug, info};
+use uuid::Uuid;
+
+use super::epoch_cache::LeaderEpochCache;
+use crate::metadata::PartitionInfo;
+use crate::replica::{Partition, PartitionError};
+
+/// What the leader knows of one follower.
+#[derive(Debug, Clone, Copy)]
+pub struct FollowerProgress {
+    /// The follower's log end offset as of its last fetch; -1 = unknown.
+    pub log_end_offset: i64,
+    /// Last time (ms) the follower had everything the leader had.
+    pub last_caught_up_ms: i64,
+    /// Leader LEO and time of the follower's previous fetch (Kafka's rule:
+    /// fetching at least that far means it was caught up at that time).
+    prev_fetch_leader_leo: i64,
+    prev_fetch_ms: i64,
+}
+
+impl FollowerProgress {
+    fn new(now_ms: i64) -> Self {
+        FollowerProgress {
+            log_end_offset: -1,
+            last_caught_up_ms: now_ms,
+            prev_fetch_leader_leo: i64::MAX,
+            prev_fetch_ms: now_ms,
+        }
+    }
+}
+
+/// Leader, replicas and ISR of a partition as this broker knows them, the
+/// leader-side progress of followers, and the leader-epoch cache.
+#[derive(Debug)]
+pub struct ReplicaState {
+    /// This broker.
+    pub me: i32,
+    pub topic_id: Uuid,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub replicas: Vec<i32>,
+    /// Committed ISR. Empty while unknown: then this replica counts as alone
+    /// (single-node semantics: HW = LEO).
+    pub isr: Vec<i32>,
+    /// An ISR proposed to the controller and not yet answered. Expansions
+    /// count for the HW at once (the maximal ISR), shrinks only once committed.
+    pub pending_isr: Option<Vec<i32>>,
+    /// `min.insync.replicas` of the topic.
+    pub min_insync_replicas: usize,
+    pub followers: HashMap<i32, FollowerProgress>,
+    pub epochs: LeaderEpochCache,
+}
+
+impl ReplicaState {
+    pub fn new(epochs: LeaderEpochCache) -> Self {
+        ReplicaState {
+            me: -1,
+            topic_id: Uuid::nil(),
+            leader: -1,
+            leader_epoch: 0,
+            partition_epoch: -1,
+            replicas: Vec::new(),
+            isr: Vec::new(),
+            pending_isr: None,
+            min_insync_replicas: 1,
+            followers: HashMap::new(),
+            epochs,
+        }
+    }
+
+    /// The ISR the HW must respect: committed ∪ pending.
+    pub fn maximal_isr(&self) -> Vec<i32> {
+        let mut isr = self.isr.clone();
+        if let Some(pending) = &self.pending_isr {
+            for id in pending {
+                if !isr.contains(id) {
+                    isr.push(*id);
+                }
+            }
+        }
+        isr
+    }
+
+    /// ISR members this leader counts for `min.insync.replicas` (itself included).
+    pub fn isr_size(&self) -> usize {
+        self.isr.len().max(1)
+    }
+
+    /// The HW the ISR allows: min LEO over the ISR members; `None` while a
+    /// member's LEO is unknown.
+    fn hw_bound(&self, my_leo: i64) -> Option<i64> {
+        let mut bound = my_leo;
+        for id in self.maximal_isr() {
+            if id == self.me {
+                continue;
+            }
+            let leo = self.followers.get(&id).map_or(-1, |f| f.log_end_offset);
+            if leo < 0 {
+                return None;
+            }
+            bound = bound.min(leo);
+        }
+        Some(bound)
+    }
+}
+
+/// What a follower asked of one partition.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplicaFetch {
+    pub replica_id: i32,
+    pub current_leader_epoch: i32,
+    pub fetch_offset: i64,
+    pub last_fetched_epoch: i32,
+    pub max_bytes: usize,
+}
+
+/// The leader's answer for one partition.
+#[derive(Debug, Default)]
+pub struct ReplicaFetchAnswer {
+    /// Kafka error code, 0 = none.
+    pub error_code: i16,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    pub diverging: Option<(i32, i64)>,
+    pub records: Bytes,
+    /// The follower qualifies to join the ISR: propose this ISR.
+    pub expand_isr_to: Option<Vec<i32>>,
+}
+
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+const OFFSET_OUT_OF_RANGE: i16 = 1;
+const FENCED_LEADER_EPOCH: i16 = 74;
+const UNKNOWN_LEADER_EPOCH: i16 = 75;
+
+impl Partition {
+    pub(crate) fn with_log_and_state<T>(
+        &self,
+        f: impl FnOnce(&mut PartitionLog, &mut ReplicaState) -> Result<T, samsa_storage::StorageError>,
+    ) -> Result<T, PartitionError> {
+        self.with_log(|log| {
+            let mut state = self.replication.lock().unwrap_or_else(|p| p.into_inner());
+            f(log, &mut state)
+        })
+    }
+
+    /// Publishes HW and LEO to their watchers.
+    pub(crate) fn publish(&self, high_watermark: i64, log_end_offset: i64) {
+        self.high_watermark.send_if_modified(|current| {
+            if high_watermark > *current {
+                *current = high_watermark;
+                true
+            } else {
+                false
+            }
+        });
+        self.log_end.send_if_modified(|current| {
+            if log_end_offset != *current {
+                *current = log_end_offset;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Leader append: records the epoch's start before writing (so the
+    /// epoch checkpoint is never behind the log), appends, and advances the
+    /// HW as far as the ISR allows (to the LEO when this replica is alone).
+    pub(crate) fn append_as_leader_replicated(
+        &self,
+        records: &[u8],
+        now_ms: i64,
+    ) -> Result<(AppendInfo, i64), PartitionError> {
+        let epoch = self.leader_epoch();
+        let (info, hw, leo, log_start_offset) = self.with_log_and_state(|log, state| {
+            state.epochs.assign(epoch, log.log_end_offset());
+            let info = log.append_as_leader(records, epoch, now_ms)?;
+            let leo = log.log_end_offset();
+            if let Some(bound) = state.hw_bound(leo) {
+                log.set_high_watermark(bound);
+            }
+            Ok((info, log.high_watermark(), leo, log.log_start_offset()))
+        })?;
+        self.publish(hw, leo);
+        Ok((info, log_start_offset))
+    }
+
+    /// Applies the partition's leader/replicas/ISR from a metadata image.
+    /// A newer leader epoch resets what is known of followers; an image
+    /// older than an ISR change this leader already saw committed is ignored.
+    pub(crate) fn set_replica_set(
+        &self,
+        me: i32,
+        topic_id: Uuid,
+        info: &PartitionInfo,
+        min_insync_replicas: usize,
+        now_ms: i64,
+    ) {
+        let mut state = self.replication.lock().unwrap_or_else(|p| p.into_inner());
+        state.me = me;
+        state.topic_id = topic_id;
+        state.min_insync_replicas = min_insync_replicas.max(1);
+        if info.leader_epoch != state.leader_epoch || info.leader != state.leader {
+            state.followers.clear();
+            state.pending_isr = None;
+        }
+        state.leader = info.leader;
+        state.leader_epoch = info.leader_epoch;
+        if info.partition_epoch >= state.partition_epoch {
+            state.partition_epoch = info.partition_epoch;
+            state.replicas = info.replicas.clone();
+            state.isr = info.isr.clone();
+        }
+        if info.leader == me {
+            for id in state.replicas.clone() {
+                if id != me {
+                    state
+                        .followers
+                        .entry(id)
+                        .or_insert_with(|| FollowerProgress::new(now_ms));
+                }
+            }
+        }
+    }
+
+    /// An ISR change committed by the controller (the AlterPartition answer).
+    pub(crate) fn isr_committed(&self, leader_epoch: i32, partition_epoch: i32, isr: Vec<i32>) {
+        let (hw, leo) = {
+            let mut guard = self.log.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(log) = guard.as_mut() else { return };
+            let mut state = self.replication.lock().unwrap_or_else(|p| p.into_inner());
+            state.pending_isr = None;
+            if state.leader_epoch != leader_epoch || partition_epoch < state.partition_epoch {
+                return;
+            }
+            state.partition_epoch = partition_epoch;
+            state.isr = isr;
+            let leo = log.log_end_offset();
+            if let Some(bound) = state.hw_bound(leo) {
+                log.set_high_watermark(bound);
+            }
+            (log.high_watermark(), leo)
+        };
+        self.publish(hw, leo);
+    }
+
+    /// Serves one partition of a follower's fetch (see `proto/replication.proto`).
+    pub(crate) fn serve_replica_fetch(&self, req: ReplicaFetch, now_ms: i64) -> ReplicaFetchAnswer {
+        let leadership = self.leadership();
+        let result = self.with_log_and_state(|log, state| {
+            let mut answer = ReplicaFetchAnswer {
+                high_watermark: log.high_watermark(),
+                log_start_offset: log.log_start_offset(),
+                log_end_offset: log.log_end_offset(),
+                ..ReplicaFetchAnswer::default()
+            };
+            if !leadership.is_leader || !state.replicas.contains(&req.replica_id) {
+                answer.error_code = NOT_LEADER_OR_FOLLOWER;
+                return Ok(answer);
+            }
+            if req.current_leader_epoch < leadership.leader_epoch {
+                answer.error_code = FENCED_LEADER_EPOCH;
+                return Ok(answer);
+            }
+            if req.current_leader_epoch > leadership.leader_epoch {
+                answer.error_code = UNKNOWN_LEADER_EPOCH;
+                return Ok(answer);
+            }
+            let leo = log.log_end_offset();
+            if req.last_fetched_epoch >= 0 {
+                let (epoch, end) = state.epochs.end_offset_for(req.last_fetched_epoch, leo);
+                if epoch < req.last_fetched_epoch || end < req.fetch_offset {
+                    answer.diverging = Some((epoch, end.max(log.log_start_offset())));
+                    return Ok(answer);
+                }
+            }
+            if req.fetch_offset < log.log_start_offset() || req.fetch_offset > leo {
+                answer.error_code = OFFSET_OUT_OF_RANGE;
+                return Ok(answer);
+            }
+            let progress = state
+                .followers
+                .entry(req.replica_id)
+                .or_insert_with(|| FollowerProgress::new(now_ms));
+            progress.log_end_offset = req.fetch_offset;
+            if req.fetch_offset >= leo {
+                progress.last_caught_up_ms = now_ms;
+            } else if req.fetch_offset >= progress.prev_fetch_leader_leo {
+                progress.last_caught_up_ms = progress.last_caught_up_ms.max(progress.prev_fetch_ms);
+            }
+            progress.prev_fetch_leader_leo = leo;
+            progress.prev_fetch_ms = now_ms;
+            if let Some(bound) = state.hw_bound(leo) {
+                log.set_high_watermark(bound);
+            }
+            let hw = log.high_watermark();
+            answer.high_watermark = hw;
+            // Join the ISR once caught up to the HW and into this epoch
+            // (KIP-101: a follower must have this leader's first batch or
+            // reach its start, or an acknowledged suffix could go missing).
+            let epoch_start = state
+                .epochs
+                .entries()
+                .last()
+                .filter(|e| e.epoch == leadership.leader_epoch)
+                .map_or(leo, |e| e.start_offset);
+            if state.pending_isr.is_none()
+                && !state.isr.contains(&req.replica_id)
+                && req.fetch_offset >= hw
+                && req.fetch_offset >= epoch_start.min(leo)
+            {
+                let mut isr = state.isr.clone();
+                isr.push(req.replica_id);
+                state.pending_isr = Some(isr.clone());
+                answer.expand_isr_to = Some(isr);
+            }
+            answer.records = log.read(req.fetch_offset, req.max_bytes, leo)?.records;
+            Ok(answer)
+        });
+        match result {
+            Ok(answer) => {
+                self.publish(answer.high_watermark, answer.log_end_offset);
+                answer
+            }
+            Err(e) => {
+                debug!(partition = %self.name(), error = %e, "replica fetch failed");
+                ReplicaFetchAnswer {
+                    error_code: match e {
+                        PartitionError::Storage(ref s) => {
+                            crate::error::storage_error_code(s).code()
+                        }
+                        _ => NOT_LEADER_OR_FOLLOWER,
+                    },
+                    ..ReplicaFetchAnswer::default()
+                }
+            }
+        }
+    }
+
+    /// Follower: what to send the leader — `(fetch offset, last fetched
+    /// epoch, known HW)`.
+    pub(crate) fn follower_position(&self) -> Result<(i64, i32, i64), PartitionError> {
+        self.with_log_and_state(|log, state| {
+            Ok((
+                log.log_end_offset(),
+                state
+                    .epochs
+                    .last_epoch_below(log.log_end_offset())
+                    .unwrap_or(-1),
+                log.high_watermark(),
+            ))
+        })
+    }
+
+    /// Follower: appends records fetched from the leader (they carry their
+    /// offsets and epochs) and takes the leader's HW, capped at this LEO.
+    /// Records not starting at this log's end (a stale answer) are ignored.
+    pub(crate) fn append_from_leader(
+        &self,
+        fetch_offset: i64,
+        records: &[u8],
+        leader_hw: i64,
+        now_ms: i64,
+    ) -> Result<(), PartitionError> {
+        let (hw, leo) = self.with_log_and_state(|log, state| {
+            if log.log_end_offset() != fetch_offset {
+                return Ok((log.high_watermark(), log.log_end_offset()));
+            }
+            if !records.is_empty() {
+                state.epochs.observe_batches(records);
+                log.append_as_follower(records, now_ms)?;
+            }
+            log.set_high_watermark(leader_hw);
+            Ok((log.high_watermark(), log.log_end_offset()))
+        })?;
+        self.publish(hw, leo);
+        Ok(())
+    }
+
+    /// Follower: cuts the divergent suffix at `offset` (never below the log
+    /// start: then the log restarts empty there).
+    pub(crate) fn truncate_divergent(
+        &self,
+        offset: i64,
+        now_ms: i64,
+    ) -> Result<(), PartitionError> {
+        let (hw, leo) = self.with_log_and_state(|log, state| {
+            if offset < log.log_end_offset() {
+                info!(partition = %self.name(), from = log.log_end_offset(), to = offset, "truncating a divergent suffix");
+                log.truncate_to(offset, now_ms)?;
+                state.epochs.truncate_from_end(log.log_end_offset());
+            }
+            Ok((log.high_watermark(), log.log_end_offset()))
+        })?;
+        self.log_end.send_replace(leo);
+        self.publish(hw, leo);
+        Ok(())
+    }
+
+    /// Follower: the leader's log starts past this one's end; restart empty there.
+    pub(crate) fn restart_at(&self, offset: i64, now_ms: i64) -> Result<(), PartitionError> {
+        let (hw, leo) = self.with_log_and_state(|log, state| {
+            info!(partition = %self.name(), offset, "the leader's log starts later; restarting this replica's log there");
+            log.truncate_fully_and_start_at(offset, now_ms)?;
+            state.epochs.clear();
+            Ok((log.high_watermark(), log.log_end_offset()))
+        })?;
+        self.log_end.send_replace(leo);
+        self.publish(hw, leo);
+        Ok(())
+    }
+
+    /// Leader: ISR members other than itself that have not caught up for
+    /// `lag_max_ms`; `Some(new ISR)` if there are any and no change is pending.
+    pub(crate) fn lagging_isr(
+        &self,
+        lag_max_ms: i64,
+        now_ms: i64,
+    ) -> Option<(Vec<i32>, i32, i32, Uuid)> {
+        if !self.is_leader() {
+            return None;
+        }
+        let mut state = self.replication.lock().unwrap_or_else(|p| p.into_inner());
+        if state.pending_isr.is_some() || state.leader != state.me {
+            return None;
+        }
+        let me = state.me;
+        let keep: Vec<i32> = state
+            .isr
+            .iter()
+            .copied()
+            .filter(|id| {
+                *id == me
+                    || state
+                        .followers
+                        .get(id)
+                        .is_some_and(|f| now_ms - f.last_caught_up_ms <= lag_max_ms)
+            })
+            .collect();
+        if keep.len() == state.isr.len() || !keep.contains(&me) {
+            return None;
+        }
+        state.pending_isr = Some(keep.clone());
+        Some((
+            keep,
+            state.leader_epoch,
+            state.partition_epoch,
+            state.topic_id,
+        ))
+    }
+
+    /// Leader: the ISR change it proposed failed; it may propose again.
+    pub(crate) fn isr_change_failed(&self) {
+        self.replication
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pending_isr = None;
+    }
+
+    /// `(ISR size, min.insync.replicas)` for acks=all checks.
+    pub(crate) fn isr_and_min(&self) -> (usize, usize) {
+        let state = self.replication.lock().unwrap_or_else(|p| p.into_inner());
+        (state.isr_size(), state.min_insync_replicas)
+    }
+
+    /// What the controller must see to accept an ISR change from this leader.
+    pub(crate) fn alter_context(&self) -> (i32, i32, Uuid) {
+        let state = self.replication.lock().unwrap_or_else(|p| p.into_inner());
+        (state.leader_epoch, state.partition_epoch, state.topic_id)
+    }
+
+    /// Follower: the leader to fetch from and the epoch to present, if this
+    /// broker follows the partition.
+    pub(crate) fn followed_leader(&self) -> Option<(i32, i32)> {
+        let leadership = self.leadership();
+        if leadership.is_leader {
+            return None;
+        }
+        let state = self.replication.lock().unwrap_or_else(|p| p.into_inner());
+        (state.leader >= 0 && state.leader != state.me && state.replicas.contains(&state.me))
+            .then_some((state.leader, state.leader_epoch))
+    }
+
+    /// Follower: where `epoch` ends in this log (the log end when it does
+    /// not know that epoch or any older one).
+    pub(crate) fn own_epoch_end(&self, epoch: i32) -> Result<i64, PartitionError> {
+        self.with_log_and_state(|log, state| {
+            let leo = log.log_end_offset();
+            let (found, end) = state.epochs.end_offset_for(epoch, leo);
+            Ok(if found < 0 { leo } else { end.min(leo) })
+        })
+    }
+
+    /// A receiver that changes whenever the log end offset moves.
+    pub(crate) fn watch_log_end(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.log_end.subscribe()
+    }
+}
