@@ -6,6 +6,7 @@ mod bad_input;
 mod basics;
 mod chaos;
 mod cluster;
+mod failover;
 mod idempotence;
 mod offsets;
 mod persistence;

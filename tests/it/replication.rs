@@ -20,11 +20,16 @@ use samsa_tests::client::topic_name;
 use samsa_tests::cluster::SamsaCluster;
 use samsa_tests::{unique_topic, wait_until, BatchBuilder, KafkaClient};
 
-const ACKS_ALL: i16 = -1;
+pub(crate) const ACKS_ALL: i16 = -1;
 const NOT_ENOUGH_REPLICAS: i16 = 19;
 
 /// Creates `topic` with `partitions` partitions and replication factor `rf`.
-fn create_replicated_topic(client: &mut KafkaClient, topic: &str, partitions: i32, rf: i16) {
+pub(crate) fn create_replicated_topic(
+    client: &mut KafkaClient,
+    topic: &str,
+    partitions: i32,
+    rf: i16,
+) {
     let req = CreateTopicsRequest::default()
         .with_topics(vec![CreatableTopic::default()
             .with_name(topic_name(topic))
@@ -61,7 +66,7 @@ fn leader_and_isr(client: &mut KafkaClient, topic: &str) -> Option<Vec<(i32, Vec
 /// The record batches stored in a partition directory, concatenated in
 /// offset order (segment files are named by base offset, so name order is
 /// offset order).
-fn stored_batches(dir: &Path) -> Vec<u8> {
+pub(crate) fn stored_batches(dir: &Path) -> Vec<u8> {
     let mut segments: Vec<_> = std::fs::read_dir(dir)
         .map(|entries| {
             entries
@@ -90,7 +95,7 @@ fn stored_batches(dir: &Path) -> Vec<u8> {
     out
 }
 
-fn signal(cluster: &SamsaCluster, id: i32, sig: Signal) {
+pub(crate) fn signal(cluster: &SamsaCluster, id: i32, sig: Signal) {
     let pid = cluster.pid(id).expect("node runs");
     kill(Pid::from_raw(i32::try_from(pid).unwrap()), sig).unwrap();
 }
@@ -167,7 +172,7 @@ fn acks_all_replicates_byte_identical_to_every_replica() {
 
 /// Creates a one-partition topic on `replicas` (the first leads) with
 /// optional `min.insync.replicas`.
-fn create_assigned_topic(
+pub(crate) fn create_assigned_topic(
     client: &mut KafkaClient,
     topic: &str,
     replicas: &[i32],

@@ -68,7 +68,7 @@ fn record_topic_id(dir: &Path, topic_id: Uuid) -> std::io::Result<()> {
 /// `min.insync.replicas` of a topic: its config, else 2 when it has three
 /// or more replicas (so acks=all survives one loss without going below two
 /// copies), else 1.
-fn min_insync_replicas(topic: &TopicMetadata) -> usize {
+pub(crate) fn min_insync_replicas(topic: &TopicMetadata) -> usize {
     topic
         .configs
         .get(samsa_controller::image::MIN_INSYNC_REPLICAS)

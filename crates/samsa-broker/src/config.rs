@@ -26,8 +26,10 @@ pub struct BrokerConfig {
     pub num_partitions: i32,
     /// `auto.create.topics.enable`.
     pub auto_create_topics_enable: bool,
-    /// `default.replication.factor` (a single node can only host 1).
-    pub default_replication_factor: i16,
+    /// `default.replication.factor` for auto-created topics and CreateTopics
+    /// requests that leave it at -1. Unset (the default): min(3, unfenced
+    /// brokers) — 3 on a cluster of three or more, 1 on a single node.
+    pub default_replication_factor: Option<i16>,
     /// `socket.request.max.bytes`: a frame larger than this closes the connection.
     pub max_request_bytes: usize,
     /// `log.retention.check.interval.ms`.
@@ -93,7 +95,7 @@ impl Default for BrokerConfig {
             data_dir: PathBuf::from("./samsa-data"),
             num_partitions: 1,
             auto_create_topics_enable: true,
-            default_replication_factor: 1,
+            default_replication_factor: None,
             max_request_bytes: 100 * 1024 * 1024,
             retention_check_interval_ms: 300_000,
             log: LogConfig::default(),

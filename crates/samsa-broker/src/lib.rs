@@ -194,12 +194,22 @@ impl Broker {
         }
     }
 
+    /// The replication factor of a new topic that does not name one:
+    /// `default_replication_factor` if set, else min(3, unfenced brokers)
+    /// (1 on a single node).
+    pub fn default_replication_factor(&self) -> i16 {
+        self.config.default_replication_factor.unwrap_or_else(|| {
+            let live = self.metadata.image().live_brokers().count();
+            i16::try_from(live.clamp(1, 3)).unwrap_or(1)
+        })
+    }
+
     /// Auto-creation as Kafka does it for Metadata requests.
     pub async fn auto_create_topic(&self, name: &str) -> Result<Arc<TopicMetadata>, MetadataError> {
         let topic = NewTopic {
             name: name.to_string(),
             partitions: self.config.num_partitions,
-            replication_factor: self.config.default_replication_factor,
+            replication_factor: self.default_replication_factor(),
             configs: Default::default(),
             assignments: None,
         };

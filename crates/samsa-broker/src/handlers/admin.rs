@@ -70,7 +70,7 @@ fn new_topic_from_request(
             topic.num_partitions
         };
         let replication_factor = if topic.replication_factor == -1 {
-            broker.config.default_replication_factor
+            broker.default_replication_factor()
         } else {
             topic.replication_factor
         };

@@ -63,7 +63,11 @@ fn topic_entries(broker: &Broker, topic: &TopicMetadata) -> Vec<Entry> {
             },
             TYPE_STRING,
         ),
-        default("min.insync.replicas", "1".into(), TYPE_INT),
+        default(
+            "min.insync.replicas",
+            crate::apply::min_insync_replicas(topic).to_string(),
+            TYPE_INT,
+        ),
         default(
             "retention.bytes",
             log.retention_bytes.to_string(),
@@ -100,7 +104,7 @@ fn broker_entries(broker: &Broker) -> Vec<Entry> {
         ),
         entry(
             "default.replication.factor",
-            c.default_replication_factor.to_string(),
+            broker.default_replication_factor().to_string(),
             TYPE_SHORT,
         ),
         entry(
