@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Reproduces the figures in docs/BENCHMARKS.md on this machine.
 #
-#   tests/bench/run.sh             all single-node scenarios (about 10 minutes)
+#   tests/bench/run.sh             single-node scenarios (a)-(d) (a few minutes)
+#   tests/bench/run.sh replication acks=all on a three-node cluster (RF=3) beside
+#                                  one node (RF=1), 1 and 6 partitions
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
 #
 # Each scenario starts a fresh release-built samsa on a free port with a fresh
@@ -19,6 +21,7 @@ target=${CARGO_TARGET_DIR:-$root/target}
 records=${RECORDS:-1000000}
 size=${RECORD_SIZE:-1024}
 bench_dir=${BENCH_DIR:-$target/bench}
+mode=${1:-single}
 log() { echo "[bench] $*" >&2; }
 
 log "building release samsa"
@@ -60,6 +63,39 @@ start_broker() {
     log "broker did not start"; cat "$bench_dir/broker.log"; exit 1
 }
 
+# start_cluster: `samsa dev --nodes 3` on free ports; sets $port (node 1's
+# Kafka port) once three brokers can host a replication-factor-3 topic.
+start_cluster() {
+    stop_broker
+    port=$(python3 - <<'PY'
+import random, socket
+for _ in range(200):
+    base = random.randrange(20000, 40000)
+    ports = [base + d for d in (0, 1, 100, 101, 200, 201)]
+    try:
+        socks = []
+        for p in ports:
+            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
+        print(base); break
+    except OSError:
+        pass
+    finally:
+        for s in socks: s.close()
+PY
+)
+    data=$bench_dir/cluster-$port
+    rm -rf "$bench_dir" && mkdir -p "$data"
+    "$samsa" dev --nodes 3 --port "$port" --controller-port "$((port + 1))" --data-dir "$data" \
+        >"$bench_dir/broker.log" 2>&1 &
+    broker_pid=$!
+    for _ in $(seq 300); do
+        if "$samsa" topic create ready --partitions 1 --replication-factor 3 \
+            --bootstrap-server "127.0.0.1:$port" >/dev/null 2>&1; then return 0; fi
+        sleep 0.2
+    done
+    log "cluster did not start"; cat "$bench_dir/broker.log"; exit 1
+}
+
 # produce <partitions> <extra rdkafka_performance args...> : prints msgs/s
 produce() {
     local partitions=$1; shift
@@ -76,6 +112,26 @@ consume() {
 }
 
 rss_peak_mib() { awk '/VmHWM/ {printf "%d", $2/1024}' "/proc/$broker_pid/status"; }
+
+if [ "$mode" = replication ]; then
+    echo "## samsa replication benchmark $(date -u +%Y-%m-%dT%H:%MZ), $records records of $size bytes, acks=all, idempotent"
+    echo
+    echo "| setup | partitions | records/s (rdkafka_performance) | samsa bench p50 / p99 / p99.9 latency |"
+    echo "|---|---|---|---|"
+    for partitions in 1 6; do
+        for setup in single cluster; do
+            if [ "$setup" = single ]; then start_broker '"every-ack"'; name="1 node, RF=1"; else start_cluster; name="3 nodes, RF=3, min ISR 2"; fi
+            r=$(produce "$partitions" -a -1 -X enable.idempotence=true)
+            l=$("$samsa" bench produce --bootstrap-server "127.0.0.1:$port" --topic lat --partitions "$partitions" \
+                --records "$((records / 5))" --record-size "$size" --acks all --idempotent 2>&1 | tail -1 \
+                | grep -o '[0-9.]* ms 50th, [0-9.]* ms 99th, [0-9.]* ms 99.9th')
+            echo "| $name | $partitions | ${r% msgs/s} | $l |"
+        done
+    done
+    stop_broker
+    rm -rf "$bench_dir"
+    exit 0
+fi
 
 echo "## samsa benchmark run $(date -u +%Y-%m-%dT%H:%MZ), $records records of $size bytes"
 echo

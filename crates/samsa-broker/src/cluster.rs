@@ -930,7 +930,15 @@ async fn serve_grpc(
     info!(%listen, "gRPC listening (controller, replication)");
     Ok(tokio::spawn(
         async move {
+            // Nagle on the answering side holds the last frames of each
+            // fetch answer until the peer's delayed ACK (~40 ms on Linux),
+            // and acks=all waits for that round trip.
             let served = tonic::transport::Server::builder()
+                .tcp_nodelay(true)
+                .initial_stream_window_size(Some(crate::replication::REPLICATION_WINDOW_BYTES))
+                .initial_connection_window_size(Some(
+                    2 * crate::replication::REPLICATION_WINDOW_BYTES,
+                ))
                 .add_routes(routes)
                 .serve_with_incoming_shutdown(
                     tokio_stream::wrappers::TcpListenerStream::new(listener),

@@ -307,6 +307,7 @@ impl ControllerNode {
                 let mut server_stop = stop_rx.clone();
                 let server = tokio::spawn(
                     tonic::transport::Server::builder()
+                        .tcp_nodelay(true)
                         .add_routes(routes)
                         .serve_with_incoming_shutdown(
                             TcpListenerStream::new(listener),

@@ -27,15 +27,23 @@ const IDLE: Duration = Duration::from_millis(100);
 const RETRY: Duration = Duration::from_millis(250);
 const OFFSET_OUT_OF_RANGE: i32 = 1;
 
+/// HTTP/2 flow-control window for replication streams.
+pub const REPLICATION_WINDOW_BYTES: u32 = 16 * 1024 * 1024;
+
 fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
     let uri = if addr.starts_with("http://") {
         addr.to_owned()
     } else {
         format!("http://{addr}")
     };
+    // HTTP/2's default 64 KiB stream window would make every megabyte of
+    // records wait for ~16 window updates; the replication RTT is what
+    // acks=all waits for, so let a whole fetch answer be in flight at once.
     Ok(Endpoint::from_shared(uri)?
         .connect_timeout(Duration::from_secs(1))
         .tcp_nodelay(true)
+        .initial_stream_window_size(Some(REPLICATION_WINDOW_BYTES))
+        .initial_connection_window_size(Some(2 * REPLICATION_WINDOW_BYTES))
         .connect_lazy())
 }
 
