@@ -36,11 +36,24 @@ pub fn samsa_bin() -> PathBuf {
     target.join("debug").join("samsa")
 }
 
-/// A free TCP port on 127.0.0.1 (bound once and released; the node binds it
-/// right after, so a collision is possible but unlikely).
+/// A free TCP port on 127.0.0.1 for a node to listen on.
+///
+/// Chosen below the kernel's ephemeral range (32768–60999 here): a port the
+/// kernel hands out with `bind(0)` is also what it uses for the local side of
+/// outgoing connections, and with many tests connecting concurrently such a
+/// port was taken between our check and the node's bind. Ports here are only
+/// ever taken by listeners, so a bind check right before use is reliable
+/// unless two tests draw the same port at the same moment.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local_addr").port()
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    for _ in 0..1000 {
+        let port = rng.gen_range(20_000..32_000);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000..32000 on 127.0.0.1")
 }
 
 /// A running (or stopped) samsa broker. Dropping it SIGKILLs the process; if
