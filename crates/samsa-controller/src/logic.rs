@@ -590,6 +590,25 @@ fn initial_state(
     })
 }
 
+/// The record creating partition `index`, for CreateTopics and CreatePartitions.
+fn partition_created(
+    image: &MetadataImage,
+    topic_id: Uuid,
+    index: usize,
+    replicas: Vec<BrokerId>,
+) -> Result<MetadataRecord, ControllerError> {
+    let state = initial_state(image, index, replicas)?;
+    Ok(MetadataRecord::PartitionCreated {
+        topic_id,
+        partition: to_partition_id(index)?,
+        replicas: state.replicas,
+        isr: state.isr,
+        leader: state.leader,
+        leader_epoch: state.leader_epoch,
+        partition_epoch: state.partition_epoch,
+    })
+}
+
 fn check_broker_epoch(
     image: &MetadataImage,
     broker_id: BrokerId,
@@ -893,16 +912,7 @@ impl ControllerLogic {
         })?;
         let num_partitions = assignments.len();
         for (index, replicas) in assignments.into_iter().enumerate() {
-            let state = initial_state(image, index, replicas)?;
-            changes.push(MetadataRecord::PartitionCreated {
-                topic_id,
-                partition: to_partition_id(index)?,
-                replicas: state.replicas,
-                isr: state.isr,
-                leader: state.leader,
-                leader_epoch: state.leader_epoch,
-                partition_epoch: state.partition_epoch,
-            })?;
+            changes.push(partition_created(image, topic_id, index, replicas)?)?;
         }
         Ok((
             changes.records,
@@ -1022,16 +1032,7 @@ impl ControllerLogic {
         let mut changes = Changes::new(image);
         for (offset, replicas) in assignments.into_iter().enumerate() {
             let index = current + offset;
-            let state = initial_state(image, index, replicas)?;
-            changes.push(MetadataRecord::PartitionCreated {
-                topic_id,
-                partition: to_partition_id(index)?,
-                replicas: state.replicas,
-                isr: state.isr,
-                leader: state.leader,
-                leader_epoch: state.leader_epoch,
-                partition_epoch: state.partition_epoch,
-            })?;
+            changes.push(partition_created(image, topic_id, index, replicas)?)?;
         }
         Ok((
             changes.records,
