@@ -26,19 +26,29 @@ pub(crate) fn write_atomically(
     contents: &[u8],
 ) -> Result<(), StorageError> {
     let target = dir.join(name);
-    let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
+    replace_file_durably(&target, contents).at(&target)
+}
+
+/// Replaces the file at `path` with `contents` so that a crash at any moment
+/// leaves the old or the new content: write `<path>.tmp`, fsync it, rename it
+/// over `path`, fsync the directory. Shared with the broker's small
+/// metadata files, which need the same guarantee.
+pub fn replace_file_durably(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(TMP_SUFFIX);
+    let tmp = dir.join(tmp_name);
     {
         let mut file = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&tmp)
-            .at(&tmp)?;
-        file.write_all(contents).at(&tmp)?;
-        file.sync_all().at(&tmp)?;
+            .open(&tmp)?;
+        file.write_all(contents)?;
+        file.sync_all()?;
     }
-    std::fs::rename(&tmp, &target).at(&target)?;
-    fsync_dir(dir)
+    std::fs::rename(&tmp, path)?;
+    File::open(dir).and_then(|d| d.sync_all())
 }
 
 /// Deletes a file; a file that is already gone is not an error.

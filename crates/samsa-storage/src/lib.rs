@@ -26,5 +26,6 @@ pub mod testing;
 pub use batch::{BatchError, BatchHeader};
 pub use config::{FlushPolicy, LogConfig};
 pub use error::StorageError;
+pub use fsutil::replace_file_durably;
 pub use log::{AppendInfo, FlushTarget, PartitionLog, ReadResult, RecoveryReport};
 pub use producer_state::{ProducerStateEntry, ProducerStateManager};
