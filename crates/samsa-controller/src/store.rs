@@ -110,11 +110,28 @@ pub struct SledStore {
 
 impl SledStore {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let db = sled::Config::new()
-            .path(path)
-            .cache_capacity(64 * 1024 * 1024)
-            .flush_every_ms(Some(1_000))
-            .open()?;
+        // sled's background flusher keeps a just-dropped database (and its
+        // file lock) alive for a moment, so a store reopened right after a
+        // shutdown in the same process would see the lock as taken. Wait a
+        // bounded time for the lock instead of failing.
+        const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        let db = loop {
+            match sled::Config::new()
+                .path(path)
+                .cache_capacity(64 * 1024 * 1024)
+                .flush_every_ms(Some(1_000))
+                .open()
+            {
+                Err(sled::Error::Io(e))
+                    if e.to_string().contains("could not acquire lock")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other?,
+            }
+        };
         let log = db.open_tree("raft_log")?;
         let meta = db.open_tree("raft_meta")?;
         Ok(Self { db, log, meta })

@@ -119,7 +119,7 @@ async fn log_vote_and_state_survive_a_reopen() {
         let mut builder = sm.get_snapshot_builder().await;
         builder.build_snapshot().await.unwrap();
     }
-    let (store, mut log, mut sm) = reopen_when_released(dir.path()).await;
+    let (store, mut log, mut sm) = open_sled(dir.path()).unwrap();
     let entries = log.try_get_log_entries(1..3).await.unwrap();
     assert_eq!(entries.len(), 2);
     assert_eq!(
@@ -149,22 +149,4 @@ async fn a_corrupt_entry_is_reported_not_returned() {
     assert!(log.try_get_log_entries(0..).await.is_err());
     store.append(&[(7, b"not json".to_vec())]).unwrap();
     assert!(log.try_get_log_entries(7..8).await.is_err());
-}
-
-/// Reopens a sled store whose previous handle was just dropped. sled's
-/// background flusher keeps the database (and its file lock) alive for a
-/// moment after the last handle goes, so wait for the lock to be released.
-async fn reopen_when_released(
-    path: &std::path::Path,
-) -> (std::sync::Arc<dyn RaftStore>, LogStore, StateMachineStore) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        match open_sled(path) {
-            Ok(opened) => return opened,
-            Err(_) if std::time::Instant::now() < deadline => {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            Err(e) => panic!("sled store still locked after 20 s: {e}"),
-        }
-    }
 }
