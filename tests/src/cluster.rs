@@ -365,6 +365,29 @@ impl SamsaCluster {
         )
     }
 
+    /// With `SAMSA_TEST_KEEP_LOGS=<dir>` set, copies every node's whole log
+    /// into `<dir>/<pid>-<n>/node-<id>.log` (called for a failed test, whose
+    /// temporary directories are about to be removed).
+    pub fn keep_logs(&self) {
+        let Some(dir) = std::env::var_os("SAMSA_TEST_KEEP_LOGS") else {
+            return;
+        };
+        static KEPT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = KEPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dest = PathBuf::from(dir).join(format!("{}-{n}", std::process::id()));
+        if let Err(e) = std::fs::create_dir_all(&dest) {
+            eprintln!("could not keep logs in {}: {e}", dest.display());
+            return;
+        }
+        for id in self.nodes.keys() {
+            let to = dest.join(format!("node-{id}.log"));
+            if let Err(e) = std::fs::copy(self.node(*id).log_path(), &to) {
+                eprintln!("could not keep {}: {e}", to.display());
+            }
+        }
+        eprintln!("node logs kept in {}", dest.display());
+    }
+
     /// Log tails of every node.
     pub fn all_logs(&self, lines: usize) -> String {
         self.nodes
@@ -379,6 +402,7 @@ impl Drop for SamsaCluster {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("{}", self.all_logs(150));
+            self.keep_logs();
         }
         for node in self.nodes.values_mut() {
             if let Some(mut c) = node.child.take() {

@@ -32,7 +32,17 @@ pub fn idempotent_producer_config(bootstrap: &str) -> ClientConfig {
         .set("reconnect.backoff.max.ms", "200")
         .set("queue.buffering.max.messages", "20000")
         .set("broker.address.family", "v4");
+    with_debug_from_env(&mut c);
     c
+}
+
+/// `SAMSA_TEST_RDKAFKA_DEBUG=eos,msg,…` turns on librdkafka's debug contexts
+/// for the producers the tests create; the lines go to stderr (see
+/// [`CheckingContext`]'s `log`), which nextest shows for a failed test.
+fn with_debug_from_env(c: &mut ClientConfig) {
+    if let Ok(contexts) = std::env::var("SAMSA_TEST_RDKAFKA_DEBUG") {
+        c.set("debug", contexts);
+    }
 }
 
 /// Consumer settings for assign()-based reading: no subscription, no
@@ -80,6 +90,17 @@ impl CheckingContext {
 }
 
 impl ClientContext for CheckingContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        eprintln!(
+            "[rdkafka {}.{:03} {level:?} {fac}] {log_message}",
+            since_epoch.as_secs(),
+            since_epoch.subsec_millis()
+        );
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         let msg = format!("{error}: {reason}");
         if matches!(error.rdkafka_error_code(), Some(RDKafkaErrorCode::Fatal)) {

@@ -84,6 +84,10 @@ pub struct BrokerConfig {
     /// `replica.fetch.max.bytes`-like budget of one follower fetch over all
     /// its partitions (the first batch is always sent whole).
     pub replica_fetch_max_bytes: u32,
+    /// `replica.high.watermark.checkpoint.interval.ms`: how often every
+    /// partition whose high watermark moved writes it to its checkpoint, so
+    /// a restarted replica serves from (nearly) where it was.
+    pub replica_high_watermark_checkpoint_interval_ms: u64,
 }
 
 impl Default for BrokerConfig {
@@ -113,6 +117,7 @@ impl Default for BrokerConfig {
             replica_lag_time_max_ms: 30_000,
             replica_fetch_wait_max_ms: 500,
             replica_fetch_max_bytes: 1024 * 1024,
+            replica_high_watermark_checkpoint_interval_ms: 5_000,
         }
     }
 }

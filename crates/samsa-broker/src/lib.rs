@@ -262,7 +262,8 @@ pub async fn run(
     Ok(())
 }
 
-/// Retention and, under [`FlushPolicy::Interval`], periodic fsync.
+/// Retention, high-watermark checkpoints and, under
+/// [`FlushPolicy::Interval`], periodic fsync.
 async fn maintenance_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let retention_every = Duration::from_millis(broker.config.retention_check_interval_ms.max(1));
     let flush_every = match broker.config.log.flush {
@@ -271,6 +272,13 @@ async fn maintenance_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Rec
         }
         _ => None,
     };
+    let hw_checkpoint_every = Duration::from_millis(
+        broker
+            .config
+            .replica_high_watermark_checkpoint_interval_ms
+            .max(1),
+    );
+    let mut hw_checkpoint = tokio::time::interval(hw_checkpoint_every);
     let mut retention = tokio::time::interval(retention_every);
     let mut flush = tokio::time::interval(flush_every.unwrap_or(Duration::from_secs(3600)));
     loop {
@@ -282,6 +290,10 @@ async fn maintenance_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Rec
             _ = flush.tick(), if flush_every.is_some() => {
                 let b = broker.clone();
                 let _ = tokio::task::spawn_blocking(move || b.replicas.flush_all()).await;
+            }
+            _ = hw_checkpoint.tick() => {
+                let b = broker.clone();
+                let _ = tokio::task::spawn_blocking(move || b.replicas.checkpoint_high_watermarks()).await;
             }
             _ = stop.changed() => return,
         }

@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use samsa_storage::{AppendInfo, FlushPolicy, LogConfig, PartitionLog, ReadResult, StorageError};
@@ -38,6 +38,15 @@ pub enum PartitionError {
     /// The partition was closed (topic deleted or broker shutting down).
     #[error("partition {0} is closed")]
     Closed(String),
+    /// The replica's role changed under the caller: a leader append after
+    /// losing leadership (or the epoch it was admitted under), or a follower
+    /// applying a fetch answer of an epoch it no longer follows.
+    #[error("partition {partition} is no longer {role} in leader epoch {leader_epoch}")]
+    RoleChanged {
+        partition: String,
+        role: &'static str,
+        leader_epoch: i32,
+    },
     #[error("{0}")]
     Storage(#[from] StorageError),
     #[error("fsync failed: {0}")]
@@ -104,6 +113,8 @@ pub struct Partition {
     /// after `log`, never before).
     pub(crate) replication: Mutex<ReplicaState>,
     flush_lock: tokio::sync::Mutex<()>,
+    /// The high watermark the last periodic checkpoint wrote.
+    checkpointed_high_watermark: AtomicI64,
 }
 
 impl Partition {
@@ -121,6 +132,7 @@ impl Partition {
             log_end: watch::Sender::new(leo),
             replication: Mutex::new(ReplicaState::new(epochs)),
             flush_lock: tokio::sync::Mutex::new(()),
+            checkpointed_high_watermark: AtomicI64::new(hw),
         }
     }
 
@@ -163,6 +175,20 @@ impl Partition {
     /// Returns the append outcome and the log start offset after it.
     pub fn append(&self, records: &[u8], now_ms: i64) -> Result<(AppendInfo, i64), PartitionError> {
         self.append_as_leader_replicated(records, now_ms)
+    }
+
+    /// Writes the log's checkpoint if the high watermark moved since the
+    /// last call (the log also writes it on roll, truncation and close).
+    pub fn checkpoint_high_watermark(&self) -> Result<(), PartitionError> {
+        self.with_log(|log| {
+            let hw = log.high_watermark();
+            if self.checkpointed_high_watermark.load(Ordering::Relaxed) != hw {
+                log.write_checkpoint()?;
+                self.checkpointed_high_watermark
+                    .store(hw, Ordering::Relaxed);
+            }
+            Ok(())
+        })
     }
 
     /// Waits until everything below `end_offset` is on disk (group commit).
@@ -417,6 +443,16 @@ impl ReplicaManager {
         for partition in self.all() {
             if let Err(e) = partition.flush() {
                 warn!(partition = %partition.name(), error = %e, "periodic flush failed");
+            }
+        }
+    }
+
+    /// Writes the checkpoint of every partition whose high watermark moved
+    /// since its last one.
+    pub fn checkpoint_high_watermarks(&self) {
+        for partition in self.all() {
+            if let Err(e) = partition.checkpoint_high_watermark() {
+                warn!(partition = %partition.name(), error = %e, "high-watermark checkpoint failed");
             }
         }
     }

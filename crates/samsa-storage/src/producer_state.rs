@@ -128,6 +128,17 @@ fn check(
     last_sequence: i32,
 ) -> Result<Verdict, StorageError> {
     let Some(entry) = entry else {
+        if first_sequence != 0 {
+            // Legal (the producer's state expired or was never seen here),
+            // but after a failover it also means a retried batch cannot be
+            // recognised as one: worth a line.
+            tracing::info!(
+                producer_id,
+                epoch,
+                first_sequence,
+                "batch from a producer without state here; appending at its sequence"
+            );
+        }
         return Ok(Verdict::Append);
     };
     if epoch < entry.epoch {

@@ -15,7 +15,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use samsa_storage::BatchHeader;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::str_bytes;
 use crate::error::storage_error_code;
@@ -110,12 +110,20 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                         let code = storage_error_code(&e);
                         if code == ResponseError::KafkaStorageError {
                             warn!(partition = %partition.name(), error = %e, "append failed");
+                        } else if matches!(
+                            code,
+                            ResponseError::OutOfOrderSequenceNumber
+                                | ResponseError::InvalidProducerEpoch
+                        ) {
+                            // Rare and consequential: a client bumps its
+                            // epoch or fails on these.
+                            info!(partition = %partition.name(), error = %e, "idempotent batch rejected");
                         } else {
                             debug!(partition = %partition.name(), error = %e, "append rejected");
                         }
                         Some((code, e.to_string()))
                     }
-                    Err(e @ PartitionError::Closed(_)) => {
+                    Err(e @ (PartitionError::Closed(_) | PartitionError::RoleChanged { .. })) => {
                         Some((ResponseError::NotLeaderOrFollower, e.to_string()))
                     }
                     Err(e @ PartitionError::Flush(_)) => {
@@ -155,6 +163,7 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                     .wait_replicated(wait.end_offset, wait.leader_epoch, deadline)
                     .await
                     .map_err(|code| {
+                        info!(partition = %partition.name(), end_offset = wait.end_offset, ?code, "acks=all batch appended but not acknowledged");
                         (
                             code,
                             format!(

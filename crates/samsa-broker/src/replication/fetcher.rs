@@ -157,7 +157,7 @@ async fn fetch_once(
         if partition.followed_leader().map(|(_, e)| e) != Some(*epoch) {
             continue;
         }
-        match apply(partition, *fetch_offset, &data) {
+        match apply(partition, *epoch, *fetch_offset, &data) {
             Ok(true) => all_failed = false,
             Ok(false) => {}
             Err(e) => {
@@ -175,6 +175,7 @@ async fn fetch_once(
 /// Applies one partition's answer; `Ok(false)` when it was an error to wait out.
 fn apply(
     partition: &Partition,
+    epoch: i32,
     fetch_offset: i64,
     data: &PartitionData,
 ) -> Result<bool, crate::replica::PartitionError> {
@@ -187,22 +188,28 @@ fn apply(
             diverging.end_offset.min(own_end)
         };
         if target < partition.offsets()?.log_start_offset {
-            partition.restart_at(data.log_start_offset.max(0), now)?;
+            partition.restart_at(epoch, data.log_start_offset.max(0), now)?;
         } else {
-            partition.truncate_divergent(target, now)?;
+            partition.truncate_divergent(epoch, target, now)?;
         }
         return Ok(true);
     }
     match data.error_code {
         0 => {
-            partition.append_from_leader(fetch_offset, &data.records, data.high_watermark, now)?;
+            partition.append_from_leader(
+                epoch,
+                fetch_offset,
+                &data.records,
+                data.high_watermark,
+                now,
+            )?;
             Ok(true)
         }
         OFFSET_OUT_OF_RANGE => {
             if fetch_offset < data.log_start_offset {
-                partition.restart_at(data.log_start_offset, now)?;
+                partition.restart_at(epoch, data.log_start_offset, now)?;
             } else if fetch_offset > data.log_end_offset {
-                partition.truncate_divergent(data.log_end_offset, now)?;
+                partition.truncate_divergent(epoch, data.log_end_offset, now)?;
             }
             Ok(true)
         }

@@ -69,17 +69,23 @@ impl Partition {
         const RECHECK: Duration = Duration::from_millis(100);
         let mut hw = self.watch_high_watermark();
         loop {
-            if *hw.borrow_and_update() >= end_offset {
+            // The HW is read before the leadership: a HW covering the batch
+            // counts only if this replica still leads in the epoch that
+            // appended it. A replica that lost leadership may have had the
+            // batch cut as a divergent suffix, and its HW then moves with
+            // the new leader's records at those offsets.
+            let covered = *hw.borrow_and_update() >= end_offset;
+            let leadership = self.leadership();
+            if !leadership.is_leader || leadership.leader_epoch != leader_epoch {
+                return Err(ResponseError::NotLeaderOrFollower);
+            }
+            if covered {
                 let (isr, min) = self.isr_and_min();
                 return if isr < min {
                     Err(ResponseError::NotEnoughReplicasAfterAppend)
                 } else {
                     Ok(())
                 };
-            }
-            let leadership = self.leadership();
-            if !leadership.is_leader || leadership.leader_epoch != leader_epoch {
-                return Err(ResponseError::NotLeaderOrFollower);
             }
             let now = Instant::now();
             if now >= deadline {

@@ -184,15 +184,33 @@ impl Partition {
         now_ms: i64,
     ) -> Result<(AppendInfo, i64), PartitionError> {
         let epoch = self.leader_epoch();
-        let (info, hw, leo, log_start_offset) = self.with_log_and_state(|log, state| {
+        let appended = self.with_log_and_state(|log, state| {
+            // Checked under the log lock: the metadata may have moved
+            // leadership away since the caller looked it up, and a former
+            // leader's append would be a write no ISR will ever hold.
+            if !self.is_leader() || state.leader != state.me || state.leader_epoch != epoch {
+                return Ok(None);
+            }
             state.epochs.assign(epoch, log.log_end_offset());
             let info = log.append_as_leader(records, epoch, now_ms)?;
             let leo = log.log_end_offset();
             if let Some(bound) = state.hw_bound(leo) {
                 log.set_high_watermark(bound);
             }
-            Ok((info, log.high_watermark(), leo, log.log_start_offset()))
+            Ok(Some((
+                info,
+                log.high_watermark(),
+                leo,
+                log.log_start_offset(),
+            )))
         })?;
+        let Some((info, hw, leo, log_start_offset)) = appended else {
+            return Err(PartitionError::RoleChanged {
+                partition: self.name(),
+                role: "the leader",
+                leader_epoch: epoch,
+            });
+        };
         self.publish(hw, leo);
         Ok((info, log_start_offset))
     }
@@ -258,8 +276,8 @@ impl Partition {
 
     /// Serves one partition of a follower's fetch (see `proto/replication.proto`).
     pub(crate) fn serve_replica_fetch(&self, req: ReplicaFetch, now_ms: i64) -> ReplicaFetchAnswer {
-        let leadership = self.leadership();
         let result = self.with_log_and_state(|log, state| {
+            let leadership = self.leadership();
             let mut answer = ReplicaFetchAnswer {
                 high_watermark: log.high_watermark(),
                 log_start_offset: log.log_start_offset(),
@@ -369,12 +387,16 @@ impl Partition {
     /// Records not starting at this log's end (a stale answer) are ignored.
     pub(crate) fn append_from_leader(
         &self,
+        leader_epoch: i32,
         fetch_offset: i64,
         records: &[u8],
         leader_hw: i64,
         now_ms: i64,
     ) -> Result<(), PartitionError> {
         let (hw, leo) = self.with_log_and_state(|log, state| {
+            if !self.follows_under_lock(state, leader_epoch) {
+                return Ok((log.high_watermark(), log.log_end_offset()));
+            }
             if log.log_end_offset() != fetch_offset {
                 return Ok((log.high_watermark(), log.log_end_offset()));
             }
@@ -393,11 +415,12 @@ impl Partition {
     /// start: then the log restarts empty there).
     pub(crate) fn truncate_divergent(
         &self,
+        leader_epoch: i32,
         offset: i64,
         now_ms: i64,
     ) -> Result<(), PartitionError> {
         let (hw, leo) = self.with_log_and_state(|log, state| {
-            if offset < log.log_end_offset() {
+            if self.follows_under_lock(state, leader_epoch) && offset < log.log_end_offset() {
                 info!(partition = %self.name(), from = log.log_end_offset(), to = offset, "truncating a divergent suffix");
                 log.truncate_to(offset, now_ms)?;
                 state.epochs.truncate_from_end(log.log_end_offset());
@@ -410,8 +433,16 @@ impl Partition {
     }
 
     /// Follower: the leader's log starts past this one's end; restart empty there.
-    pub(crate) fn restart_at(&self, offset: i64, now_ms: i64) -> Result<(), PartitionError> {
+    pub(crate) fn restart_at(
+        &self,
+        leader_epoch: i32,
+        offset: i64,
+        now_ms: i64,
+    ) -> Result<(), PartitionError> {
         let (hw, leo) = self.with_log_and_state(|log, state| {
+            if !self.follows_under_lock(state, leader_epoch) {
+                return Ok((log.high_watermark(), log.log_end_offset()));
+            }
             info!(partition = %self.name(), offset, "the leader's log starts later; restarting this replica's log there");
             log.truncate_fully_and_start_at(offset, now_ms)?;
             state.epochs.clear();
@@ -479,6 +510,18 @@ impl Partition {
     pub(crate) fn alter_context(&self) -> (i32, i32, Uuid) {
         let state = self.replication.lock().unwrap_or_else(|p| p.into_inner());
         (state.leader_epoch, state.partition_epoch, state.topic_id)
+    }
+
+    /// Whether this replica still follows in `leader_epoch`; called with the
+    /// log and replication locks held, so a fetch answer is applied only by
+    /// the follower of the epoch it was asked under (a leadership change
+    /// between the fetch and its answer drops the answer).
+    fn follows_under_lock(&self, state: &ReplicaState, leader_epoch: i32) -> bool {
+        let leadership = self.leadership();
+        !leadership.is_leader
+            && leadership.leader_epoch == leader_epoch
+            && state.leader_epoch == leader_epoch
+            && state.leader != state.me
     }
 
     /// Follower: the leader to fetch from and the epoch to present, if this
