@@ -16,7 +16,14 @@
 //! without recomputing it; max timestamp and attributes cannot.
 //!
 //! Records themselves are parsed only where the log needs a per-record answer
-//! (ListOffsets by timestamp), and only for uncompressed batches: see [`records`].
+//! (ListOffsets by timestamp, the type of a control record), and only for
+//! uncompressed batches: see [`records`].
+//!
+//! Transaction markers ([`EndTxnMarker`]) are the one kind of batch the log
+//! builds itself: a control batch (attributes transactional | control, no
+//! sequence) holding one record whose key is `version i16 = 0 | type i16`
+//! (0 = ABORT, 1 = COMMIT) and whose value is `version i16 = 0 |
+//! coordinator_epoch i32`.
 
 /// Size of the fixed header of a v2 batch.
 pub const BATCH_HEADER_LEN: usize = 61;
@@ -52,6 +59,14 @@ const COMPRESSION_MASK: i16 = 0x07;
 const TIMESTAMP_TYPE_LOG_APPEND: i16 = 0x08;
 const TRANSACTIONAL: i16 = 0x10;
 const CONTROL: i16 = 0x20;
+
+/// Control record key: version (always 0 so far) and type.
+const CONTROL_KEY_VERSION: i16 = 0;
+const CONTROL_TYPE_ABORT: i16 = 0;
+const CONTROL_TYPE_COMMIT: i16 = 1;
+/// Value of an ABORT/COMMIT control record: version and coordinator epoch.
+const END_TXN_MARKER_VALUE_VERSION: i16 = 0;
+const END_TXN_MARKER_VALUE_LEN: usize = 6;
 
 #[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
 pub enum BatchError {
@@ -295,6 +310,120 @@ impl<'a> Iterator for BatchIter<'a> {
         }
         self.position += total;
         Some(Ok((header, &rest[..total])))
+    }
+}
+
+/// Appends `value` as a zigzag varint (the encoding of record fields).
+pub(crate) fn put_varlong(out: &mut Vec<u8>, value: i64) {
+    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
+    loop {
+        let byte = (zigzag & 0x7f) as u8;
+        zigzag >>= 7;
+        if zigzag == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// The control record that ends a producer's transaction on a partition
+/// (Kafka's end-transaction marker), as written by the transaction
+/// coordinator through `WriteTxnMarkers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndTxnMarker {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// Epoch of the coordinator that wrote the marker; a marker from an older
+    /// coordinator than the last one seen for the producer is fenced.
+    pub coordinator_epoch: i32,
+    /// COMMIT when true, ABORT when false (`WriteTxnMarkers`' `transaction_result`).
+    pub commit: bool,
+}
+
+impl EndTxnMarker {
+    /// The v2 control batch carrying this marker: base offset 0 and leader
+    /// epoch -1 (the log assigns both), `timestamp` as base and max timestamp,
+    /// attributes transactional | control, base sequence -1, one record, CRC
+    /// computed.
+    pub fn to_batch(&self, timestamp: i64) -> Vec<u8> {
+        let control_type = if self.commit {
+            CONTROL_TYPE_COMMIT
+        } else {
+            CONTROL_TYPE_ABORT
+        };
+        let mut record = Vec::with_capacity(16);
+        record.push(0); // record attributes
+        put_varlong(&mut record, 0); // timestamp delta
+        put_varlong(&mut record, 0); // offset delta
+        put_varlong(&mut record, 4);
+        record.extend_from_slice(&CONTROL_KEY_VERSION.to_be_bytes());
+        record.extend_from_slice(&control_type.to_be_bytes());
+        put_varlong(&mut record, END_TXN_MARKER_VALUE_LEN as i64);
+        record.extend_from_slice(&END_TXN_MARKER_VALUE_VERSION.to_be_bytes());
+        record.extend_from_slice(&self.coordinator_epoch.to_be_bytes());
+        put_varlong(&mut record, 0); // no headers
+
+        let mut out = Vec::with_capacity(BATCH_HEADER_LEN + record.len() + 2);
+        out.extend_from_slice(&0i64.to_be_bytes()); // base offset
+        out.extend_from_slice(&0i32.to_be_bytes()); // batch length, set below
+        out.extend_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
+        out.push(MAGIC_V2 as u8);
+        out.extend_from_slice(&0u32.to_be_bytes()); // crc, set below
+        out.extend_from_slice(&(TRANSACTIONAL | CONTROL).to_be_bytes());
+        out.extend_from_slice(&0i32.to_be_bytes()); // last offset delta
+        out.extend_from_slice(&timestamp.to_be_bytes());
+        out.extend_from_slice(&timestamp.to_be_bytes());
+        out.extend_from_slice(&self.producer_id.to_be_bytes());
+        out.extend_from_slice(&self.producer_epoch.to_be_bytes());
+        out.extend_from_slice(&NO_SEQUENCE.to_be_bytes());
+        out.extend_from_slice(&1i32.to_be_bytes()); // records count
+        put_varlong(&mut out, record.len() as i64);
+        out.extend_from_slice(&record);
+        let batch_length = (out.len() - LOG_OVERHEAD) as i32;
+        out[BATCH_LENGTH_AT..BATCH_LENGTH_AT + 4].copy_from_slice(&batch_length.to_be_bytes());
+        let crc = crc32c::crc32c(&out[CRC_COVERED_FROM..]);
+        out[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    /// Reads the marker of a control batch. `Ok(None)`: not a control batch,
+    /// or a control record of another type (Kafka defines more, none of which
+    /// end a transaction). A control batch whose record cannot be read, or an
+    /// ABORT/COMMIT record without its value, is an error. Producer id and
+    /// epoch come from the header, whatever they are.
+    pub fn parse(batch: &[u8]) -> Result<Option<EndTxnMarker>, BatchError> {
+        let header = BatchHeader::parse(batch)?;
+        if !header.is_control() {
+            return Ok(None);
+        }
+        let record = records(batch)?.next().ok_or(BatchError::MalformedRecord(
+            "control batch without a record",
+        ))??;
+        let key = record
+            .key
+            .filter(|k| k.len() >= 4)
+            .ok_or(BatchError::MalformedRecord(
+                "control record key shorter than 4 bytes",
+            ))?;
+        // Any key version: later ones may only add fields after the type.
+        let commit = match be_i16(key, 2) {
+            CONTROL_TYPE_ABORT => false,
+            CONTROL_TYPE_COMMIT => true,
+            _ => return Ok(None),
+        };
+        let value = record
+            .value
+            .filter(|v| v.len() >= END_TXN_MARKER_VALUE_LEN)
+            .ok_or(BatchError::MalformedRecord(
+                "transaction marker value shorter than 6 bytes",
+            ))?;
+        Ok(Some(EndTxnMarker {
+            producer_id: header.producer_id,
+            producer_epoch: header.producer_epoch,
+            coordinator_epoch: be_i32(value, 2),
+            commit,
+        }))
     }
 }
 
@@ -747,5 +876,68 @@ mod tests {
             Some((7, 1_002))
         );
         assert_eq!(offset_of_max_timestamp(&compressed).unwrap(), 9);
+    }
+
+    #[test]
+    fn end_txn_markers_round_trip_as_valid_control_batches() {
+        for commit in [false, true] {
+            let marker = EndTxnMarker {
+                producer_id: 4_000_000_001,
+                producer_epoch: 7,
+                coordinator_epoch: 12,
+                commit,
+            };
+            let bytes = marker.to_batch(1_234);
+            verify_crc(&bytes).unwrap();
+            let h = BatchHeader::parse(&bytes).unwrap();
+            assert_eq!(h.total_size(), bytes.len());
+            assert!(h.is_control() && h.is_transactional());
+            assert_eq!(h.compression(), 0);
+            assert_eq!((h.base_offset, h.partition_leader_epoch), (0, -1));
+            assert_eq!((h.last_offset_delta, h.records_count), (0, 1));
+            assert_eq!((h.base_timestamp, h.max_timestamp), (1_234, 1_234));
+            assert_eq!((h.producer_id, h.producer_epoch), (4_000_000_001, 7));
+            assert_eq!(h.base_sequence, NO_SEQUENCE);
+            let record = records(&bytes).unwrap().next().unwrap().unwrap();
+            let control_type: i16 = if commit { 1 } else { 0 };
+            let mut key = 0i16.to_be_bytes().to_vec();
+            key.extend_from_slice(&control_type.to_be_bytes());
+            assert_eq!(record.key, Some(&key[..]));
+            let mut value = 0i16.to_be_bytes().to_vec();
+            value.extend_from_slice(&12i32.to_be_bytes());
+            assert_eq!(record.value, Some(&value[..]));
+            assert_eq!(EndTxnMarker::parse(&bytes).unwrap(), Some(marker));
+        }
+    }
+
+    #[test]
+    fn marker_parsing_ignores_data_and_other_control_types_and_rejects_damage() {
+        assert_eq!(EndTxnMarker::parse(&build_batch(&spec(2))).unwrap(), None);
+        let marker = EndTxnMarker {
+            producer_id: 1,
+            producer_epoch: 0,
+            coordinator_epoch: 3,
+            commit: true,
+        }
+        .to_batch(5);
+        // Record layout: length(1) attributes(1) ts(1) offset(1) key len(1) key(4) ...
+        let type_at = BATCH_HEADER_LEN + 5 + 2;
+        let mut leader_change = marker.clone();
+        leader_change[type_at + 1] = 2;
+        recompute_crc(&mut leader_change).unwrap();
+        assert_eq!(EndTxnMarker::parse(&leader_change).unwrap(), None);
+
+        let mut short_value = marker.clone();
+        // value length varint 6 (zigzag 12) -> 2 (zigzag 4): the record runs short.
+        short_value[type_at + 2] = 4;
+        recompute_crc(&mut short_value).unwrap();
+        assert!(EndTxnMarker::parse(&short_value).is_err());
+
+        let mut compressed = marker;
+        compressed[ATTRIBUTES_AT + 1] |= 1;
+        assert!(matches!(
+            EndTxnMarker::parse(&compressed),
+            Err(BatchError::Compressed(1))
+        ));
     }
 }

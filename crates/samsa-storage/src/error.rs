@@ -42,6 +42,16 @@ pub enum StorageError {
         current: i16,
         found: i16,
     },
+    /// Kafka `TRANSACTION_COORDINATOR_FENCED` (52): a transaction marker from a
+    /// coordinator older than the last one that wrote a marker for the producer.
+    #[error(
+        "transaction marker for producer {producer_id} from coordinator epoch {found}, older than {current}"
+    )]
+    TransactionCoordinatorFenced {
+        producer_id: i64,
+        current: i32,
+        found: i32,
+    },
     /// Kafka `OFFSET_OUT_OF_RANGE` (1).
     #[error("offset {offset} out of range [{log_start}, {log_end}]")]
     OffsetOutOfRange {

@@ -23,7 +23,7 @@ mod segment;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use batch::{BatchError, BatchHeader};
+pub use batch::{BatchError, BatchHeader, EndTxnMarker};
 pub use config::{FlushPolicy, LogConfig};
 pub use error::StorageError;
 pub use fsutil::replace_file_durably;

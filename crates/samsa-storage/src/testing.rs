@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::batch::{BatchHeader, BATCH_HEADER_LEN, MAGIC_V2};
+use crate::batch::{put_varlong, BatchHeader, EndTxnMarker, BATCH_HEADER_LEN, MAGIC_V2};
 
 /// Everything that varies between test batches. `Default` is a one-record,
 /// non-idempotent CreateTime batch at offset 0 with timestamp 0.
@@ -73,6 +73,20 @@ impl BatchSpec {
         }
     }
 
+    /// A transactional batch of `record_count` records (idempotent too, as
+    /// every transactional batch is).
+    pub fn transactional(
+        producer_id: i64,
+        producer_epoch: i16,
+        base_sequence: i32,
+        record_count: i32,
+    ) -> Self {
+        BatchSpec {
+            transactional: true,
+            ..BatchSpec::idempotent(producer_id, producer_epoch, base_sequence, record_count)
+        }
+    }
+
     pub fn with_timestamp(mut self, base_timestamp: i64) -> Self {
         self.base_timestamp = base_timestamp;
         self
@@ -80,19 +94,6 @@ impl BatchSpec {
 
     pub fn build(&self) -> Vec<u8> {
         build_batch(self)
-    }
-}
-
-fn put_varlong(out: &mut Vec<u8>, value: i64) {
-    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
-    loop {
-        let byte = (zigzag & 0x7f) as u8;
-        zigzag >>= 7;
-        if zigzag == 0 {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
     }
 }
 
@@ -178,6 +179,39 @@ pub fn idempotent_batch(
         ..BatchSpec::idempotent(producer_id, producer_epoch, base_sequence, record_count)
             .with_timestamp(timestamp)
     })
+}
+
+/// A transactional batch: producer `producer_id`/`producer_epoch`, sequences
+/// `base_sequence..base_sequence+record_count`, all stamped `timestamp`.
+pub fn transactional_batch(
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+    record_count: i32,
+    timestamp: i64,
+) -> Vec<u8> {
+    build_batch(&BatchSpec {
+        timestamp_step: 0,
+        ..BatchSpec::transactional(producer_id, producer_epoch, base_sequence, record_count)
+            .with_timestamp(timestamp)
+    })
+}
+
+/// The control batch of a COMMIT (`commit`) or ABORT marker, stamped `timestamp`.
+pub fn marker_batch(
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    commit: bool,
+    timestamp: i64,
+) -> Vec<u8> {
+    EndTxnMarker {
+        producer_id,
+        producer_epoch,
+        coordinator_epoch,
+        commit,
+    }
+    .to_batch(timestamp)
 }
 
 /// Headers of every batch in a buffer of whole batches; panics on a malformed buffer.
