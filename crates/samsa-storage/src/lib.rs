@@ -1,15 +1,18 @@
 //! samsa-storage: the partition log.
 //!
 //! A [`PartitionLog`] owns one partition directory: segments of Kafka
-//! RecordBatch v2 bytes with sparse offset and time indexes, idempotent
-//! producer state with snapshots, a checkpoint of log start / recovery point /
+//! RecordBatch v2 bytes with sparse offset and time indexes and an index of
+//! aborted transactions, idempotent and transactional producer state with
+//! snapshots, a checkpoint of log start / recovery point /
 //! high watermark, and crash recovery. Everything is synchronous `std::fs`; no
 //! networking and no async. The broker wraps each log in a mutex and does
 //! group-commit fsyncs outside it ([`PartitionLog::flush_target`]).
 //!
-//! Module map: [`batch`] (v2 framing, CRC), [`config`], [`log`] (the log and
-//! recovery), [`producer_state`] (idempotence), and private `segment`, `index`,
-//! `scan` (sequential batch scanning) and `fsutil` (atomic file replacement).
+//! Module map: [`batch`] (v2 framing, CRC, transaction markers), [`config`],
+//! [`log`] (the log and recovery), [`producer_state`] (idempotence and
+//! ongoing transactions), and private `segment`, `index`, `txn_index` (aborted
+//! transactions per segment), `scan` (sequential batch scanning) and `fsutil`
+//! (atomic file replacement).
 
 pub mod batch;
 pub mod config;
@@ -22,10 +25,12 @@ mod scan;
 mod segment;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod txn_index;
 
 pub use batch::{BatchError, BatchHeader, EndTxnMarker};
 pub use config::{FlushPolicy, LogConfig};
 pub use error::StorageError;
 pub use fsutil::replace_file_durably;
 pub use log::{AppendInfo, FlushTarget, PartitionLog, ReadResult, RecoveryReport};
-pub use producer_state::{ProducerStateEntry, ProducerStateManager};
+pub use producer_state::{ProducerDescription, ProducerStateEntry, ProducerStateManager};
+pub use txn_index::AbortedTxn;

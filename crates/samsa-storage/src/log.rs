@@ -3,7 +3,10 @@
 //!
 //! Directory layout:
 //! - `{base:020}.log` / `.index` / `.timeindex`: segments (see `segment`, `index`);
-//! - `{offset:020}.snapshot`: producer state as of `offset` (see `producer_state`);
+//! - `{base:020}.txnindex`: the aborted transactions whose ABORT markers are
+//!   in that segment (see `txn_index`);
+//! - `{offset:020}.snapshot`: producer state, ongoing transactions included,
+//!   as of `offset` (see `producer_state`);
 //! - `checkpoint`: JSON `{version, log_start_offset, recovery_point, high_watermark}`,
 //!   replaced atomically;
 //! - `clean_shutdown`: written last by [`PartitionLog::close`], removed (durably)
@@ -19,12 +22,19 @@
 //!   entries and the indexes of every segment wholly below it; the checkpointed
 //!   recovery point is never ahead of the real one, so after a crash only the
 //!   segments from the one holding it onwards need validating;
-//! - producer state reflects exactly the batches in the log;
+//! - producer state reflects exactly the batches in the log, and so do the
+//!   ongoing transactions (a transactional batch opens one, a marker closes
+//!   it): the first unstable offset is the first offset of the oldest, and
+//!   the last stable offset is min(first unstable offset, high watermark);
+//! - every ABORT marker in the log that closed an ongoing transaction has its
+//!   entry in the transaction index of its segment, and no other marker does;
+//!   the indexes of segments wholly below the recovery point are durable, the
+//!   others are rebuilt by recovery from a replay of producer state;
 //! - an append is validated completely before any byte is written: a request
 //!   is stored whole or not at all (short of an I/O error mid-write, which the
 //!   next append overwrites).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -36,16 +46,19 @@ use tracing::{info, warn};
 
 use crate::batch::{
     self, set_base_offset, set_log_append_time, set_partition_leader_epoch, verify_crc, BatchError,
-    BatchHeader, BATCH_HEADER_LEN, NO_TIMESTAMP,
+    BatchHeader, EndTxnMarker, BATCH_HEADER_LEN, NO_TIMESTAMP,
 };
 use crate::config::{FlushPolicy, LogConfig};
 use crate::error::{IoContext, StorageError};
 use crate::fsutil::{self, fsync_dir, parse_offset_file_name, TMP_SUFFIX};
-use crate::producer_state::{self, ProducerStateManager, StagedProducers};
+use crate::producer_state::{
+    self, CompletedTxn, ProducerDescription, ProducerStateManager, StagedProducers,
+};
 use crate::segment::{
     remove_segment_files, BatchPlacement, Segment, INDEX_EXTENSION, LOG_EXTENSION,
     TIME_INDEX_EXTENSION,
 };
+use crate::txn_index::{AbortedTxn, AbortedTxnEntry, TXN_INDEX_EXTENSION};
 
 const CHECKPOINT_FILE: &str = "checkpoint";
 const CLEAN_SHUTDOWN_FILE: &str = "clean_shutdown";
@@ -119,6 +132,10 @@ pub struct RecoveryReport {
     pub segments_scanned: usize,
     /// Segments whose index files failed their sanity check and were rebuilt.
     pub indexes_rebuilt: usize,
+    /// Segments whose transaction index was rebuilt from a producer-state
+    /// replay: every validated segment, and those whose file was missing or
+    /// damaged.
+    pub transaction_indexes_rebuilt: usize,
     /// Bytes of invalid batches cut, including whole segments deleted after them.
     pub bytes_truncated: u64,
     /// Segments deleted because they followed a truncation or a gap.
@@ -195,6 +212,7 @@ fn list_dir(dir: &Path) -> Result<Listing, StorageError> {
             listing.segment_bases.push(base);
         } else if let Some(base) = parse_offset_file_name(name, INDEX_EXTENSION)
             .or_else(|| parse_offset_file_name(name, TIME_INDEX_EXTENSION))
+            .or_else(|| parse_offset_file_name(name, TXN_INDEX_EXTENSION))
         {
             listing.index_bases.push(base);
         }
@@ -225,17 +243,72 @@ fn read_checkpoint(dir: &Path) -> Result<Option<Checkpoint>, StorageError> {
     }
 }
 
-/// Loads the newest usable snapshot at or below `log_end_offset` and replays
-/// the log after it. Snapshots above the log end describe batches that are
-/// gone (a crash lost them, or the log was truncated) and are deleted.
+/// The transaction marker of a control batch read back from the log, if it
+/// holds one. A marker that cannot be read does not stop the log: it was
+/// accepted once (a leader only writes markers it built), so it is logged and
+/// counted as a control batch without a marker, which only moves the epoch.
+fn stored_marker(
+    segment: &Segment,
+    position: u64,
+    header: &BatchHeader,
+    buf: &mut Vec<u8>,
+) -> Result<Option<EndTxnMarker>, StorageError> {
+    if !header.is_control() || !header.has_producer_id() {
+        return Ok(None);
+    }
+    buf.clear();
+    segment.read_into(buf, position, header.total_size())?;
+    Ok(readable_marker(buf, header, segment.log_path()))
+}
+
+/// [`EndTxnMarker::parse`] for a batch already accepted into the log; see
+/// [`stored_marker`].
+fn readable_marker(bytes: &[u8], header: &BatchHeader, path: &Path) -> Option<EndTxnMarker> {
+    match EndTxnMarker::parse(bytes) {
+        Ok(marker) => marker,
+        Err(e) => {
+            warn!(path = %path.display(), offset = header.base_offset, error = %e,
+                "control batch without a readable transaction marker");
+            None
+        }
+    }
+}
+
+/// The transaction-index entry of a completed transaction, if it was aborted:
+/// `producers` must already reflect the marker.
+fn aborted_entry(producers: &ProducerStateManager, done: &CompletedTxn) -> Option<AbortedTxnEntry> {
+    done.aborted.then(|| AbortedTxnEntry {
+        producer_id: done.producer_id,
+        first_offset: done.first_offset,
+        last_offset: done.last_offset,
+        last_stable_offset: producers
+            .first_unstable_offset()
+            .unwrap_or(done.last_offset + 1),
+    })
+}
+
+/// Loads the newest usable snapshot at or below `log_end_offset` (and at or
+/// below the base of every segment in `rebuild_txn_indexes`) and replays the
+/// log after it. Snapshots above the log end describe batches that are gone
+/// (a crash lost them, or the log was truncated) and are deleted.
+///
+/// The transaction indexes of the segments in `rebuild_txn_indexes` are
+/// rebuilt by the replay: the aborted transactions whose markers it meets in
+/// them are written anew. That is why the replay starts at or below the first
+/// of them: an abort's entry needs the transaction's first offset, which only
+/// the producer state before the marker knows.
 fn rebuild_producer_state(
     dir: &Path,
-    segments: &BTreeMap<i64, Segment>,
+    segments: &mut BTreeMap<i64, Segment>,
+    rebuild_txn_indexes: &BTreeSet<i64>,
     log_start_offset: i64,
     log_end_offset: i64,
     expiration_ms: i64,
 ) -> Result<(ProducerStateManager, Option<i64>, u64), StorageError> {
     let snapshots = producer_state::list_snapshots(dir)?;
+    let usable_up_to = rebuild_txn_indexes
+        .first()
+        .map_or(log_end_offset, |&base| base.min(log_end_offset));
     let mut loaded = None;
     for &offset in snapshots.iter().rev() {
         let path = producer_state::snapshot_path(dir, offset);
@@ -244,7 +317,7 @@ fn rebuild_producer_state(
             fsutil::remove_if_exists(&path)?;
             continue;
         }
-        if loaded.is_some() {
+        if loaded.is_some() || offset > usable_up_to {
             continue;
         }
         match ProducerStateManager::read_snapshot(&path, offset, expiration_ms)? {
@@ -265,6 +338,11 @@ fn rebuild_producer_state(
         .range(..=replay_from)
         .next_back()
         .map_or(replay_from, |(base, _)| *base);
+    let mut rebuilt: BTreeMap<i64, Vec<AbortedTxnEntry>> = rebuild_txn_indexes
+        .iter()
+        .map(|&base| (base, Vec::new()))
+        .collect();
+    let mut buf = Vec::new();
     for segment in segments.range(first_base..).map(|(_, s)| s) {
         let start = if segment.base_offset() < replay_from {
             match segment.locate(replay_from)? {
@@ -274,13 +352,37 @@ fn rebuild_producer_state(
         } else {
             0
         };
-        segment.scan_headers(start, |_, header| {
-            if header.base_offset >= replay_from && header.base_offset < log_end_offset {
-                producers.apply_replicated(header, header.max_timestamp);
-                replayed += 1;
+        let mut aborted = rebuilt.get_mut(&segment.base_offset());
+        let mut failure = None;
+        segment.scan_headers(start, |position, header| {
+            if header.base_offset < replay_from || header.base_offset >= log_end_offset {
+                return true;
             }
+            let marker = match stored_marker(segment, position, header, &mut buf) {
+                Ok(marker) => marker,
+                Err(e) => {
+                    failure = Some(e);
+                    return false;
+                }
+            };
+            if let Some(done) = producers.apply_replicated(header, marker.as_ref()) {
+                if let (Some(entries), Some(entry)) =
+                    (aborted.as_mut(), aborted_entry(&producers, &done))
+                {
+                    entries.push(entry);
+                }
+            }
+            replayed += 1;
             true
         })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+    }
+    for (base, entries) in rebuilt {
+        if let Some(segment) = segments.get_mut(&base) {
+            segment.replace_txn_index(entries)?;
+        }
     }
     Ok((producers, snapshot_offset, replayed))
 }
@@ -289,7 +391,9 @@ fn rebuild_producer_state(
 /// `recover_from_base` on are validated batch by batch and cut at the first
 /// invalid one; earlier ones keep their indexes if those pass a sanity check
 /// (else they are validated too). A cut, or a segment not starting where the
-/// previous one ends, deletes every later segment.
+/// previous one ends, deletes every later segment. The bases of the segments
+/// whose transaction index must be rebuilt (every validated one, and those
+/// whose index is damaged) are added to `rebuild_txn_indexes`.
 fn load_segments(
     dir: &Path,
     segment_bases: &[i64],
@@ -297,6 +401,7 @@ fn load_segments(
     index_interval: u32,
     now_ms: i64,
     report: &mut RecoveryReport,
+    rebuild_txn_indexes: &mut BTreeSet<i64>,
 ) -> Result<BTreeMap<i64, Segment>, StorageError> {
     let mut segments = BTreeMap::new();
     let mut expected_base: Option<i64> = None;
@@ -339,12 +444,21 @@ fn load_segments(
             let outcome = segment.recover(index_interval)?;
             segment.sync_all()?;
             report.segments_scanned += 1;
+            // Entries written since the last seal may be lost or describe
+            // batches just cut: rebuild rather than trust.
+            rebuild_txn_indexes.insert(base);
             if outcome.truncated_bytes > 0 {
                 report.bytes_truncated += outcome.truncated_bytes;
                 report
                     .truncated_at_offset
                     .get_or_insert(segment.next_offset());
                 cut = true;
+            }
+        }
+        if !rebuild_txn_indexes.contains(&base) {
+            if let Some(reason) = segment.txn_index_problem() {
+                warn!(path = %segment.log_path().display(), reason, "transaction index untrusted; rebuilding");
+                rebuild_txn_indexes.insert(base);
             }
         }
         expected_base = Some(segment.next_offset());
@@ -364,7 +478,10 @@ impl PartitionLog {
     /// that, and all segments after a clean shutdown, keep their indexes if a
     /// sanity check against the log file passes (else they are rebuilt the same
     /// way). Producer state comes from the newest snapshot at or below the
-    /// recovered log end plus a replay of the batches after it.
+    /// recovered log end plus a replay of the batches after it. That replay
+    /// also rebuilds the transaction indexes of the validated segments and of
+    /// those whose `.txnindex` is missing or damaged (so it starts from a
+    /// snapshot at or below the first of them).
     pub fn open(
         dir: &Path,
         config: LogConfig,
@@ -401,6 +518,7 @@ impl PartitionLog {
             )
         };
 
+        let mut rebuild_txn_indexes = BTreeSet::new();
         let mut segments = load_segments(
             dir,
             &listing.segment_bases,
@@ -408,6 +526,7 @@ impl PartitionLog {
             config.index_interval_bytes,
             now_ms,
             &mut report,
+            &mut rebuild_txn_indexes,
         )?;
         for base in listing.index_bases {
             if !segments.contains_key(&base) {
@@ -441,12 +560,14 @@ impl PartitionLog {
 
         let (mut producers, snapshot_offset, replayed) = rebuild_producer_state(
             dir,
-            &segments,
+            &mut segments,
+            &rebuild_txn_indexes,
             log_start_offset,
             log_end_offset,
             config.producer_id_expiration_ms,
         )?;
         producers.expire(now_ms);
+        report.transaction_indexes_rebuilt = rebuild_txn_indexes.len();
         report.snapshot_offset = snapshot_offset;
         report.batches_replayed = replayed;
         report.log_end_offset = log_end_offset;
@@ -694,12 +815,82 @@ impl PartitionLog {
         })
     }
 
+    /// Writes a transaction marker (`WriteTxnMarkers`) as the leader: checks it
+    /// against the producer's state (`InvalidProducerEpoch` for an older
+    /// producer epoch, `TransactionCoordinatorFenced` for an older coordinator
+    /// epoch; see `producer_state`), appends the control batch at the log end
+    /// stamped `now_ms` and `leader_epoch`, closes the producer's ongoing
+    /// transaction and, for an ABORT that closed one, adds it to the active
+    /// segment's transaction index. A marker for a producer with no ongoing
+    /// transaction is appended too (the coordinator retries markers), and
+    /// moves the producer's epoch up if it is newer. No fsync.
+    pub fn append_txn_marker(
+        &mut self,
+        marker: &EndTxnMarker,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, StorageError> {
+        if marker.producer_id < 0 {
+            return Err(StorageError::InvalidRecord(
+                "transaction marker without a producer id".into(),
+            ));
+        }
+        self.producers.check_marker(marker)?;
+        let offset = self.log_end_offset;
+        let log_append_time = self.config.message_timestamp_type_log_append;
+        let mut bytes = marker.to_batch(now_ms);
+        set_base_offset(&mut bytes, offset);
+        set_partition_leader_epoch(&mut bytes, leader_epoch);
+        if log_append_time {
+            set_log_append_time(&mut bytes, now_ms)?;
+        }
+        let placement = BatchPlacement {
+            offset_in_buffer: 0,
+            size: bytes.len(),
+            base_offset: offset,
+            last_offset: offset,
+            max_timestamp: now_ms,
+        };
+        self.maybe_roll(bytes.len(), offset, now_ms, now_ms)?;
+        let interval = self.config.index_interval_bytes;
+        self.active_mut()?
+            .append(&bytes, &[placement], interval, now_ms)?;
+        self.log_end_offset = offset + 1;
+        if let Some(done) = self.producers.apply_marker(marker, offset, now_ms) {
+            self.index_completed_txn(&done)?;
+        }
+        Ok(AppendInfo {
+            base_offset: offset,
+            last_offset: offset,
+            max_timestamp: now_ms,
+            offset_of_max_timestamp: offset,
+            record_count: 1,
+            duplicate: false,
+            log_append_time_ms: if log_append_time {
+                now_ms
+            } else {
+                NO_TIMESTAMP
+            },
+        })
+    }
+
+    /// Adds an aborted transaction whose marker was just appended to the
+    /// active segment's transaction index.
+    fn index_completed_txn(&mut self, done: &CompletedTxn) -> Result<(), StorageError> {
+        if let Some(entry) = aborted_entry(&self.producers, done) {
+            self.active_mut()?.push_aborted_txn(entry);
+        }
+        Ok(())
+    }
+
     /// Appends batches that already carry their offsets (replication): each
     /// must pass framing and CRC checks, the first must start at the log end
     /// offset and the rest follow contiguously. An empty log (nothing between
     /// log start and log end) instead restarts at the first batch's offset, as a
     /// follower does when the leader's log starts later. Producer state is
-    /// updated without idempotence checks: the leader made them.
+    /// updated without idempotence or marker checks: the leader made them.
+    /// Transactions open and close as on the leader, and aborted ones enter
+    /// the transaction index.
     pub fn append_as_follower(
         &mut self,
         records: &[u8],
@@ -765,12 +956,20 @@ impl PartitionLog {
         let interval = self.config.index_interval_bytes;
         self.active_mut()?
             .append(records, placements, interval, now_ms)?;
-        for item in batch::batches(records) {
-            let (header, _) = item?;
-            self.producers
-                .apply_replicated(&header, header.max_timestamp);
-        }
         self.log_end_offset = last.last_offset + 1;
+        // The bytes are written: from here on the state must follow them even
+        // if a marker is unreadable (see `readable_marker`).
+        for item in batch::batches(records) {
+            let (header, bytes) = item?;
+            let marker = if header.is_control() && header.has_producer_id() {
+                readable_marker(bytes, &header, &self.dir)
+            } else {
+                None
+            };
+            if let Some(done) = self.producers.apply_replicated(&header, marker.as_ref()) {
+                self.index_completed_txn(&done)?;
+            }
+        }
         Ok(AppendInfo {
             base_offset: first.base_offset,
             last_offset: last.last_offset,
@@ -829,18 +1028,21 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Keeps the newest snapshots and the newest one at or below the recovery
-    /// point (the one recovery from a crash right now would use).
+    /// Keeps the newest snapshots, the newest one at or below the recovery
+    /// point, and the newest one at or below the base of the segment holding
+    /// the recovery point (where recovery from a crash right now would start
+    /// its replay: it rebuilds that segment's transaction index).
     fn delete_old_snapshots(&self) -> Result<(), StorageError> {
         let snapshots = producer_state::list_snapshots(&self.dir)?;
-        let newest_durable = snapshots
-            .iter()
-            .rev()
-            .find(|&&s| s <= self.recovery_point)
-            .copied();
+        let newest_at_or_below =
+            |limit: i64| snapshots.iter().rev().find(|&&s| s <= limit).copied();
+        let newest_durable = newest_at_or_below(self.recovery_point);
+        let recovery_start = self
+            .segment_base_for(self.recovery_point)
+            .and_then(newest_at_or_below);
         let keep_from = snapshots.len().saturating_sub(SNAPSHOTS_RETAINED);
         for (i, &offset) in snapshots.iter().enumerate() {
-            if i < keep_from && Some(offset) != newest_durable {
+            if i < keep_from && Some(offset) != newest_durable && Some(offset) != recovery_start {
                 fsutil::remove_if_exists(&producer_state::snapshot_path(&self.dir, offset))?;
             }
         }
@@ -983,9 +1185,57 @@ impl PartitionLog {
         }
     }
 
-    /// min(first offset of open transactions, HW); transactions are not tracked yet, so the HW.
+    /// First offset of the oldest ongoing transaction, raised to the log start
+    /// offset if that transaction began in a segment retention deleted; `None`
+    /// when no transaction is ongoing.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.producers
+            .first_unstable_offset()
+            .map(|first| first.max(self.log_start_offset))
+    }
+
+    /// min(first unstable offset, HW): what a `read_committed` fetch may read
+    /// up to. Between log start and HW.
     pub fn last_stable_offset(&self) -> i64 {
-        self.high_watermark
+        self.first_unstable_offset()
+            .map_or(self.high_watermark, |first| first.min(self.high_watermark))
+    }
+
+    /// The aborted transactions a `read_committed` fetch of `[fetch_offset,
+    /// upper_bound_offset)` must report: every one whose range (first offset
+    /// to ABORT marker) overlaps it, in marker order. Looks at the segment
+    /// holding `fetch_offset` and later ones, until an entry shows no later
+    /// transaction can overlap (see `txn_index`).
+    pub fn aborted_transactions(
+        &self,
+        fetch_offset: i64,
+        upper_bound_offset: i64,
+    ) -> Vec<AbortedTxn> {
+        let mut out = Vec::new();
+        if upper_bound_offset <= fetch_offset {
+            return out;
+        }
+        let Some(from) = self.segment_base_for(fetch_offset) else {
+            return out;
+        };
+        for segment in self.segments.range(from..).map(|(_, s)| s) {
+            if segment.collect_aborted_txns(fetch_offset, upper_bound_offset, &mut out) {
+                break;
+            }
+        }
+        out
+    }
+
+    /// What DescribeProducers reports for this partition: every producer with
+    /// state here, by producer id.
+    pub fn describe_producers(&self) -> Vec<ProducerDescription> {
+        let mut out: Vec<ProducerDescription> = self
+            .producers
+            .iter()
+            .map(ProducerDescription::from)
+            .collect();
+        out.sort_unstable_by_key(|d| d.producer_id);
+        out
     }
 
     /// ListOffsets by timestamp: `(offset, timestamp)` of the first record whose
@@ -1182,8 +1432,10 @@ impl PartitionLog {
     }
 
     /// Removes every batch at or after `offset`; the batch containing `offset`
-    /// goes entirely, so the new log end may be below `offset`. Rebuilds
-    /// producer state, lowers HW and recovery point. For replication
+    /// goes entirely, so the new log end may be below `offset`. Drops the
+    /// aborted transactions whose markers went, rebuilds producer state
+    /// (ongoing transactions included: one whose marker went is open again),
+    /// lowers HW and recovery point. For replication
     /// (divergence): must not run while a [`FlushTarget`] taken earlier is
     /// still to be marked flushed.
     pub fn truncate_to(&mut self, offset: i64, now_ms: i64) -> Result<(), StorageError> {
@@ -1212,7 +1464,9 @@ impl PartitionLog {
         if let Some((position, _)) = active.locate(offset)? {
             active.truncate_to_position(position, interval)?;
         }
-        self.log_end_offset = self.active()?.next_offset();
+        let log_end_offset = active.next_offset();
+        active.truncate_txn_index(log_end_offset)?;
+        self.log_end_offset = log_end_offset;
         self.after_truncation(now_ms)
     }
 
@@ -1253,7 +1507,8 @@ impl PartitionLog {
         self.recovery_point = self.recovery_point.min(self.log_end_offset);
         let (mut producers, _, _) = rebuild_producer_state(
             &self.dir,
-            &self.segments,
+            &mut self.segments,
+            &BTreeSet::new(),
             self.log_start_offset,
             self.log_end_offset,
             self.config.producer_id_expiration_ms,

@@ -3,7 +3,8 @@
 use super::*;
 use crate::batch::{set_base_offset, BatchHeader};
 use crate::testing::{
-    build_batch, headers, idempotent_batch, simple_batch, without_assigned_fields, BatchSpec,
+    build_batch, headers, idempotent_batch, simple_batch, transactional_batch,
+    without_assigned_fields, BatchSpec,
 };
 
 const NOW: i64 = 1_700_000_000_000;
@@ -406,6 +407,10 @@ fn deduplication_survives_unclean_reopen() {
     let segments = log.segment_count();
     assert!(segments > 2);
     let leo = log.log_end_offset();
+    // The recovery point moves into the last segment, so recovery validates
+    // only that one and replays from the snapshot at its base. (Without a
+    // flush every segment is validated and the replay starts at the log start.)
+    log.flush().unwrap();
     drop(log); // no close(): a crash as far as the directory can tell
 
     let (mut log, report) = open_report(dir.path(), &config);
@@ -1143,7 +1148,10 @@ fn snapshots_beyond_the_recovered_end_are_deleted() {
         .unwrap()
         .iter()
         .all(|&s| s <= leo));
-    assert!(report.snapshot_offset.unwrap() <= leo);
+    // Nothing was flushed: every segment was validated, and the replay that
+    // rebuilds their transaction indexes starts at the log start.
+    assert_eq!(report.snapshot_offset, None);
+    assert_eq!(report.transaction_indexes_rebuilt, log.segment_count());
     // State reflects only what survived: the last surviving batch of producer 2 is a duplicate.
     let last = log.producer_state().get(2).unwrap();
     assert!(last.last_offset < leo);
@@ -1362,4 +1370,611 @@ fn missing_time_index_on_clean_open_is_rebuilt() {
     let (log, report) = open_report(dir.path(), &config);
     assert_eq!(report.indexes_rebuilt, 1);
     assert_eq!(log.max_timestamp_and_offset(), max);
+}
+
+// ---- transactions ----
+
+/// What the transactional part of a log must hold: the ongoing transaction of
+/// each producer (first offset), and every aborted one (producer, first
+/// offset, marker offset). Drives producers 1..=9 at epoch 0 with coordinator
+/// epoch 0.
+#[derive(Debug, Clone, Default)]
+struct TxnModel {
+    open: BTreeMap<i64, i64>,
+    aborted: Vec<(i64, i64, i64)>,
+    next_sequence: BTreeMap<i64, i32>,
+}
+
+impl TxnModel {
+    /// A transactional batch of three 100-byte records from `pid`.
+    fn data(&mut self, log: &mut PartitionLog, pid: i64) -> AppendInfo {
+        let sequence = self.next_sequence.entry(pid).or_insert(0);
+        let batch = build_batch(&BatchSpec {
+            value_len: 100,
+            base_timestamp: NOW,
+            ..BatchSpec::transactional(pid, 0, *sequence, 3)
+        });
+        let info = log.append_as_leader(&batch, 0, NOW).unwrap();
+        *sequence += 3;
+        self.open.entry(pid).or_insert(info.base_offset);
+        info
+    }
+
+    fn end(&mut self, log: &mut PartitionLog, pid: i64, commit: bool) -> AppendInfo {
+        let info = log
+            .append_txn_marker(&marker(pid, 0, 0, commit), 0, NOW)
+            .unwrap();
+        if let Some(first) = self.open.remove(&pid) {
+            if !commit {
+                self.aborted.push((pid, first, info.base_offset));
+            }
+        }
+        info
+    }
+
+    fn expected(&self, fetch: i64, upper: i64) -> Vec<AbortedTxn> {
+        self.aborted
+            .iter()
+            .filter(|(_, first, last)| *last >= fetch && *first < upper && fetch < upper)
+            .map(|&(producer_id, first_offset, _)| AbortedTxn {
+                producer_id,
+                first_offset,
+            })
+            .collect()
+    }
+
+    /// Every query over the log's offsets, the first unstable offset and the
+    /// producers' transactions agree with the model.
+    fn check(&self, log: &PartitionLog) {
+        let leo = log.log_end_offset();
+        for fetch in log.log_start_offset()..=leo {
+            for upper in fetch..=leo + 1 {
+                assert_eq!(
+                    log.aborted_transactions(fetch, upper),
+                    self.expected(fetch, upper),
+                    "aborted_transactions({fetch}, {upper})"
+                );
+            }
+        }
+        assert_eq!(
+            log.first_unstable_offset(),
+            self.open.values().min().copied()
+        );
+        for (pid, first) in &self.open {
+            let entry = log.producer_state().get(*pid).unwrap();
+            assert_eq!(entry.current_txn_first_offset, Some(*first));
+        }
+        for d in log.describe_producers() {
+            if !self.open.contains_key(&d.producer_id) {
+                assert_eq!(d.current_txn_start_offset, -1, "{d:?}");
+            }
+        }
+    }
+}
+
+fn marker(pid: i64, epoch: i16, coordinator_epoch: i32, commit: bool) -> EndTxnMarker {
+    EndTxnMarker {
+        producer_id: pid,
+        producer_epoch: epoch,
+        coordinator_epoch,
+        commit,
+    }
+}
+
+/// Transactions of producers 1 and 2 interleaved with plain batches over
+/// several segments: producer 1 alternately commits and aborts every round,
+/// producer 2's transactions span three rounds (so segments) and abort, and
+/// producer 3's last transaction stays open.
+fn transactional_history(log: &mut PartitionLog) -> TxnModel {
+    let mut model = TxnModel::default();
+    for round in 0..12 {
+        model.data(log, 1);
+        model.data(log, 2);
+        log.append_as_leader(&batch_with(2, 100, NOW), 0, NOW)
+            .unwrap();
+        model.end(log, 1, round % 2 == 0);
+        if round % 3 == 2 {
+            model.end(log, 2, false);
+        }
+    }
+    model.data(log, 3);
+    model.data(log, 1);
+    model
+}
+
+fn txn_index_path(dir: &Path, base: i64) -> PathBuf {
+    dir.join(format!("{base:020}.txnindex"))
+}
+
+#[test]
+fn last_stable_offset_follows_transactions_and_the_high_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    let mut model = TxnModel::default();
+    log.append_as_leader(&simple_batch(2, NOW), 0, NOW).unwrap();
+    log.set_high_watermark(log.log_end_offset());
+    assert_eq!(
+        (log.first_unstable_offset(), log.last_stable_offset()),
+        (None, 2)
+    );
+
+    assert_eq!(model.data(&mut log, 1).base_offset, 2);
+    log.set_high_watermark(log.log_end_offset());
+    assert_eq!(log.first_unstable_offset(), Some(2));
+    assert_eq!(log.last_stable_offset(), 2);
+    // Another producer's plain records after it stay unstable too.
+    log.append_as_leader(&simple_batch(1, NOW), 0, NOW).unwrap();
+    assert_eq!(model.data(&mut log, 2).base_offset, 6);
+    model.data(&mut log, 1);
+    log.set_high_watermark(log.log_end_offset());
+    assert_eq!(log.last_stable_offset(), 2);
+
+    let commit = model.end(&mut log, 1, true);
+    assert_eq!(commit.base_offset, 12);
+    assert_eq!((commit.last_offset, commit.record_count), (12, 1));
+    assert_eq!(log.log_end_offset(), 13);
+    // The HW has not covered the marker yet; the LSO is bounded by both.
+    assert_eq!(log.last_stable_offset(), 6);
+    log.set_high_watermark(13);
+    assert_eq!(log.last_stable_offset(), 6);
+    model.end(&mut log, 2, false);
+    assert_eq!(log.first_unstable_offset(), None);
+    assert_eq!(
+        log.last_stable_offset(),
+        13,
+        "the HW, until it covers the marker"
+    );
+    log.set_high_watermark(14);
+    assert_eq!(log.last_stable_offset(), 14);
+    model.check(&log);
+
+    // The marker is a valid control batch carrying the partition leader epoch.
+    let read = log.read(12, 1000, i64::MAX).unwrap();
+    let (header, bytes) = batch::batches(&read.records).next().unwrap().unwrap();
+    verify_crc(bytes).unwrap();
+    assert!(header.is_control() && header.is_transactional());
+    assert_eq!((header.base_offset, header.partition_leader_epoch), (12, 0));
+    assert_eq!(header.max_timestamp, NOW);
+    assert_eq!(
+        EndTxnMarker::parse(bytes).unwrap(),
+        Some(marker(1, 0, 0, true))
+    );
+    // A HW below the first unstable offset is the LSO.
+    let dir2 = tempfile::tempdir().unwrap();
+    let mut lagging = open(dir2.path(), &small_config());
+    lagging
+        .append_as_leader(&simple_batch(3, NOW), 0, NOW)
+        .unwrap();
+    TxnModel::default().data(&mut lagging, 1);
+    lagging.set_high_watermark(1);
+    assert_eq!(lagging.last_stable_offset(), 1);
+}
+
+#[test]
+fn aborted_transactions_are_indexed_in_the_segment_of_their_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    let model = transactional_history(&mut log);
+    assert!(log.segment_count() >= 4);
+    assert_eq!(model.aborted.len(), 10);
+    model.check(&log);
+    for segment in log.segments.values() {
+        for e in segment.aborted_txns() {
+            assert!(
+                e.last_offset >= segment.base_offset() && e.last_offset < segment.next_offset()
+            );
+            assert!(model
+                .aborted
+                .contains(&(e.producer_id, e.first_offset, e.last_offset)));
+        }
+    }
+    // Some of producer 2's transactions start in an earlier segment than
+    // their marker; a fetch starting in the marker's segment still reports it.
+    let &(_, first, last) = model
+        .aborted
+        .iter()
+        .find(|(pid, first, last)| {
+            *pid == 2 && log.segment_base_for(*first) != log.segment_base_for(*last)
+        })
+        .unwrap();
+    let base = log.segment_base_for(last).unwrap();
+    assert!(first < base);
+    assert!(log
+        .aborted_transactions(base, last + 1)
+        .contains(&AbortedTxn {
+            producer_id: 2,
+            first_offset: first
+        }));
+}
+
+#[test]
+fn markers_without_a_transaction_are_written_but_not_indexed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    let info = log
+        .append_txn_marker(&marker(5, 2, 1, false), 0, NOW)
+        .unwrap();
+    assert_eq!(info.base_offset, 0);
+    // Retried, and a newer epoch: appended too.
+    log.append_txn_marker(&marker(5, 2, 1, false), 0, NOW)
+        .unwrap();
+    log.append_txn_marker(&marker(5, 3, 1, true), 0, NOW)
+        .unwrap();
+    assert_eq!(log.log_end_offset(), 3);
+    assert!(log.aborted_transactions(0, 3).is_empty());
+    assert_eq!(log.first_unstable_offset(), None);
+    let d = log.describe_producers();
+    assert_eq!(
+        d,
+        vec![ProducerDescription {
+            producer_id: 5,
+            producer_epoch: 3,
+            last_sequence: -1,
+            last_timestamp: NOW,
+            coordinator_epoch: 1,
+            current_txn_start_offset: -1,
+        }]
+    );
+    assert!(matches!(
+        log.append_txn_marker(&marker(-1, 0, 0, true), 0, NOW),
+        Err(StorageError::InvalidRecord(_))
+    ));
+}
+
+#[test]
+fn markers_from_old_producer_or_coordinator_epochs_are_fenced_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    log.append_as_leader(&transactional_batch(1, 3, 0, 2, NOW), 0, NOW)
+        .unwrap();
+    log.append_txn_marker(&marker(1, 3, 5, true), 0, NOW)
+        .unwrap();
+    log.append_as_leader(&transactional_batch(1, 3, 2, 1, NOW), 0, NOW)
+        .unwrap();
+    let (leo, size) = (log.log_end_offset(), log.size_bytes());
+    assert!(matches!(
+        log.append_txn_marker(&marker(1, 2, 5, false), 0, NOW),
+        Err(StorageError::InvalidProducerEpoch {
+            producer_id: 1,
+            current: 3,
+            found: 2
+        })
+    ));
+    assert!(matches!(
+        log.append_txn_marker(&marker(1, 3, 4, false), 0, NOW),
+        Err(StorageError::TransactionCoordinatorFenced {
+            producer_id: 1,
+            current: 5,
+            found: 4
+        })
+    ));
+    assert_eq!((log.log_end_offset(), log.size_bytes()), (leo, size));
+    assert_eq!(log.first_unstable_offset(), Some(3));
+    // The coordinator fences the producer: a newer epoch aborts its transaction.
+    log.append_txn_marker(&marker(1, 4, 6, false), 0, NOW)
+        .unwrap();
+    assert_eq!(
+        log.aborted_transactions(0, 10),
+        vec![AbortedTxn {
+            producer_id: 1,
+            first_offset: 3
+        }]
+    );
+    // The zombie's writes are refused.
+    assert!(matches!(
+        log.append_as_leader(&transactional_batch(1, 3, 3, 1, NOW), 0, NOW),
+        Err(StorageError::InvalidProducerEpoch { .. })
+    ));
+    let d = log.describe_producers();
+    assert_eq!(
+        (
+            d[0].producer_epoch,
+            d[0].coordinator_epoch,
+            d[0].current_txn_start_offset
+        ),
+        (4, 6, -1)
+    );
+}
+
+#[test]
+fn describe_producers_reports_sequences_and_open_transactions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    log.append_as_leader(&idempotent_batch(9, 1, 0, 4, NOW + 5), 0, NOW)
+        .unwrap();
+    log.append_as_leader(&transactional_batch(4, 0, 0, 2, NOW + 7), 0, NOW)
+        .unwrap();
+    let d = log.describe_producers();
+    assert_eq!(
+        d,
+        vec![
+            ProducerDescription {
+                producer_id: 4,
+                producer_epoch: 0,
+                last_sequence: 1,
+                last_timestamp: NOW + 7,
+                coordinator_epoch: -1,
+                current_txn_start_offset: 4,
+            },
+            ProducerDescription {
+                producer_id: 9,
+                producer_epoch: 1,
+                last_sequence: 3,
+                last_timestamp: NOW + 5,
+                coordinator_epoch: -1,
+                current_txn_start_offset: -1,
+            },
+        ]
+    );
+}
+
+#[test]
+fn transactions_survive_a_clean_reopen_without_rebuilding() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    let model = transactional_history(&mut log);
+    let described = log.describe_producers();
+    let bases = log.segment_base_offsets();
+    log.close().unwrap();
+    for base in &bases {
+        assert!(txn_index_path(dir.path(), *base).exists());
+    }
+    let (log, report) = open_report(dir.path(), &config);
+    assert!(report.clean_shutdown);
+    assert_eq!(report.transaction_indexes_rebuilt, 0);
+    assert_eq!(
+        report.batches_replayed, 0,
+        "the snapshot holds the open transactions"
+    );
+    model.check(&log);
+    assert_eq!(log.describe_producers(), described);
+}
+
+#[test]
+fn missing_or_damaged_transaction_indexes_are_rebuilt_on_a_clean_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    let model = transactional_history(&mut log);
+    let with_entries: Vec<i64> = log
+        .segments
+        .values()
+        .filter(|s| !s.aborted_txns().is_empty())
+        .map(Segment::base_offset)
+        .collect();
+    assert!(with_entries.len() >= 3);
+    log.close().unwrap();
+    let [missing, damaged, foreign] =
+        [0, 1, 2].map(|i| txn_index_path(dir.path(), with_entries[i]));
+    // Entries that pass their CRC but belong to another segment.
+    std::fs::copy(&damaged, &foreign).unwrap();
+    std::fs::remove_file(missing).unwrap();
+    let mut bytes = std::fs::read(&damaged).unwrap();
+    bytes[12] ^= 0x20;
+    std::fs::write(&damaged, bytes).unwrap();
+
+    let (log, report) = open_report(dir.path(), &config);
+    assert!(report.clean_shutdown);
+    assert_eq!(
+        report.segments_scanned, 0,
+        "only the transaction indexes were untrusted"
+    );
+    assert_eq!(report.transaction_indexes_rebuilt, 3);
+    model.check(&log);
+    drop(log);
+    let (log, report) = open_report(dir.path(), &config);
+    assert_eq!(
+        report.transaction_indexes_rebuilt, 1,
+        "only the active segment after a crash"
+    );
+    model.check(&log);
+}
+
+#[test]
+fn unclean_reopen_rebuilds_transactions_from_the_recovery_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    let mut model = transactional_history(&mut log);
+    // Producer 2 opens a transaction now; the recovery point moves past it and
+    // into a later segment; its ABORT marker comes after.
+    let first = model.data(&mut log, 2).base_offset;
+    for _ in 0..12 {
+        log.append_as_leader(&batch_with(2, 100, NOW), 0, NOW)
+            .unwrap();
+    }
+    log.flush().unwrap();
+    let recovery_base = log.segment_base_for(log.flushed_offset()).unwrap();
+    assert!(log.segment_base_for(first).unwrap() < recovery_base);
+    model.end(&mut log, 2, false);
+    model.data(&mut log, 4);
+    model.end(&mut log, 4, false);
+    drop(log);
+
+    let (log, report) = open_report(dir.path(), &config);
+    assert!(!report.clean_shutdown);
+    assert_eq!(report.transaction_indexes_rebuilt, 1);
+    assert!(report.snapshot_offset.unwrap() <= recovery_base);
+    model.check(&log);
+    assert!(log
+        .aborted_transactions(recovery_base, log.log_end_offset())
+        .contains(&AbortedTxn {
+            producer_id: 2,
+            first_offset: first
+        }));
+}
+
+#[test]
+fn a_torn_abort_marker_reopens_its_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    let mut model = transactional_history(&mut log);
+    model.data(&mut log, 5);
+    let before_abort = model.clone();
+    let abort = model.end(&mut log, 5, false);
+    model.check(&log);
+    let active = log.segment_base_for(abort.base_offset).unwrap();
+    drop(log);
+    // Cut the marker in the middle, as a crash during its write could.
+    let path = dir.path().join(format!("{active:020}.log"));
+    let len = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len - 30)
+        .unwrap();
+    let (log, report) = open_report(dir.path(), &config);
+    assert_eq!(report.truncated_at_offset, Some(abort.base_offset));
+    assert_eq!(log.log_end_offset(), abort.base_offset);
+    before_abort.check(&log);
+    assert_eq!(
+        log.producer_state()
+            .get(5)
+            .unwrap()
+            .current_txn_first_offset,
+        before_abort.open.get(&5).copied()
+    );
+}
+
+#[test]
+fn a_missing_clean_shutdown_marker_rebuilds_the_active_segment_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    let model = transactional_history(&mut log);
+    log.close().unwrap();
+    std::fs::remove_file(dir.path().join(CLEAN_SHUTDOWN_FILE)).unwrap();
+    let (log, report) = open_report(dir.path(), &config);
+    assert!(!report.clean_shutdown);
+    assert_eq!(report.transaction_indexes_rebuilt, 1);
+    model.check(&log);
+}
+
+#[test]
+fn truncation_drops_aborted_entries_and_reopens_transactions() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    let mut model = transactional_history(&mut log);
+    model.data(&mut log, 6);
+    let expected = model.clone();
+    let abort = model.end(&mut log, 6, false);
+    model.data(&mut log, 7);
+    model.end(&mut log, 7, false);
+    model.check(&log);
+    log.set_high_watermark(log.log_end_offset());
+
+    log.truncate_to(abort.base_offset, NOW).unwrap();
+    assert_eq!(log.log_end_offset(), abort.base_offset);
+    expected.check(&log);
+    assert_eq!(
+        log.last_stable_offset(),
+        expected.open.values().min().copied().unwrap()
+    );
+    // Further back: cut inside producer 2's transaction that spans segments.
+    let &(_, first, last) = expected
+        .aborted
+        .iter()
+        .rev()
+        .find(|(pid, _, _)| *pid == 2)
+        .unwrap();
+    log.truncate_to(last, NOW).unwrap();
+    assert!(log
+        .aborted_transactions(0, log.log_end_offset() + 1)
+        .iter()
+        .all(|a| !(a.producer_id == 2 && a.first_offset == first)));
+    assert_eq!(
+        log.producer_state()
+            .get(2)
+            .unwrap()
+            .current_txn_first_offset,
+        Some(first),
+        "open again"
+    );
+    let reopened_state: Vec<_> = log.describe_producers();
+    let aborted = log.aborted_transactions(0, log.log_end_offset() + 1);
+    drop(log);
+    let log = open(dir.path(), &config);
+    assert_eq!(log.describe_producers(), reopened_state);
+    assert_eq!(
+        log.aborted_transactions(0, log.log_end_offset() + 1),
+        aborted
+    );
+
+    let mut log = log;
+    log.truncate_fully_and_start_at(1000, NOW).unwrap();
+    assert_eq!(log.first_unstable_offset(), None);
+    assert!(log.aborted_transactions(0, 2000).is_empty());
+}
+
+#[test]
+fn follower_tracks_transactions_and_aborts_like_its_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut leader = open(&dir.path().join("leader"), &config);
+    let model = transactional_history(&mut leader);
+    let data = leader.read(0, usize::MAX, i64::MAX).unwrap().records;
+    let batches: Vec<Vec<u8>> = batch::batches(&data)
+        .map(|b| b.unwrap().1.to_vec())
+        .collect();
+    let mut follower = open(&dir.path().join("follower"), &config);
+    for chunk in batches.chunks(3) {
+        follower.append_as_follower(&chunk.concat(), NOW).unwrap();
+    }
+    assert_eq!(read_all(&follower), read_all(&leader));
+    model.check(&follower);
+    assert_eq!(follower.describe_producers(), leader.describe_producers());
+    follower.close().unwrap();
+    let follower = open(&dir.path().join("follower"), &config);
+    model.check(&follower);
+}
+
+#[test]
+fn retention_deletes_transaction_indexes_and_bounds_the_first_unstable_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        retention_bytes: 5000,
+        ..small_config()
+    };
+    let mut log = open(dir.path(), &config);
+    let mut model = TxnModel::default();
+    model.data(&mut log, 1);
+    model.data(&mut log, 2);
+    model.end(&mut log, 2, false);
+    let first_base = log.segment_base_offsets()[0];
+    for _ in 0..40 {
+        log.append_as_leader(&batch_with(2, 100, NOW), 0, NOW)
+            .unwrap();
+    }
+    log.set_high_watermark(log.log_end_offset());
+    assert!(log.enforce_retention(NOW).unwrap() > 0);
+    assert!(!txn_index_path(dir.path(), first_base).exists());
+    assert!(log.log_start_offset() > 0);
+    assert_eq!(log.first_unstable_offset(), Some(log.log_start_offset()));
+    assert_eq!(log.last_stable_offset(), log.log_start_offset());
+    assert!(log
+        .aborted_transactions(log.log_start_offset(), log.log_end_offset())
+        .is_empty());
+}
+
+#[test]
+fn markers_follow_the_log_append_time_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        message_timestamp_type_log_append: true,
+        ..small_config()
+    };
+    let mut log = open(dir.path(), &config);
+    let info = log
+        .append_txn_marker(&marker(1, 0, 0, true), 3, NOW + 9)
+        .unwrap();
+    assert_eq!(info.log_append_time_ms, NOW + 9);
+    let read = log.read(0, 1000, i64::MAX).unwrap();
+    let h = headers(&read.records)[0];
+    assert!(h.timestamp_type_is_log_append() && h.is_control());
+    assert_eq!(h.max_timestamp, NOW + 9);
+    verify_crc(&read.records).unwrap();
 }

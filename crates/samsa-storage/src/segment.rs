@@ -1,5 +1,7 @@
 //! One segment of a partition log: `{base:020}.log` holding batches with
-//! contiguous offsets from `base_offset`, and its two indexes.
+//! contiguous offsets from `base_offset`, its offset and time indexes, and its
+//! transaction index (`.txnindex`, the aborted transactions whose ABORT marker
+//! is in the segment; see `txn_index`).
 //!
 //! Invariants while a `Segment` is alive:
 //! - bytes `[0, size)` of the log file are whole, CRC-valid batches whose
@@ -8,7 +10,10 @@
 //! - the in-memory indexes describe exactly those bytes (the index files may
 //!   lag; see `index`);
 //! - `max_timestamp` / `offset_of_max_timestamp` are the largest batch max
-//!   timestamp in the segment and the last offset of the first batch carrying it.
+//!   timestamp in the segment and the last offset of the first batch carrying it;
+//! - the transaction index is only as good as what the log put in it: the
+//!   segment cannot check it against its batches beyond offset ranges
+//!   ([`Segment::txn_index_problem`]), and [`Segment::recover`] leaves it alone.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -21,6 +26,7 @@ use crate::error::{IoContext, StorageError};
 use crate::fsutil::{self, offset_file_name};
 use crate::index::{validate_offset_index, validate_time_index, IndexFile, OffsetEntry, TimeEntry};
 use crate::scan::{BatchScanner, BATCH_SCAN_CHUNK, HEADER_SCAN_CHUNK};
+use crate::txn_index::{AbortedTxn, AbortedTxnEntry, TxnIndex, TXN_INDEX_EXTENSION};
 
 pub(crate) const LOG_EXTENSION: &str = "log";
 pub(crate) const INDEX_EXTENSION: &str = "index";
@@ -53,8 +59,11 @@ pub(crate) struct Segment {
     log: Arc<File>,
     offset_index: IndexFile<OffsetEntry>,
     time_index: IndexFile<TimeEntry>,
+    txn_index: TxnIndex,
     /// Whether both index files existed and held a whole number of entries when opened.
     index_files_intact: bool,
+    /// Why the transaction index file could not be read when opened.
+    txn_index_unreadable: Option<String>,
     bytes_since_last_index_entry: u64,
     max_timestamp: i64,
     offset_of_max_timestamp: i64,
@@ -66,15 +75,16 @@ pub(crate) struct Segment {
     pub dir_entry_durable: bool,
 }
 
-fn paths(dir: &Path, base_offset: i64) -> [PathBuf; 3] {
+fn paths(dir: &Path, base_offset: i64) -> [PathBuf; 4] {
     [
         offset_file_name(dir, base_offset, LOG_EXTENSION),
         offset_file_name(dir, base_offset, INDEX_EXTENSION),
         offset_file_name(dir, base_offset, TIME_INDEX_EXTENSION),
+        offset_file_name(dir, base_offset, TXN_INDEX_EXTENSION),
     ]
 }
 
-/// Deletes a segment's three files, whether or not it was ever opened.
+/// Deletes a segment's four files, whether or not it was ever opened.
 pub(crate) fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), StorageError> {
     for path in paths(dir, base_offset) {
         fsutil::remove_if_exists(&path)?;
@@ -85,7 +95,7 @@ pub(crate) fn remove_segment_files(dir: &Path, base_offset: i64) -> Result<(), S
 impl Segment {
     /// Creates an empty segment, replacing any files of the same name.
     pub fn create(dir: &Path, base_offset: i64, now_ms: i64) -> Result<Segment, StorageError> {
-        let [log_path, index_path, time_index_path] = paths(dir, base_offset);
+        let [log_path, index_path, time_index_path, txn_index_path] = paths(dir, base_offset);
         let log = OpenOptions::new()
             .read(true)
             .write(true)
@@ -101,7 +111,9 @@ impl Segment {
             log: Arc::new(log),
             offset_index: IndexFile::create(&index_path).at(&index_path)?,
             time_index: IndexFile::create(&time_index_path).at(&time_index_path)?,
+            txn_index: TxnIndex::create(&txn_index_path).at(&txn_index_path)?,
             index_files_intact: true,
+            txn_index_unreadable: None,
             bytes_since_last_index_entry: 0,
             max_timestamp: NO_TIMESTAMP,
             offset_of_max_timestamp: -1,
@@ -115,7 +127,7 @@ impl Segment {
     /// Opens an existing segment. Its contents are not examined yet: follow
     /// with [`Segment::load_trusted`] or [`Segment::recover`].
     pub fn open(dir: &Path, base_offset: i64, now_ms: i64) -> Result<Segment, StorageError> {
-        let [log_path, index_path, time_index_path] = paths(dir, base_offset);
+        let [log_path, index_path, time_index_path, txn_index_path] = paths(dir, base_offset);
         let log = OpenOptions::new()
             .read(true)
             .write(true)
@@ -136,6 +148,8 @@ impl Segment {
             IndexFile::open(&index_path, max_entries).at(&index_path)?;
         let (time_index, time_whole) =
             IndexFile::open(&time_index_path, max_entries).at(&time_index_path)?;
+        let (txn_index, txn_readable) =
+            TxnIndex::open(&txn_index_path, max_entries).at(&txn_index_path)?;
         Ok(Segment {
             base_offset,
             next_offset: base_offset,
@@ -144,7 +158,9 @@ impl Segment {
             log: Arc::new(log),
             offset_index,
             time_index,
+            txn_index,
             index_files_intact: both_exist && offset_whole && time_whole,
+            txn_index_unreadable: txn_readable.err(),
             bytes_since_last_index_entry: 0,
             max_timestamp: NO_TIMESTAMP,
             offset_of_max_timestamp: -1,
@@ -293,7 +309,56 @@ impl Segment {
         self.maybe_append_time_entry();
         self.offset_index.sync().at(self.offset_index.path())?;
         self.time_index.sync().at(self.time_index.path())?;
+        self.txn_index.sync().at(self.txn_index.path())?;
         Ok(())
+    }
+
+    /// Records an aborted transaction whose marker was just appended here.
+    pub fn push_aborted_txn(&mut self, entry: AbortedTxnEntry) {
+        self.txn_index.push(entry);
+    }
+
+    /// The aborted transactions whose markers are in this segment, in marker order.
+    #[cfg(test)]
+    pub fn aborted_txns(&self) -> &[AbortedTxnEntry] {
+        self.txn_index.entries()
+    }
+
+    /// Why the transaction index cannot be trusted: unreadable when opened, or
+    /// contradicting the segment's offsets. Call once the segment's end is known.
+    pub fn txn_index_problem(&self) -> Option<String> {
+        if let Some(reason) = &self.txn_index_unreadable {
+            return Some(reason.clone());
+        }
+        self.txn_index
+            .validate(self.base_offset, self.next_offset)
+            .err()
+    }
+
+    /// Replaces the transaction index with rebuilt entries, durably.
+    pub fn replace_txn_index(&mut self, entries: Vec<AbortedTxnEntry>) -> Result<(), StorageError> {
+        self.txn_index.replace(entries).at(self.txn_index.path())?;
+        self.txn_index_unreadable = None;
+        Ok(())
+    }
+
+    /// Drops, durably, the aborted transactions whose markers are at or after `offset`.
+    pub fn truncate_txn_index(&mut self, offset: i64) -> Result<(), StorageError> {
+        self.txn_index
+            .truncate_from(offset)
+            .at(self.txn_index.path())
+    }
+
+    /// Adds the aborted transactions overlapping `[fetch_offset,
+    /// upper_bound_offset)` to `out`; true when no later segment can hold more.
+    pub fn collect_aborted_txns(
+        &self,
+        fetch_offset: i64,
+        upper_bound_offset: i64,
+        out: &mut Vec<AbortedTxn>,
+    ) -> bool {
+        self.txn_index
+            .collect(fetch_offset, upper_bound_offset, out)
     }
 
     /// fsyncs the log file and the indexes.
