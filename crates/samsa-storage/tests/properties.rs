@@ -1,15 +1,22 @@
-//! Property tests: random sequences of appends (plain and idempotent, with
-//! retries), reads, flushes, clean and unclean reopens, checked against a
-//! simple in-memory model of what the log must contain.
+//! Property tests: random sequences of appends (plain, idempotent with
+//! retries, transactional with COMMIT/ABORT markers), reads, truncations,
+//! flushes, clean and unclean reopens, checked against a simple in-memory
+//! model of what the log must contain. The model derives the transactional
+//! answers (ongoing transactions, aborted ones) from its list of batches
+//! alone, so it knows nothing of producer state, snapshots or indexes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use samsa_storage::batch::{self, verify_crc, BatchHeader};
 use samsa_storage::testing::{build_batch, without_assigned_fields, BatchSpec};
-use samsa_storage::{LogConfig, PartitionLog, StorageError};
+use samsa_storage::{AbortedTxn, EndTxnMarker, LogConfig, PartitionLog, StorageError};
 
 const NOW: i64 = 1_700_000_000_000;
+/// Transactional producers are 10 and 11; idempotent ones 0..3.
+const TXN_PIDS: [i64; 2] = [10, 11];
 
 #[derive(Debug, Clone)]
 struct BatchShape {
@@ -34,6 +41,26 @@ enum Op {
         pid: i64,
         back: usize,
     },
+    /// One transactional batch of producer `TXN_PIDS[txn]` with the next sequence.
+    AppendTransactional {
+        txn: usize,
+        shape: BatchShape,
+    },
+    /// A COMMIT or ABORT marker for producer `TXN_PIDS[txn]`, open transaction
+    /// or not, written at `now` (in the range of the data's timestamps, so that
+    /// markers do not roll segments by `segment.ms`).
+    EndTxn {
+        txn: usize,
+        commit: bool,
+        now: i64,
+    },
+    /// `aborted_transactions` over a random range.
+    QueryAborted {
+        fetch: prop::sample::Index,
+        upper: prop::sample::Index,
+    },
+    /// `truncate_to` offset `n % (log end + 1)` (as a follower told of a divergence).
+    Truncate(u32),
     Read {
         at: prop::sample::Index,
         max_bytes: usize,
@@ -42,7 +69,12 @@ enum Op {
     FindTimestamp(i64),
     Flush,
     CloseAndReopen,
-    CrashAndReopen,
+    /// Drop without close; with `lose_txn_index`, the active segment's
+    /// transaction index (written, never fsynced) is lost as a power failure
+    /// could lose it.
+    CrashAndReopen {
+        lose_txn_index: bool,
+    },
 }
 
 fn shape() -> impl Strategy<Value = BatchShape> {
@@ -62,12 +94,18 @@ fn op() -> impl Strategy<Value = Op> {
         6 => prop::collection::vec(shape(), 1..4).prop_map(Op::Append),
         4 => (0..3i64, shape()).prop_map(|(pid, shape)| Op::AppendIdempotent { pid, shape }),
         2 => (0..3i64, 0..7usize).prop_map(|(pid, back)| Op::Retry { pid, back }),
+        3 => (0..2usize, shape()).prop_map(|(txn, shape)| Op::AppendTransactional { txn, shape }),
+        2 => (0..2usize, any::<bool>(), 0..10_000i64)
+            .prop_map(|(txn, commit, now)| Op::EndTxn { txn, commit, now }),
+        1 => (any::<prop::sample::Index>(), any::<prop::sample::Index>())
+            .prop_map(|(fetch, upper)| Op::QueryAborted { fetch, upper }),
+        1 => any::<u32>().prop_map(Op::Truncate),
         4 => (any::<prop::sample::Index>(), 0..3000usize, any::<prop::sample::Index>())
             .prop_map(|(at, max_bytes, bound)| Op::Read { at, max_bytes, bound }),
         1 => (-10..10_020i64).prop_map(Op::FindTimestamp),
         1 => Just(Op::Flush),
         1 => Just(Op::CloseAndReopen),
-        1 => Just(Op::CrashAndReopen),
+        1 => any::<bool>().prop_map(|lose_txn_index| Op::CrashAndReopen { lose_txn_index }),
     ]
 }
 
@@ -90,6 +128,15 @@ struct Model {
     next_offset: i64,
     sent: [Vec<(Vec<u8>, i64)>; 3],
     next_sequence: [i32; 3],
+    txn_next_sequence: [i32; 2],
+}
+
+/// Ongoing transactions (producer -> first offset) and aborted ones
+/// (producer, first offset, marker offset), replayed from the batches.
+#[derive(Debug, Default)]
+struct TxnView {
+    open: BTreeMap<i64, i64>,
+    aborted: Vec<(i64, i64, i64)>,
 }
 
 impl Model {
@@ -109,6 +156,72 @@ impl Model {
         self.next_offset += i64::from(BatchHeader::parse(&batch).unwrap().records_count);
         self.batches.push((base, batch));
         base
+    }
+
+    fn txn_view(&self) -> TxnView {
+        let mut view = TxnView::default();
+        for (base, bytes) in &self.batches {
+            let h = BatchHeader::parse(bytes).unwrap();
+            if !h.has_producer_id() {
+                continue;
+            }
+            if let Some(marker) = EndTxnMarker::parse(bytes).unwrap() {
+                if let Some(first) = view.open.remove(&marker.producer_id) {
+                    if !marker.commit {
+                        view.aborted.push((marker.producer_id, first, *base));
+                    }
+                }
+            } else if h.is_transactional() {
+                view.open.entry(h.producer_id).or_insert(*base);
+            }
+        }
+        view
+    }
+}
+
+impl TxnView {
+    fn expected_aborted(&self, fetch: i64, upper: i64) -> Vec<AbortedTxn> {
+        if upper <= fetch {
+            return Vec::new();
+        }
+        self.aborted
+            .iter()
+            .copied()
+            .filter(|&(_, first, last)| last >= fetch && first < upper)
+            .map(|(producer_id, first_offset, _)| AbortedTxn {
+                producer_id,
+                first_offset,
+            })
+            .collect()
+    }
+}
+
+impl Model {
+    /// Keeps the batches wholly below `offset`, and the producers' next
+    /// sequences and sent batches with them.
+    fn truncate(&mut self, offset: i64) {
+        self.batches.retain(|(base, bytes)| {
+            base + i64::from(BatchHeader::parse(bytes).unwrap().last_offset_delta) < offset
+        });
+        self.next_offset = self.batches.last().map_or(0, |(base, bytes)| {
+            base + i64::from(BatchHeader::parse(bytes).unwrap().last_offset_delta) + 1
+        });
+        let next = self.next_offset;
+        let next_sequence_of = |pid: i64| {
+            self.batches
+                .iter()
+                .rev()
+                .map(|(_, bytes)| BatchHeader::parse(bytes).unwrap())
+                .find(|h| h.producer_id == pid && !h.is_control())
+                .map_or(0, |h| h.last_sequence() + 1)
+        };
+        let sequences: Vec<i32> = (0..3).map(next_sequence_of).collect();
+        let txn_sequences: Vec<i32> = TXN_PIDS.iter().map(|&p| next_sequence_of(p)).collect();
+        self.next_sequence.copy_from_slice(&sequences);
+        self.txn_next_sequence.copy_from_slice(&txn_sequences);
+        for sent in &mut self.sent {
+            sent.retain(|(_, base)| *base < next);
+        }
     }
 
     /// (offset, timestamp) of every record, in offset order.
@@ -139,7 +252,33 @@ fn assert_batch_matches(stored: &[u8], expected_base: i64, original: &[u8]) {
     );
 }
 
+fn check_transactions(log: &PartitionLog, model: &Model) {
+    let view = model.txn_view();
+    assert_eq!(
+        log.first_unstable_offset(),
+        view.open.values().min().copied()
+    );
+    for &pid in &TXN_PIDS {
+        if let Some(entry) = log.producer_state().get(pid) {
+            assert_eq!(entry.current_txn_first_offset, view.open.get(&pid).copied());
+        } else {
+            assert!(!view.open.contains_key(&pid));
+        }
+    }
+    let leo = model.next_offset;
+    for fetch in (0..=leo).step_by(5) {
+        for upper in (fetch..=leo + 1).step_by(3) {
+            assert_eq!(
+                log.aborted_transactions(fetch, upper),
+                view.expected_aborted(fetch, upper),
+                "aborted_transactions({fetch}, {upper})"
+            );
+        }
+    }
+}
+
 fn check_everything(log: &PartitionLog, model: &Model) {
+    check_transactions(log, model);
     assert_eq!(log.log_end_offset(), model.next_offset);
     let all = log.read(0, usize::MAX, i64::MAX).unwrap();
     let stored: Vec<&[u8]> = batch::batches(&all.records).map(|b| b.unwrap().1).collect();
@@ -203,6 +342,43 @@ fn run(config: LogConfig, ops: Vec<Op>) {
                     Err(StorageError::OutOfOrderSequence { .. }) => assert!(back >= 5),
                     Err(e) => panic!("retry: {e}"),
                 }
+            }
+            Op::AppendTransactional { txn, shape } => {
+                let pid = TXN_PIDS[txn];
+                let b = Model::build(
+                    &shape,
+                    BatchSpec::transactional(pid, 0, model.txn_next_sequence[txn], shape.records),
+                );
+                let info = log.append_as_leader(&b, 7, NOW).unwrap();
+                assert_eq!(info.base_offset, model.push(b));
+                model.txn_next_sequence[txn] += shape.records;
+            }
+            Op::EndTxn { txn, commit, now } => {
+                let marker = EndTxnMarker {
+                    producer_id: TXN_PIDS[txn],
+                    producer_epoch: 0,
+                    coordinator_epoch: 0,
+                    commit,
+                };
+                let info = log.append_txn_marker(&marker, 7, now).unwrap();
+                assert_eq!(info.base_offset, model.push(marker.to_batch(now)));
+                check_transactions(&log, &model);
+            }
+            Op::QueryAborted { fetch, upper } => {
+                let leo = model.next_offset as usize;
+                let fetch = fetch.index(leo + 1) as i64;
+                let upper = upper.index(leo + 2) as i64;
+                assert_eq!(
+                    log.aborted_transactions(fetch, upper),
+                    model.txn_view().expected_aborted(fetch, upper),
+                    "aborted_transactions({fetch}, {upper})"
+                );
+            }
+            Op::Truncate(n) => {
+                let offset = i64::from(n) % (model.next_offset + 1);
+                log.truncate_to(offset, NOW).unwrap();
+                model.truncate(offset);
+                check_everything(&log, &model);
             }
             Op::Read {
                 at,
@@ -269,8 +445,22 @@ fn run(config: LogConfig, ops: Vec<Op>) {
                 log = reopened;
                 check_everything(&log, &model);
             }
-            Op::CrashAndReopen => {
+            Op::CrashAndReopen { lose_txn_index } => {
                 drop(log);
+                if lose_txn_index {
+                    let active = std::fs::read_dir(dir.path())
+                        .unwrap()
+                        .map(|e| e.unwrap().path())
+                        .filter(|p| p.extension().is_some_and(|e| e == "txnindex"))
+                        .max()
+                        .unwrap();
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(active)
+                        .unwrap()
+                        .set_len(0)
+                        .unwrap();
+                }
                 let (reopened, report) =
                     PartitionLog::open(dir.path(), config.clone(), NOW).unwrap();
                 assert!(!report.clean_shutdown);
@@ -293,4 +483,42 @@ proptest! {
     fn log_holds_exactly_what_was_appended(config in config(), ops in prop::collection::vec(op(), 1..70)) {
         run(config, ops);
     }
+}
+
+/// A truncation that cuts an ABORT marker in the middle of its segment: its
+/// transaction is open again and no longer reported as aborted.
+#[test]
+fn truncating_an_abort_marker_reopens_its_transaction() {
+    let shape = BatchShape {
+        records: 2,
+        value_len: 10,
+        base_timestamp: 5,
+        timestamp_step: 1,
+        seed: 0,
+    };
+    let config = LogConfig {
+        segment_bytes: 4000,
+        index_interval_bytes: 100,
+        retention_ms: -1,
+        producer_id_expiration_ms: i64::MAX,
+        ..LogConfig::default()
+    };
+    let ops = vec![
+        Op::AppendTransactional {
+            txn: 0,
+            shape: shape.clone(),
+        },
+        Op::Append(vec![shape.clone()]),
+        Op::EndTxn {
+            txn: 0,
+            commit: false,
+            now: 6,
+        },
+        // The marker is at offset 4.
+        Op::Truncate(4),
+        Op::CrashAndReopen {
+            lose_txn_index: true,
+        },
+    ];
+    run(config, ops);
 }
