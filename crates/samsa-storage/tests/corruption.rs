@@ -1,7 +1,8 @@
 //! Crash-recovery under damage: a log spanning several segments is dropped
 //! without close(), its active segment is truncated at a random point, has a
 //! random byte flipped, or gets garbage appended; reopening must keep exactly
-//! the valid prefix of batches, rebuild indexes and producer state, and accept
+//! the valid prefix of batches, rebuild indexes, producer state and the
+//! transactions (ongoing ones and the aborted-transaction index), and accept
 //! (durably) new appends.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -13,10 +14,12 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use samsa_storage::batch::{self, verify_crc, BatchHeader};
 use samsa_storage::testing::{build_batch, BatchSpec};
-use samsa_storage::{LogConfig, PartitionLog, StorageError};
+use samsa_storage::{AbortedTxn, EndTxnMarker, LogConfig, PartitionLog, StorageError};
 
 const NOW: i64 = 1_700_000_000_000;
 const CASES: u64 = 64;
+/// The transactional producer; 0..3 are idempotent ones.
+const TXN_PID: i64 = 7;
 
 #[derive(Debug, Clone, Copy)]
 enum Damage {
@@ -62,6 +65,32 @@ fn segment_files(dir: &Path) -> Vec<std::path::PathBuf> {
     logs
 }
 
+/// First unstable offset and aborted transactions of a list of stored
+/// batches, by replaying them.
+fn expected_transactions(stored: &[Stored]) -> (Option<i64>, Vec<AbortedTxn>) {
+    let mut open = None;
+    let mut aborted = Vec::new();
+    for s in stored {
+        let h = BatchHeader::parse(&s.bytes).unwrap();
+        if h.producer_id != TXN_PID {
+            continue;
+        }
+        if let Some(marker) = EndTxnMarker::parse(&s.bytes).unwrap() {
+            if let Some(first_offset) = open.take() {
+                if !marker.commit {
+                    aborted.push(AbortedTxn {
+                        producer_id: TXN_PID,
+                        first_offset,
+                    });
+                }
+            }
+        } else if open.is_none() {
+            open = Some(h.base_offset);
+        }
+    }
+    (open, aborted)
+}
+
 fn run_case(seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
@@ -71,6 +100,7 @@ fn run_case(seed: u64) {
         .0;
 
     let mut next_sequence = [0i32; 3];
+    let mut txn_sequence = 0;
     let batches = rng.gen_range(30..70);
     let mut appended = 0;
     while appended < batches || log.segment_count() < 3 {
@@ -86,7 +116,13 @@ fn run_case(seed: u64) {
             value_seed: rng.gen(),
             ..BatchSpec::default()
         };
-        if idempotent {
+        if rng.gen_bool(0.15) {
+            spec = BatchSpec {
+                ..BatchSpec::transactional(TXN_PID, 0, txn_sequence, records)
+                    .with_timestamp(spec.base_timestamp)
+            };
+            txn_sequence += records;
+        } else if idempotent {
             spec = BatchSpec {
                 ..BatchSpec::idempotent(pid, 0, next_sequence[pid as usize], records)
                     .with_timestamp(spec.base_timestamp)
@@ -94,6 +130,15 @@ fn run_case(seed: u64) {
             next_sequence[pid as usize] += records;
         }
         log.append_as_leader(&build_batch(&spec), 3, NOW).unwrap();
+        if rng.gen_bool(0.1) {
+            let marker = EndTxnMarker {
+                producer_id: TXN_PID,
+                producer_epoch: 0,
+                coordinator_epoch: 0,
+                commit: rng.gen(),
+            };
+            log.append_txn_marker(&marker, 3, NOW).unwrap();
+        }
         if rng.gen_bool(0.05) {
             log.flush().unwrap();
         }
@@ -252,6 +297,15 @@ fn run_case(seed: u64) {
         }
     }
 
+    // Transactions as the survivors say.
+    let (first_unstable, aborted) = expected_transactions(&expected);
+    assert_eq!(log.first_unstable_offset(), first_unstable, "{context}");
+    assert_eq!(
+        log.aborted_transactions(0, expected_leo + 1),
+        aborted,
+        "{context}"
+    );
+
     // Indexes rebuilt: every offset finds its batch, timestamps are found.
     for (i, s) in expected.iter().enumerate() {
         let h = BatchHeader::parse(&s.bytes).unwrap();
@@ -328,8 +382,16 @@ fn run_case(seed: u64) {
     log.close().unwrap();
     let (log, report) = PartitionLog::open(dir.path(), config, NOW).unwrap();
     assert!(
-        report.clean_shutdown && report.indexes_rebuilt == 0 && report.segments_scanned == 0,
+        report.clean_shutdown
+            && report.indexes_rebuilt == 0
+            && report.segments_scanned == 0
+            && report.transaction_indexes_rebuilt == 0,
         "{context}: {report:?}"
+    );
+    assert_eq!(
+        log.aborted_transactions(0, leo + 1),
+        aborted,
+        "{context}: after reopening"
     );
     assert_eq!(read_everything(&log), after, "{context}");
 }
