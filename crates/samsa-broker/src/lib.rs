@@ -9,6 +9,8 @@
 //! - [`metadata`]: the broker's metadata image behind the [`metadata::MetadataStore`] boundary;
 //! - `apply`: makes the hosted partitions and their leadership match an image;
 //! - [`producer_ids`]: producer id blocks behind [`producer_ids::ProducerIdBlockSource`];
+//! - [`txn`]: the transaction coordinator, a sans-IO state machine over
+//!   `__transaction_state` (not wired to the network yet);
 //! - [`cluster`]: cluster mode — the embedded controller, registration,
 //!   heartbeats and the metadata stream from the controller quorum;
 //! - [`error`]: the one mapping from internal errors to Kafka error codes.
@@ -28,6 +30,7 @@ pub mod producer_ids;
 pub mod replica;
 pub mod replication;
 mod server;
+pub mod txn;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,103 @@
+//! Which `__transaction_state` partition (and so which broker) coordinates a
+//! transactional id.
+//!
+//! The placement is Kafka's, so that it is predictable from the outside and
+//! tools agree with samsa about it: `abs(hashCode(id)) mod N`, where
+//! `hashCode` is Java's `String.hashCode` (over UTF-16 code units, with `i32`
+//! wrap-around) and `abs` is Kafka's `Utils.abs`, which maps `i32::MIN` to 0
+//! by clearing the sign bit instead of negating.
+//!
+//! The same function places consumer groups on `__consumer_offsets`
+//! partitions, which `AddOffsetsToTxn` needs.
+
+/// Name of the internal topic that stores transaction coordinator state.
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+
+/// Kafka's default `transaction.state.log.num.partitions`.
+pub const DEFAULT_TRANSACTION_STATE_PARTITIONS: i32 = 50;
+
+/// Name of the internal topic that stores consumer group offsets.
+pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// Kafka's default `offsets.topic.num.partitions`.
+pub const DEFAULT_CONSUMER_OFFSETS_PARTITIONS: i32 = 50;
+
+/// Java's `String.hashCode`: `s[0]*31^(n-1) + … + s[n-1]` over the UTF-16
+/// code units of `s`, with wrapping `i32` arithmetic.
+pub fn java_string_hash(s: &str) -> i32 {
+    s.encode_utf16().fold(0i32, |h, unit| {
+        h.wrapping_mul(31).wrapping_add(i32::from(unit))
+    })
+}
+
+/// Kafka's `Utils.abs`: the non-negative value with the sign bit cleared
+/// (so `i32::MIN` becomes 0, where `i32::abs` would overflow).
+pub fn kafka_abs(n: i32) -> i32 {
+    n & 0x7fff_ffff
+}
+
+/// The partition (of `partitions`) that owns `key`: Kafka's
+/// `Utils.abs(key.hashCode()) % partitions`.
+///
+/// `partitions` must be positive; a non-positive count yields partition 0
+/// rather than a division by zero.
+pub fn coordinator_partition(key: &str, partitions: i32) -> i32 {
+    if partitions <= 0 {
+        return 0;
+    }
+    kafka_abs(java_string_hash(key)) % partitions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn java_hash_of_known_strings() {
+        // Values as `"…".hashCode()` gives them on a JVM.
+        assert_eq!(java_string_hash(""), 0);
+        assert_eq!(java_string_hash("a"), 97);
+        assert_eq!(java_string_hash("hello"), 99_162_322);
+        assert_eq!(java_string_hash("transactional-id-1"), 1_051_133_891);
+        // Wraps around to a negative value.
+        assert_eq!(java_string_hash("my-txn"), -1_061_187_895);
+    }
+
+    #[test]
+    fn java_hash_is_over_utf16_code_units() {
+        // One BMP code unit each, not their UTF-8 bytes.
+        assert_eq!(java_string_hash("é"), 233);
+        assert_eq!(java_string_hash("日本"), 835_047);
+        assert_eq!(java_string_hash("Ünïcödé-tx"), -1_099_255_684);
+        // Outside the BMP: a surrogate pair (0xD83D, 0xDE00), two code units.
+        assert_eq!(java_string_hash("😀"), 55_357 * 31 + 56_832);
+        assert_eq!(java_string_hash("😀"), 1_772_899);
+        assert_eq!(java_string_hash("txn-😀-1"), 28_350_410);
+    }
+
+    #[test]
+    fn abs_clears_the_sign_bit() {
+        assert_eq!(kafka_abs(5), 5);
+        assert_eq!(kafka_abs(0), 0);
+        assert_eq!(kafka_abs(-1), i32::MAX);
+        assert_eq!(kafka_abs(i32::MIN), 0);
+        assert_eq!(kafka_abs(-1_061_187_895), 1_086_295_753);
+    }
+
+    #[test]
+    fn partition_matches_kafka() {
+        assert_eq!(coordinator_partition("", 50), 0);
+        assert_eq!(coordinator_partition("a", 50), 47);
+        assert_eq!(coordinator_partition("hello", 50), 22);
+        assert_eq!(coordinator_partition("transactional-id-1", 50), 41);
+        // Negative hash: sign bit cleared (Math.abs would give 45).
+        assert_eq!(coordinator_partition("my-txn", 50), 3);
+        assert_eq!(coordinator_partition("Ünïcödé-tx", 50), 14);
+        assert_eq!(coordinator_partition("😀", 50), 49);
+        // "polygenelubricants".hashCode() == Integer.MIN_VALUE.
+        assert_eq!(java_string_hash("polygenelubricants"), i32::MIN);
+        assert_eq!(coordinator_partition("polygenelubricants", 50), 0);
+        assert_eq!(coordinator_partition("a", 1), 0);
+        assert_eq!(coordinator_partition("a", 0), 0);
+    }
+}
