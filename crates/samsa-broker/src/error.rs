@@ -115,3 +115,40 @@ pub fn metadata_error_code(error: &MetadataError) -> ResponseError {
         }
     }
 }
+
+/// The transaction coordinator's answer when appending its record to
+/// `__transaction_state` failed with `error` (the produce path's code), as
+/// Kafka's coordinator answers: retriable unavailability becomes
+/// COORDINATOR_NOT_AVAILABLE, lost leadership NOT_COORDINATOR, size errors
+/// UNKNOWN_SERVER_ERROR.
+pub fn txn_append_error_code(error: ResponseError) -> ResponseError {
+    match error {
+        ResponseError::UnknownTopicOrPartition
+        | ResponseError::NotEnoughReplicas
+        | ResponseError::NotEnoughReplicasAfterAppend
+        | ResponseError::RequestTimedOut => ResponseError::CoordinatorNotAvailable,
+        ResponseError::NotLeaderOrFollower | ResponseError::KafkaStorageError => {
+            ResponseError::NotCoordinator
+        }
+        ResponseError::MessageTooLarge | ResponseError::RecordListTooLarge => {
+            ResponseError::UnknownServerError
+        }
+        other => other,
+    }
+}
+
+/// KIP-588: a client speaking a version of the API older than
+/// `first_version` does not know PRODUCER_FENCED and gets
+/// INVALID_PRODUCER_EPOCH instead, which it handles the same way.
+pub fn producer_fenced_for_version(
+    error: Option<ResponseError>,
+    version: i16,
+    first_version: i16,
+) -> Option<ResponseError> {
+    match error {
+        Some(ResponseError::ProducerFenced) if version < first_version => {
+            Some(ResponseError::InvalidProducerEpoch)
+        }
+        other => other,
+    }
+}

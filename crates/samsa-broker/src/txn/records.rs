@@ -424,6 +424,14 @@ impl CoordinatorState {
             })
             .collect()
     }
+
+    pub(crate) fn insert(&mut self, transactional_id: String, metadata: TransactionMetadata) {
+        self.txns.insert(transactional_id, metadata);
+    }
+
+    pub(crate) fn remove(&mut self, transactional_id: &str) {
+        self.txns.remove(transactional_id);
+    }
 }
 
 #[cfg(test)]
