@@ -930,18 +930,20 @@ async fn serve_grpc(
     info!(%listen, "gRPC listening (controller, replication)");
     Ok(tokio::spawn(
         async move {
-            // Nagle on the answering side holds the last frames of each
-            // fetch answer until the peer's delayed ACK (~40 ms on Linux),
-            // and acks=all waits for that round trip.
             let served = tonic::transport::Server::builder()
-                .tcp_nodelay(true)
                 .initial_stream_window_size(Some(crate::replication::REPLICATION_WINDOW_BYTES))
                 .initial_connection_window_size(Some(
                     2 * crate::replication::REPLICATION_WINDOW_BYTES,
                 ))
+                .max_frame_size(Some(crate::replication::REPLICATION_MAX_FRAME_BYTES))
                 .add_routes(routes)
                 .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    // Nagle on the answering side holds the last frames of
+                    // each fetch answer until the peer's delayed ACK (~40 ms
+                    // on Linux), and acks=all waits for that round trip. The
+                    // builder's tcp_nodelay does not reach connections from a
+                    // caller-supplied listener, so it is set here.
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
                     async move {
                         let _ = stop.wait_for(|stopped| *stopped).await;
                     },

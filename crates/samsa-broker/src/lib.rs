@@ -55,6 +55,25 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Runs a log write (or anything else that may sleep in the kernel) from
+/// async code without stalling the other tasks of this worker thread.
+///
+/// Why: a `pwrite` into the page cache normally takes microseconds, but on
+/// ext4 it can wait for a journal commit that another partition's fsync
+/// started, for milliseconds. On a two-core machine the runtime has two
+/// workers; two such waits stopped every connection and replication stream
+/// of the process. On a multi-threaded runtime the worker's other tasks move
+/// to a fresh thread for the duration (`block_in_place`); elsewhere (unit
+/// tests on a current-thread runtime) the call just runs.
+pub fn blocking_io<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
 /// Everything one broker process owns; shared by all connections.
 pub struct Broker {
     pub config: BrokerConfig,

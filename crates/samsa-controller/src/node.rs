@@ -34,7 +34,6 @@ use samsa_proto::raft::raft_service_server::RaftServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::Routes;
 use tracing::Instrument;
 
@@ -307,10 +306,12 @@ impl ControllerNode {
                 let mut server_stop = stop_rx.clone();
                 let server = tokio::spawn(
                     tonic::transport::Server::builder()
-                        .tcp_nodelay(true)
                         .add_routes(routes)
                         .serve_with_incoming_shutdown(
-                            TcpListenerStream::new(listener),
+                            // The builder's tcp_nodelay does not reach
+                            // connections from a caller-supplied listener.
+                            tonic::transport::server::TcpIncoming::from(listener)
+                                .with_nodelay(Some(true)),
                             async move {
                                 let _ = server_stop.wait_for(|stopped| *stopped).await;
                             },

@@ -57,6 +57,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    alloc_guard::keep_large_buffers_in_the_heap();
     let cli = Cli::parse();
     init_logging();
 

@@ -87,7 +87,7 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                     }
                 }
                 let leader_epoch = partition.leader_epoch();
-                match partition.append(&records, now) {
+                match crate::blocking_io(|| partition.append(&records, now)) {
                     Ok((info, log_start_offset)) => {
                         if info.duplicate {
                             debug!(partition = %partition.name(), base_offset = info.base_offset, "duplicate batch; answering with original offset");

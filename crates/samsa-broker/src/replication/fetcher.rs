@@ -29,6 +29,9 @@ const OFFSET_OUT_OF_RANGE: i32 = 1;
 
 /// HTTP/2 flow-control window for replication streams.
 pub const REPLICATION_WINDOW_BYTES: u32 = 16 * 1024 * 1024;
+/// Largest HTTP/2 frame a replication peer may send (the protocol allows up
+/// to 16 MiB - 1).
+pub const REPLICATION_MAX_FRAME_BYTES: u32 = 1024 * 1024;
 
 fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
     let uri = if addr.starts_with("http://") {
@@ -44,6 +47,9 @@ fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
         .tcp_nodelay(true)
         .initial_stream_window_size(Some(REPLICATION_WINDOW_BYTES))
         .initial_connection_window_size(Some(2 * REPLICATION_WINDOW_BYTES))
+        // With HTTP/2's default 16 KiB frames a 1 MB answer is 64 frames,
+        // each handed through the connection task separately.
+        .max_frame_size(Some(REPLICATION_MAX_FRAME_BYTES))
         .connect_lazy())
 }
 
@@ -157,7 +163,7 @@ async fn fetch_once(
         if partition.followed_leader().map(|(_, e)| e) != Some(*epoch) {
             continue;
         }
-        match apply(partition, *epoch, *fetch_offset, &data) {
+        match crate::blocking_io(|| apply(partition, *epoch, *fetch_offset, &data)) {
             Ok(true) => all_failed = false,
             Ok(false) => {}
             Err(e) => {

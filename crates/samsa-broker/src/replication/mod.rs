@@ -44,7 +44,7 @@ pub mod service;
 pub mod state;
 
 pub use epoch_cache::LeaderEpochCache;
-pub use fetcher::REPLICATION_WINDOW_BYTES;
+pub use fetcher::{REPLICATION_MAX_FRAME_BYTES, REPLICATION_WINDOW_BYTES};
 pub use state::ReplicaState;
 
 use std::time::Duration;
