@@ -327,6 +327,55 @@ pub(crate) fn put_varlong(out: &mut Vec<u8>, value: i64) {
     }
 }
 
+/// A v2 batch of plain key/value records, as a broker writes its own
+/// internal records (the transaction coordinator's `__transaction_state`):
+/// no producer id, uncompressed, CreateTime `timestamp` for every record, base
+/// offset 0 and leader epoch -1 (the log assigns both), CRC computed. A
+/// `None` value is a tombstone.
+pub fn key_value_batch(records: &[(&[u8], Option<&[u8]>)], timestamp: i64) -> Vec<u8> {
+    let mut body = Vec::new();
+    let mut record = Vec::new();
+    for (i, (key, value)) in records.iter().enumerate() {
+        record.clear();
+        record.push(0); // attributes
+        put_varlong(&mut record, 0); // timestamp delta
+        put_varlong(&mut record, i as i64); // offset delta
+        put_varlong(&mut record, key.len() as i64);
+        record.extend_from_slice(key);
+        match value {
+            Some(v) => {
+                put_varlong(&mut record, v.len() as i64);
+                record.extend_from_slice(v);
+            }
+            None => put_varlong(&mut record, -1),
+        }
+        put_varlong(&mut record, 0); // no headers
+        put_varlong(&mut body, record.len() as i64);
+        body.extend_from_slice(&record);
+    }
+    let count = i32::try_from(records.len()).unwrap_or(i32::MAX);
+    let last_offset_delta = (count - 1).max(0);
+    let batch_length = i32::try_from(BATCH_HEADER_LEN - 12 + body.len()).unwrap_or(i32::MAX);
+    let mut out = Vec::with_capacity(BATCH_HEADER_LEN + body.len());
+    out.extend_from_slice(&0i64.to_be_bytes()); // base offset
+    out.extend_from_slice(&batch_length.to_be_bytes());
+    out.extend_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
+    out.push(MAGIC_V2 as u8);
+    out.extend_from_slice(&0u32.to_be_bytes()); // crc, below
+    out.extend_from_slice(&0i16.to_be_bytes()); // attributes
+    out.extend_from_slice(&last_offset_delta.to_be_bytes());
+    out.extend_from_slice(&timestamp.to_be_bytes());
+    out.extend_from_slice(&timestamp.to_be_bytes());
+    out.extend_from_slice(&(-1i64).to_be_bytes()); // producer id
+    out.extend_from_slice(&(-1i16).to_be_bytes()); // producer epoch
+    out.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
+    out.extend_from_slice(&count.to_be_bytes());
+    out.extend_from_slice(&body);
+    // The header was just written whole, so the CRC can always be computed.
+    let _ = recompute_crc(&mut out);
+    out
+}
+
 /// The control record that ends a producer's transaction on a partition
 /// (Kafka's end-transaction marker), as written by the transaction
 /// coordinator through `WriteTxnMarkers`.
@@ -939,5 +988,34 @@ mod tests {
             EndTxnMarker::parse(&compressed),
             Err(BatchError::Compressed(1))
         ));
+    }
+}
+
+#[cfg(test)]
+mod key_value_batch_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn key_value_batch_reads_back_with_tombstones() {
+        let batch = key_value_batch(&[(b"a", Some(b"1")), (b"bb", None)], 42);
+        verify_crc(&batch).unwrap();
+        let header = BatchHeader::parse(&batch).unwrap();
+        assert_eq!(header.records_count, 2);
+        assert!(!header.has_producer_id());
+        let got: Vec<_> = records(&batch)
+            .unwrap()
+            .map(|r| {
+                let r = r.unwrap();
+                (r.key.map(<[u8]>::to_vec), r.value.map(<[u8]>::to_vec))
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some(b"a".to_vec()), Some(b"1".to_vec())),
+                (Some(b"bb".to_vec()), None)
+            ]
+        );
     }
 }
