@@ -6,7 +6,12 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let files = ["raft.proto", "controller.proto", "replication.proto"];
+    let files = [
+        "raft.proto",
+        "controller.proto",
+        "replication.proto",
+        "txn.proto",
+    ];
     for file in &files {
         println!("cargo:rerun-if-changed={}", proto_dir.join(file).display());
     }

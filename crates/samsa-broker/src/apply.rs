@@ -170,6 +170,8 @@ impl Broker {
             }
         }
         *applied = Arc::clone(image);
+        // Leadership of __transaction_state partitions may have moved.
+        self.txn.poke();
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),

@@ -915,6 +915,7 @@ async fn serve_grpc(
     listen: std::net::SocketAddr,
     routes: tonic::service::Routes,
     replication: ReplicationGrpc,
+    txn: crate::transactions::grpc::TxnGrpc,
     mut stop: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, BrokerError> {
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
@@ -927,7 +928,10 @@ async fn serve_grpc(
             .max_decoding_message_size(64 * 1024 * 1024)
             .max_encoding_message_size(64 * 1024 * 1024),
     );
-    info!(%listen, "gRPC listening (controller, replication)");
+    let routes = routes.add_service(samsa_proto::txn::txn_service_server::TxnServiceServer::new(
+        txn,
+    ));
+    info!(%listen, "gRPC listening (controller, replication, transactions)");
     Ok(tokio::spawn(
         async move {
             let served = tonic::transport::Server::builder()
@@ -989,11 +993,13 @@ async fn run_node(
     let cluster_id = config.cluster_id.clone().or(identity.cluster_id.clone());
     let (controller, routes) = start_controller(&config, &settings, cluster_id).await?;
     let replication = ReplicationGrpc::new();
+    let txn_grpc = crate::transactions::grpc::TxnGrpc::new();
     let (grpc_stop_tx, grpc_stop_rx) = watch::channel(false);
     let grpc = match serve_grpc(
         config.controller_listen,
         routes,
         replication.clone(),
+        txn_grpc.clone(),
         grpc_stop_rx,
     )
     .await
@@ -1014,7 +1020,10 @@ async fn run_node(
         settings,
         identity,
         &controller,
-        replication,
+        BrokerServices {
+            replication,
+            txn: txn_grpc,
+        },
         listener,
         shutdown,
     )
@@ -1027,16 +1036,27 @@ async fn run_node(
     result
 }
 
+/// The broker-to-broker gRPC services, served from start-up and attached to
+/// the broker once it is open.
+struct BrokerServices {
+    replication: ReplicationGrpc,
+    txn: crate::transactions::grpc::TxnGrpc,
+}
+
 async fn serve(
     config: BrokerConfig,
     settings: ClusterSettings,
     mut identity: DataDirIdentity,
     controller: &ControllerNode,
-    replication: ReplicationGrpc,
+    services: BrokerServices,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), BrokerError> {
     let me = config.node_id;
+    let BrokerServices {
+        replication,
+        txn: txn_grpc,
+    } = services;
     let mut tasks = Tasks::default();
     let follower = MetadataFollower::spawn(
         ControllerClient::new(settings.endpoints(), settings.request_timeout),
@@ -1182,6 +1202,14 @@ async fn serve(
         for fetcher in spawn_fetchers(&broker, &peers, &stop_rx) {
             tasks.0.push(fetcher);
         }
+        // Transactions: markers and verification reach other brokers at
+        // the same gRPC addresses.
+        txn_grpc.attach(Arc::clone(&broker));
+        tasks.0.push(crate::transactions::TxnShell::start(
+            &broker,
+            Some(peers.iter().cloned().collect()),
+            stop_rx.clone(),
+        ));
         tasks.spawn(
             isr_loop(
                 Arc::clone(&broker),

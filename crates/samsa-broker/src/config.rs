@@ -88,6 +88,24 @@ pub struct BrokerConfig {
     /// partition whose high watermark moved writes it to its checkpoint, so
     /// a restarted replica serves from (nearly) where it was.
     pub replica_high_watermark_checkpoint_interval_ms: u64,
+
+    // --- transactions ---
+    /// `transaction.state.log.num.partitions`: partitions of
+    /// `__transaction_state`, created on first use. Changing it after the
+    /// topic exists moves transactional ids to other coordinators: don't.
+    pub transaction_state_log_num_partitions: i32,
+    /// `transaction.state.log.replication.factor`. Unset (the default):
+    /// min(3, unfenced brokers) when the topic is created.
+    pub transaction_state_log_replication_factor: Option<i16>,
+    /// `transaction.max.timeout.ms`: the largest `transaction.timeout.ms` a
+    /// producer may ask for (INVALID_TRANSACTION_TIMEOUT above it).
+    pub transaction_max_timeout_ms: i32,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how
+    /// often the coordinator aborts transactions older than their timeout.
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
+    /// `transactional.id.expiration.ms`: an idle transactional id unused this
+    /// long is forgotten.
+    pub transactional_id_expiration_ms: i64,
 }
 
 impl Default for BrokerConfig {
@@ -118,6 +136,11 @@ impl Default for BrokerConfig {
             replica_fetch_wait_max_ms: 500,
             replica_fetch_max_bytes: 1024 * 1024,
             replica_high_watermark_checkpoint_interval_ms: 5_000,
+            transaction_state_log_num_partitions: 50,
+            transaction_state_log_replication_factor: None,
+            transaction_max_timeout_ms: 900_000,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
+            transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::Broker;
 
 /// `(api, min version, max version)` for every API samsa implements.
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 11),
+    (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 8),
     (ApiKey::Metadata, 0, 12),
@@ -31,6 +31,14 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
+    (ApiKey::WriteTxnMarkers, 1, 1),
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 pub fn supported_range(api_key: ApiKey) -> Option<(i16, i16)> {
@@ -204,7 +212,39 @@ async fn handle(
         }
         ApiKey::InitProducerId => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::init_producer_id::handle(broker, request).await)
+            respond!(handlers::init_producer_id::handle(broker, request, v).await)
+        }
+        ApiKey::FindCoordinator => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::find_coordinator::handle(broker, request, v))
+        }
+        ApiKey::AddPartitionsToTxn => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::txn::add_partitions_to_txn(broker, request, v).await)
+        }
+        ApiKey::AddOffsetsToTxn => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::txn::add_offsets_to_txn(broker, request, v).await)
+        }
+        ApiKey::EndTxn => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::txn::end_txn(broker, request, v).await)
+        }
+        ApiKey::WriteTxnMarkers => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::txn::write_txn_markers(broker, request).await)
+        }
+        ApiKey::DescribeProducers => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::txn::describe_producers(broker, request))
+        }
+        ApiKey::DescribeTransactions => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::txn::describe_transactions(broker, request))
+        }
+        ApiKey::ListTransactions => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::txn::list_transactions(broker, request, v))
         }
         other => Err(DispatchError::Close(format!("no handler for {other:?}"))),
     }

@@ -7,6 +7,8 @@
 use kafka_protocol::error::ResponseError;
 use samsa_storage::StorageError;
 
+use crate::replica::PartitionError;
+
 /// Errors that stop the broker process.
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -89,10 +91,25 @@ pub fn storage_error_code(error: &StorageError) -> ResponseError {
         StorageError::RecordTooLarge { .. } => ResponseError::MessageTooLarge,
         StorageError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
         StorageError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+        StorageError::TransactionCoordinatorFenced { .. } => {
+            ResponseError::TransactionCoordinatorFenced
+        }
         StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         StorageError::Io { .. } | StorageError::Corrupt(..) => ResponseError::KafkaStorageError,
         #[allow(unreachable_patterns)]
         _ => ResponseError::UnknownServerError,
+    }
+}
+
+/// Kafka error code for a failed operation on a hosted partition.
+pub fn partition_error_code(error: &PartitionError) -> ResponseError {
+    match error {
+        PartitionError::Storage(e) => storage_error_code(e),
+        PartitionError::Closed(_) | PartitionError::RoleChanged { .. } => {
+            ResponseError::NotLeaderOrFollower
+        }
+        PartitionError::Flush(_) => ResponseError::KafkaStorageError,
+        PartitionError::TxnNotVerified { .. } => ResponseError::InvalidTxnState,
     }
 }
 
@@ -151,4 +168,52 @@ pub fn producer_fenced_for_version(
         }
         other => other,
     }
+}
+
+/// The answer to a produce whose transactional batch could not be verified
+/// with the transaction coordinator (KIP-890), for a Produce request of
+/// `version`:
+/// - the partition is not in the producer's transaction: TRANSACTION_ABORTABLE
+///   for clients that know it (Produce v12+, transaction version 2), else
+///   INVALID_TXN_STATE;
+/// - PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH, which every producer
+///   handles as a fence;
+/// - the coordinator could not answer (moved, loading, busy, unreachable):
+///   NOT_ENOUGH_REPLICAS, which produce clients retry, as Kafka answers it;
+/// - everything else as it came.
+pub fn produce_verification_error(error: ResponseError, version: i16) -> ResponseError {
+    match error {
+        ResponseError::TransactionAbortable | ResponseError::InvalidTxnState => {
+            if version >= 12 {
+                ResponseError::TransactionAbortable
+            } else {
+                ResponseError::InvalidTxnState
+            }
+        }
+        ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+        ResponseError::NotCoordinator
+        | ResponseError::CoordinatorNotAvailable
+        | ResponseError::CoordinatorLoadInProgress
+        | ResponseError::ConcurrentTransactions
+        | ResponseError::RequestTimedOut
+        | ResponseError::NetworkException => ResponseError::NotEnoughReplicas,
+        other => other,
+    }
+}
+
+/// Whether a partition leader's answer to a transaction marker means "try
+/// again (after looking up the leader again)" rather than "done" or "drop".
+pub fn marker_error_is_retriable(error: ResponseError) -> bool {
+    matches!(
+        error,
+        ResponseError::NotLeaderOrFollower
+            | ResponseError::NotEnoughReplicas
+            | ResponseError::NotEnoughReplicasAfterAppend
+            | ResponseError::RequestTimedOut
+            | ResponseError::KafkaStorageError
+            | ResponseError::NetworkException
+            | ResponseError::LeaderNotAvailable
+            | ResponseError::UnknownServerError
+            | ResponseError::CoordinatorLoadInProgress
+    )
 }

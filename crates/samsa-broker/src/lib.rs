@@ -10,7 +10,9 @@
 //! - `apply`: makes the hosted partitions and their leadership match an image;
 //! - [`producer_ids`]: producer id blocks behind [`producer_ids::ProducerIdBlockSource`];
 //! - [`txn`]: the transaction coordinator, a sans-IO state machine over
-//!   `__transaction_state` (not wired to the network yet);
+//!   `__transaction_state`;
+//! - [`transactions`]: its IO shell (state topic, loading, acks=all state
+//!   writes, markers, KIP-890 verification, timers, the `TxnService` gRPC);
 //! - [`cluster`]: cluster mode — the embedded controller, registration,
 //!   heartbeats and the metadata stream from the controller quorum;
 //! - [`error`]: the one mapping from internal errors to Kafka error codes.
@@ -30,6 +32,7 @@ pub mod producer_ids;
 pub mod replica;
 pub mod replication;
 mod server;
+pub mod transactions;
 pub mod txn;
 
 use std::sync::Arc;
@@ -86,6 +89,8 @@ pub struct Broker {
     applied: std::sync::Mutex<Arc<MetadataImage>>,
     /// Single-node mode (local metadata file).
     single_node: bool,
+    /// The transaction coordinator and its IO shell.
+    pub txn: transactions::TxnShell,
 }
 
 /// This broker as it advertises itself.
@@ -139,6 +144,7 @@ impl Broker {
         let replicas = ReplicaManager::new(config.data_dir.clone(), config.log.clone());
         replicas.purge_deleted_dirs()?;
         Ok(Broker {
+            txn: transactions::TxnShell::new(&config),
             single_node: config.controller_quorum_voters.is_none(),
             config,
             metadata,
@@ -270,6 +276,7 @@ pub async fn run(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
     let maintenance = tokio::spawn(maintenance_loop(broker.clone(), stop_rx.clone()));
+    let coordinator = transactions::TxnShell::start(&broker, None, stop_rx.clone());
     let accept = tokio::spawn(server::accept_loop(listener, broker.clone(), stop_rx));
     info!(node = broker.config.node_id, %listen, data_dir = %broker.config.data_dir.display(), "broker started");
 
@@ -278,6 +285,7 @@ pub async fn run(
     let _ = stop_tx.send(true);
     let _ = accept.await;
     let _ = maintenance.await;
+    let _ = coordinator.await;
     let closing = broker.clone();
     let _ = tokio::task::spawn_blocking(move || closing.replicas.close_all()).await;
     info!("shutdown complete");

@@ -135,6 +135,32 @@ impl ProducerIdManager {
         }
     }
 
+    /// An id from the block already held, without waiting: `None` when the
+    /// block is used up or another caller is fetching one. For callers that
+    /// cannot await (the transaction coordinator runs under a lock); they
+    /// call [`Self::ensure_block`] first.
+    pub fn try_next_producer_id(&self) -> Option<i64> {
+        let mut current = self.current.try_lock().ok()?;
+        match *current {
+            Some((next, end)) if next < end => {
+                *current = Some((next + 1, end));
+                Some(next)
+            }
+            _ => None,
+        }
+    }
+
+    /// Makes sure a block with ids left is held, fetching one if not.
+    pub async fn ensure_block(&self) -> Result<(), ProducerIdError> {
+        let mut current = self.current.lock().await;
+        if matches!(*current, Some((next, end)) if next < end) {
+            return Ok(());
+        }
+        let block = self.source.allocate_block().await?;
+        *current = Some((block.first, block.first + block.size));
+        Ok(())
+    }
+
     pub async fn next_producer_id(&self) -> Result<i64, ProducerIdError> {
         let mut current = self.current.lock().await;
         match *current {

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use kafka_protocol::error::ResponseError;
 use samsa_storage::{AppendInfo, FlushPolicy, LogConfig, PartitionLog, ReadResult, StorageError};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -51,11 +52,23 @@ pub enum PartitionError {
     Storage(#[from] StorageError),
     #[error("fsync failed: {0}")]
     Flush(std::io::Error),
+    /// A transactional batch of a producer whose transaction on this
+    /// partition was not verified with its coordinator (KIP-890), or whose
+    /// verification was used up by a marker meanwhile.
+    #[error("partition {partition}: producer {producer_id} epoch {producer_epoch} has no verified transaction here")]
+    TxnNotVerified {
+        partition: String,
+        producer_id: i64,
+        producer_epoch: i16,
+    },
 }
 
 /// What a fetch saw of a partition.
 pub struct PartitionRead {
     pub result: ReadResult,
+    /// `read_committed` only: the aborted transactions overlapping the
+    /// returned records (empty otherwise).
+    pub aborted: Vec<samsa_storage::AbortedTxn>,
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
@@ -115,6 +128,12 @@ pub struct Partition {
     flush_lock: tokio::sync::Mutex<()>,
     /// The high watermark the last periodic checkpoint wrote.
     checkpointed_high_watermark: AtomicI64,
+    /// KIP-890: producers (id → epoch) whose next transaction on this
+    /// partition the coordinator confirmed, not yet opened by a batch.
+    /// Locked after `log`. An entry is used up by the first transactional
+    /// append of that epoch and dropped by any marker of the producer, so a
+    /// verification never outlives the transaction it was made for.
+    verified_txns: Mutex<HashMap<i64, i16>>,
 }
 
 impl Partition {
@@ -133,6 +152,7 @@ impl Partition {
             replication: Mutex::new(ReplicaState::new(epochs)),
             flush_lock: tokio::sync::Mutex::new(()),
             checkpointed_high_watermark: AtomicI64::new(hw),
+            verified_txns: Mutex::new(HashMap::new()),
         }
     }
 
@@ -175,6 +195,123 @@ impl Partition {
     /// Returns the append outcome and the log start offset after it.
     pub fn append(&self, records: &[u8], now_ms: i64) -> Result<(AppendInfo, i64), PartitionError> {
         self.append_as_leader_replicated(records, now_ms)
+    }
+
+    /// Appends a produce request's transactional records of producer
+    /// `(producer_id, producer_epoch)`: only if the producer already has a
+    /// transaction open here, or its next one was verified with the
+    /// coordinator ([`Self::mark_txn_verified`]); otherwise
+    /// [`PartitionError::TxnNotVerified`]. Checked under the log lock, so a
+    /// marker landing between verification and append cannot let the batch
+    /// open a transaction no coordinator knows (a hanging transaction).
+    pub fn append_transactional(
+        &self,
+        records: &[u8],
+        producer_id: i64,
+        producer_epoch: i16,
+        now_ms: i64,
+    ) -> Result<(AppendInfo, i64), PartitionError> {
+        self.leader_append_with(|log, epoch| {
+            let open = log
+                .producer_state()
+                .get(producer_id)
+                .is_some_and(|e| e.current_txn_first_offset.is_some() && e.epoch == producer_epoch);
+            let mut verified = self.verified_txns.lock().unwrap_or_else(|p| p.into_inner());
+            if !open && verified.get(&producer_id) != Some(&producer_epoch) {
+                return Ok(Err(PartitionError::TxnNotVerified {
+                    partition: self.name(),
+                    producer_id,
+                    producer_epoch,
+                }));
+            }
+            let info = log.append_as_leader(records, epoch, now_ms)?;
+            verified.remove(&producer_id);
+            Ok(Ok(info))
+        })
+    }
+
+    /// Whether a transactional write of this producer must first be
+    /// verified with its coordinator: it has no transaction open here at
+    /// this epoch and no verification waiting.
+    pub fn txn_needs_verification(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+    ) -> Result<bool, PartitionError> {
+        self.with_log(|log| {
+            let open = log
+                .producer_state()
+                .get(producer_id)
+                .is_some_and(|e| e.current_txn_first_offset.is_some() && e.epoch == producer_epoch);
+            let verified = self.verified_txns.lock().unwrap_or_else(|p| p.into_inner());
+            Ok(!open && verified.get(&producer_id) != Some(&producer_epoch))
+        })
+    }
+
+    /// The coordinator confirmed that the producer's ongoing transaction
+    /// includes this partition.
+    pub fn mark_txn_verified(&self, producer_id: i64, producer_epoch: i16) {
+        let _log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        self.verified_txns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(producer_id, producer_epoch);
+    }
+
+    /// Appends a COMMIT/ABORT marker as leader (`WriteTxnMarkers`), with the
+    /// log's producer- and coordinator-epoch checks, and drops any pending
+    /// verification of the producer. Durability (acks=all) is the caller's
+    /// wait.
+    pub fn append_marker(
+        &self,
+        marker: &samsa_storage::EndTxnMarker,
+        now_ms: i64,
+    ) -> Result<(AppendInfo, i64), PartitionError> {
+        self.leader_append_with(|log, epoch| {
+            let info = log.append_txn_marker(marker, epoch, now_ms)?;
+            self.verified_txns
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&marker.producer_id);
+            Ok(Ok(info))
+        })
+    }
+
+    /// acks=all for a leader write that ended at `end_offset` in
+    /// `leader_epoch`: the group-commit fsync (under `every-ack`), then the
+    /// HW covering it (see [`Self::wait_replicated`]). Shared by produce,
+    /// transaction markers and the coordinator's state writes.
+    pub async fn wait_acks_all(
+        &self,
+        end_offset: i64,
+        leader_epoch: i32,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), (ResponseError, String)> {
+        if self.flushes_before_ack {
+            if let Err(e) = self.wait_durable(end_offset).await {
+                warn!(partition = %self.name(), error = %e, "fsync before acks=all answer failed");
+                return Err((ResponseError::KafkaStorageError, e.to_string()));
+            }
+        }
+        self.wait_replicated(end_offset, leader_epoch, deadline)
+            .await
+            .map_err(|code| {
+                info!(partition = %self.name(), end_offset, ?code, "acks=all write appended but not acknowledged");
+                (
+                    code,
+                    format!(
+                        "{}: the write ending at {end_offset} was not acknowledged by the ISR: {code:?}",
+                        self.name()
+                    ),
+                )
+            })
+    }
+
+    /// DescribeProducers' view of this partition.
+    pub fn describe_producers(
+        &self,
+    ) -> Result<Vec<samsa_storage::ProducerDescription>, PartitionError> {
+        self.with_log(|log| Ok(log.describe_producers()))
     }
 
     /// Writes the log's checkpoint if the high watermark moved since the
@@ -233,12 +370,32 @@ impl Partition {
                 high_watermark
             };
             let result = log.read(offset, max_bytes, upper)?;
+            let aborted = if read_committed && !result.records.is_empty() {
+                log.aborted_transactions(offset, records_end(&result.records).unwrap_or(upper))
+            } else {
+                Vec::new()
+            };
             Ok(PartitionRead {
                 result,
+                aborted,
                 high_watermark,
                 last_stable_offset,
                 log_start_offset: log.log_start_offset(),
             })
+        })
+    }
+
+    /// Whole batches from `offset` up to the log end (not the HW): what a
+    /// new leader of an internal partition replays. Its own log is never
+    /// truncated while it leads, so what it reads will become committed.
+    pub fn read_to_log_end(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<(ReadResult, i64), PartitionError> {
+        self.with_log(|log| {
+            let end = log.log_end_offset();
+            Ok((log.read(offset, max_bytes, end)?, end))
         })
     }
 
@@ -285,6 +442,14 @@ impl Partition {
             None => Ok(()),
         }
     }
+}
+
+/// The offset after the last batch of `records` (whole batches).
+fn records_end(records: &[u8]) -> Option<i64> {
+    samsa_storage::batch::batches(records)
+        .filter_map(Result::ok)
+        .last()
+        .map(|(header, _)| header.last_offset() + 1)
 }
 
 /// Owns every partition this broker hosts.

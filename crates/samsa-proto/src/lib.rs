@@ -7,6 +7,7 @@
 //! - [`raft`]: Raft transport between controllers (`samsa.raft.v1`).
 //! - [`controller`]: the broker-facing controller API (`samsa.controller.v1`).
 //! - [`replication`]: follower ⇄ leader partition replication (`samsa.replication.v1`).
+//! - [`txn`]: transaction markers and KIP-890 verification between brokers (`samsa.txn.v1`).
 
 /// `samsa.raft.v1`: Raft RPCs between controllers.
 pub mod raft {
@@ -25,4 +26,11 @@ pub mod controller {
 pub mod replication {
     #![allow(clippy::all, missing_docs)]
     tonic::include_proto!("samsa.replication.v1");
+}
+
+/// `samsa.txn.v1`: coordinator → partition leader markers, partition leader
+/// → coordinator verification.
+pub mod txn {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("samsa.txn.v1");
 }

@@ -1,6 +1,9 @@
 //! Fetch: reads up to the high watermark (`read_uncommitted`) or the last
-//! stable offset (`read_committed`), and long-polls until `min_bytes` are
-//! available or `max_wait_ms` passes.
+//! stable offset (`read_committed`, with the aborted transactions that
+//! overlap the returned batches, from the transaction index), and long-polls
+//! until `min_bytes` are available or `max_wait_ms` passes. Every answer
+//! carries the partition's real last stable offset. Control batches
+//! (COMMIT/ABORT markers) are returned in the batch stream; clients skip them.
 //!
 //! The wait subscribes to every requested partition's high-watermark watch
 //! *before* reading, so an append that lands between the read and the wait
@@ -12,8 +15,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::select_all;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId};
 use tokio::time::Instant;
 use tracing::warn;
 
@@ -113,6 +118,18 @@ fn read_once(
                     data.high_watermark = read.high_watermark;
                     data.last_stable_offset = read.last_stable_offset;
                     data.log_start_offset = read.log_start_offset;
+                    if read_committed {
+                        data.aborted_transactions = Some(
+                            read.aborted
+                                .iter()
+                                .map(|a| {
+                                    AbortedTransaction::default()
+                                        .with_producer_id(ProducerId(a.producer_id))
+                                        .with_first_offset(a.first_offset)
+                                })
+                                .collect(),
+                        );
+                    }
                     let records = read.result.records;
                     // Only the first partition with data may exceed the limits (KIP-74).
                     if total == 0 || records.len() <= limit {

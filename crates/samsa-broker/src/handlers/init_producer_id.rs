@@ -1,6 +1,8 @@
-//! InitProducerId for idempotent producers (no transactional id): every call
+//! InitProducerId. Idempotent producers (no transactional id): every call
 //! gets a fresh producer id at epoch 0, as Kafka does for non-transactional
-//! producers (including KIP-360 re-initialisation after a fatal sequence error).
+//! producers (including KIP-360 re-initialisation after a fatal sequence
+//! error). With a transactional id the transaction coordinator answers
+//! (`handlers::txn::init_producer_id`).
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
@@ -9,14 +11,23 @@ use tracing::{info, warn};
 use crate::producer_ids::ProducerIdError;
 use crate::Broker;
 
-pub async fn handle(broker: &Broker, request: InitProducerIdRequest) -> InitProducerIdResponse {
+pub async fn handle(
+    broker: &Broker,
+    request: InitProducerIdRequest,
+    version: i16,
+) -> InitProducerIdResponse {
+    if let Some(transactional_id) = request.transactional_id.as_ref() {
+        return super::txn::init_producer_id(
+            broker,
+            &request,
+            transactional_id.0.as_str(),
+            version,
+        )
+        .await;
+    }
     let response = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
-    if let Some(transactional_id) = request.transactional_id.as_ref() {
-        warn!(transactional_id = transactional_id.0.as_str(), "InitProducerId with a transactional id: transactions are not supported by this samsa version");
-        return response.with_error_code(ResponseError::InvalidRequest.code());
-    }
     match broker.producer_ids.next_producer_id().await {
         Ok(id) => {
             info!(producer_id = id, "producer id assigned");

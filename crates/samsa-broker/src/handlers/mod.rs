@@ -6,10 +6,12 @@ pub mod admin;
 pub mod api_versions;
 pub mod configs;
 pub mod fetch;
+pub mod find_coordinator;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod txn;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;

@@ -9,17 +9,27 @@
 //! shrank below the minimum meanwhile, NOT_LEADER_OR_FOLLOWER if leadership
 //! moved, and REQUEST_TIMED_OUT after the request's `timeout_ms`.
 //! Idempotence (dedup, sequence and epoch checks) is enforced by the log itself.
+//!
+//! Transactional batches (KIP-890): before a producer's first transactional
+//! write to a partition in a transaction, the leader checks with the
+//! transaction coordinator that the partition is in the ongoing transaction
+//! (Produce v12+, transaction version 2: adds it), see
+//! `transactions::verify`; an unverified write is refused
+//! (INVALID_TXN_STATE, or TRANSACTION_ABORTABLE for v12+), a coordinator
+//! that cannot answer now gives NOT_ENOUGH_REPLICAS (retriable).
 
 use futures::future::join_all;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use samsa_storage::BatchHeader;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 use super::str_bytes;
-use crate::error::storage_error_code;
+use crate::error::{partition_error_code, produce_verification_error, storage_error_code};
 use crate::replica::PartitionError;
+use crate::transactions::verify::verify_partition;
+use crate::txn::TopicPartition;
 use crate::{now_ms, Broker};
 
 struct PendingDurability {
@@ -66,12 +76,53 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                     }
                 };
                 let records = data.records.unwrap_or_default();
-                if let Ok(header) = BatchHeader::parse(&records) {
-                    if header.is_transactional() || request.transactional_id.is_some() {
+                // (producer id, epoch) of a transactional batch.
+                let txn = BatchHeader::parse(&records)
+                    .ok()
+                    .filter(BatchHeader::is_transactional)
+                    .map(|h| (h.producer_id, h.producer_epoch));
+                if let Some((producer_id, producer_epoch)) = txn {
+                    let Some(transactional_id) = request.transactional_id.as_ref() else {
                         break 'partition Some((
-                            ResponseError::InvalidTxnState,
-                            "transactions are not supported by this samsa version".to_string(),
+                            ResponseError::InvalidRequest,
+                            "transactional records without a transactional id".to_string(),
                         ));
+                    };
+                    let needs = match partition.txn_needs_verification(producer_id, producer_epoch)
+                    {
+                        Ok(needs) => needs,
+                        Err(e) => break 'partition Some((partition_error_code(&e), e.to_string())),
+                    };
+                    if needs {
+                        let verified = verify_partition(
+                            broker,
+                            transactional_id.0.as_str(),
+                            producer_id,
+                            producer_epoch,
+                            TopicPartition::new(name.clone(), data.index),
+                            // Produce v12+ is transaction version 2: the
+                            // write adds the partition itself.
+                            version >= 12,
+                        )
+                        .instrument(tracing::debug_span!(
+                            "verify_txn",
+                            transactional_id = transactional_id.0.as_str(),
+                            producer_id,
+                            producer_epoch
+                        ))
+                        .await;
+                        if let Err(e) = verified {
+                            let code = produce_verification_error(e, version);
+                            info!(partition = %partition.name(), transactional_id = transactional_id.0.as_str(), producer_id, producer_epoch, coordinator_error = ?e, answer = ?code, "transactional write not verified");
+                            break 'partition Some((
+                                code,
+                                format!(
+                                    "{name}-{}: the transaction coordinator answered {e:?}",
+                                    data.index
+                                ),
+                            ));
+                        }
+                        partition.mark_txn_verified(producer_id, producer_epoch);
                     }
                 }
                 if acks == -1 {
@@ -87,7 +138,13 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                     }
                 }
                 let leader_epoch = partition.leader_epoch();
-                match crate::blocking_io(|| partition.append(&records, now)) {
+                let appended = crate::blocking_io(|| match txn {
+                    Some((producer_id, producer_epoch)) => {
+                        partition.append_transactional(&records, producer_id, producer_epoch, now)
+                    }
+                    None => partition.append(&records, now),
+                });
+                match appended {
                     Ok((info, log_start_offset)) => {
                         if info.duplicate {
                             debug!(partition = %partition.name(), base_offset = info.base_offset, "duplicate batch; answering with original offset");
@@ -129,6 +186,10 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                     Err(e @ PartitionError::Flush(_)) => {
                         Some((ResponseError::KafkaStorageError, e.to_string()))
                     }
+                    Err(e @ PartitionError::TxnNotVerified { .. }) => Some((
+                        produce_verification_error(ResponseError::InvalidTxnState, version),
+                        e.to_string(),
+                    )),
                 }
             };
             if let Some((code, message)) = error {
@@ -153,26 +214,9 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
             .iter()
             .zip(hosts.iter())
             .map(|(wait, partition)| async move {
-                if partition.flushes_before_ack {
-                    if let Err(e) = partition.wait_durable(wait.end_offset).await {
-                        warn!(error = %e, "fsync before acks=all answer failed");
-                        return Err((ResponseError::KafkaStorageError, e.to_string()));
-                    }
-                }
                 partition
-                    .wait_replicated(wait.end_offset, wait.leader_epoch, deadline)
+                    .wait_acks_all(wait.end_offset, wait.leader_epoch, deadline)
                     .await
-                    .map_err(|code| {
-                        info!(partition = %partition.name(), end_offset = wait.end_offset, ?code, "acks=all batch appended but not acknowledged");
-                        (
-                            code,
-                            format!(
-                        "{}: the batch ending at {} was not acknowledged by the ISR: {code:?}",
-                        partition.name(),
-                        wait.end_offset
-                    ),
-                        )
-                    })
             }),
     )
     .await;

@@ -183,6 +183,23 @@ impl Partition {
         records: &[u8],
         now_ms: i64,
     ) -> Result<(AppendInfo, i64), PartitionError> {
+        self.leader_append_with(|log, epoch| Ok(Ok(log.append_as_leader(records, epoch, now_ms)?)))
+    }
+
+    /// The one leader write path (produce batches and transaction markers):
+    /// under the log and replication locks, checks that this replica still
+    /// leads in the epoch it was admitted under, records the epoch's start,
+    /// runs `write` (which may refuse with a [`PartitionError`] of its own
+    /// before touching the log), advances the HW and publishes it.
+    /// Returns what `write` appended and the log start offset after it.
+    pub(crate) fn leader_append_with(
+        &self,
+        write: impl FnOnce(
+            &mut PartitionLog,
+            i32,
+        )
+            -> Result<Result<AppendInfo, PartitionError>, samsa_storage::StorageError>,
+    ) -> Result<(AppendInfo, i64), PartitionError> {
         let epoch = self.leader_epoch();
         let appended = self.with_log_and_state(|log, state| {
             // Checked under the log lock: the metadata may have moved
@@ -192,24 +209,30 @@ impl Partition {
                 return Ok(None);
             }
             state.epochs.assign(epoch, log.log_end_offset());
-            let info = log.append_as_leader(records, epoch, now_ms)?;
+            let info = match write(log, epoch)? {
+                Ok(info) => info,
+                Err(refused) => return Ok(Some(Err(refused))),
+            };
             let leo = log.log_end_offset();
             if let Some(bound) = state.hw_bound(leo) {
                 log.set_high_watermark(bound);
             }
-            Ok(Some((
+            Ok(Some(Ok((
                 info,
                 log.high_watermark(),
                 leo,
                 log.log_start_offset(),
-            )))
+            ))))
         })?;
-        let Some((info, hw, leo, log_start_offset)) = appended else {
-            return Err(PartitionError::RoleChanged {
-                partition: self.name(),
-                role: "the leader",
-                leader_epoch: epoch,
-            });
+        let (info, hw, leo, log_start_offset) = match appended {
+            None => {
+                return Err(PartitionError::RoleChanged {
+                    partition: self.name(),
+                    role: "the leader",
+                    leader_epoch: epoch,
+                })
+            }
+            Some(result) => result?,
         };
         self.publish(hw, leo);
         Ok((info, log_start_offset))

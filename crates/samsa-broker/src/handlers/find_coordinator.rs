@@ -1,0 +1,86 @@
+//! FindCoordinator (v0–v6; v4+ batches `coordinator_keys`).
+//!
+//! Key type TRANSACTION (1): the live leader of `__transaction_state`
+//! partition `coordinator_partition(T, N)` — the same placement every
+//! other path uses ([`crate::transactions::TxnShell::coordinator_node`]).
+//! The first request creates the topic; until it exists and has a leader
+//! the answer is COORDINATOR_NOT_AVAILABLE, which clients retry.
+//!
+//! Key type GROUP (0): consumer groups are not implemented yet, so the
+//! answer is COORDINATOR_NOT_AVAILABLE (clients keep retrying and can still
+//! consume with manual assignment). Any other key type is INVALID_REQUEST.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
+use tracing::debug;
+
+use super::str_bytes;
+use crate::Broker;
+
+const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
+
+/// `(node id, host, port)` or the error for one key.
+fn find(broker: &Broker, key_type: i8, key: &str) -> Result<(i32, String, i32), ResponseError> {
+    match key_type {
+        KEY_TYPE_TRANSACTION => {
+            if key.is_empty() {
+                return Err(ResponseError::InvalidRequest);
+            }
+            let node = broker.txn.coordinator_node(broker, key)?;
+            Ok((node.node_id, node.host, node.port))
+        }
+        KEY_TYPE_GROUP => Err(ResponseError::CoordinatorNotAvailable),
+        _ => Err(ResponseError::InvalidRequest),
+    }
+}
+
+pub fn handle(
+    broker: &Broker,
+    request: FindCoordinatorRequest,
+    version: i16,
+) -> FindCoordinatorResponse {
+    let key_type = if version >= 1 {
+        request.key_type
+    } else {
+        KEY_TYPE_GROUP
+    };
+    if version >= 4 {
+        let coordinators = request
+            .coordinator_keys
+            .iter()
+            .map(|key| {
+                let c = Coordinator::default().with_key(key.clone());
+                match find(broker, key_type, key.as_str()) {
+                    Ok((node, host, port)) => c
+                        .with_node_id(BrokerId(node))
+                        .with_host(str_bytes(host))
+                        .with_port(port),
+                    Err(e) => {
+                        debug!(key = key.as_str(), key_type, error = ?e, "no coordinator");
+                        c.with_node_id(BrokerId(-1))
+                            .with_host(str_bytes(""))
+                            .with_port(-1)
+                            .with_error_code(e.code())
+                    }
+                }
+            })
+            .collect();
+        return FindCoordinatorResponse::default().with_coordinators(coordinators);
+    }
+    match find(broker, key_type, request.key.as_str()) {
+        Ok((node, host, port)) => FindCoordinatorResponse::default()
+            .with_node_id(BrokerId(node))
+            .with_host(str_bytes(host))
+            .with_port(port),
+        Err(e) => {
+            debug!(key = request.key.as_str(), key_type, error = ?e, "no coordinator");
+            FindCoordinatorResponse::default()
+                .with_error_code(e.code())
+                .with_node_id(BrokerId(-1))
+                .with_host(str_bytes(""))
+                .with_port(-1)
+        }
+    }
+}

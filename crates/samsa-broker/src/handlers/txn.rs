@@ -1,0 +1,474 @@
+//! Transaction APIs: the wire side of the coordinator (`InitProducerId`
+//! with a transactional id, `AddPartitionsToTxn`, `AddOffsetsToTxn`,
+//! `EndTxn`, `DescribeTransactions`, `ListTransactions`) and of partition
+//! leaders (`WriteTxnMarkers`, `DescribeProducers`).
+//!
+//! Each handler converts the `kafka-protocol` message to the coordinator's
+//! [`crate::txn::api`] structs, runs the coordinator under its lock, waits
+//! for the write it asks for (`TxnShell::respond`), and converts back.
+//! Every coordinator call runs in a span carrying the transactional id and
+//! producer id.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
+use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
+use kafka_protocol::messages::list_transactions_response::TransactionState as ListedState;
+use kafka_protocol::messages::write_txn_markers_response::{
+    WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, DescribeProducersRequest, DescribeProducersResponse,
+    DescribeTransactionsRequest, DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse,
+    InitProducerIdRequest, InitProducerIdResponse, ListTransactionsRequest,
+    ListTransactionsResponse, ProducerId, TransactionalId, WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+};
+use samsa_storage::EndTxnMarker;
+use tracing::{info_span, Instrument};
+
+use super::{str_bytes, topic_name};
+use crate::error::partition_error_code;
+use crate::transactions::markers::write_markers;
+use crate::txn::{self, TopicPartition, TxnResult};
+use crate::{now_ms, Broker};
+
+fn code(error: Option<ResponseError>) -> i16 {
+    error.map_or(0, |e| e.code())
+}
+
+/// `InitProducerId` with a transactional id (the idempotent path stays in
+/// `init_producer_id`).
+pub async fn init_producer_id(
+    broker: &Broker,
+    request: &InitProducerIdRequest,
+    transactional_id: &str,
+    version: i16,
+) -> InitProducerIdResponse {
+    let span = info_span!(
+        "init_producer_id",
+        transactional_id,
+        producer_id = request.producer_id.0
+    );
+    async {
+        let answer = |r: txn::InitProducerIdResponse| {
+            InitProducerIdResponse::default()
+                .with_error_code(code(r.error))
+                .with_producer_id(ProducerId(r.producer_id))
+                .with_producer_epoch(r.producer_epoch)
+        };
+        if let Err(e) = broker.txn.ensure_state_topic(broker) {
+            return answer(txn::InitProducerIdResponse::error(e));
+        }
+        let current = if version >= 3 {
+            match txn::InitProducerIdRequest::current_from_wire(
+                request.producer_id.0,
+                request.producer_epoch,
+            ) {
+                Ok(current) => current,
+                Err(e) => return answer(txn::InitProducerIdResponse::error(e)),
+            }
+        } else {
+            None
+        };
+        let req = txn::InitProducerIdRequest {
+            transactional_id: transactional_id.to_string(),
+            transaction_timeout_ms: request.transaction_timeout_ms,
+            current,
+            version,
+        };
+        broker.txn.prepare_ids(broker).await;
+        let outcome = broker
+            .txn
+            .with_ids(broker, |c, ids| c.init_producer_id(&req, now_ms(), ids));
+        answer(broker.txn.respond(broker, outcome).await)
+    }
+    .instrument(span)
+    .await
+}
+
+/// Unknown topics answer UNKNOWN_TOPIC_OR_PARTITION and every other
+/// partition of the request OPERATION_NOT_ATTEMPTED, as Kafka does; `None`
+/// when every partition exists.
+fn unknown_partitions(
+    broker: &Broker,
+    partitions: &[TopicPartition],
+) -> Option<Vec<(TopicPartition, Option<ResponseError>)>> {
+    let image = broker.metadata.image();
+    let known = |tp: &TopicPartition| image.partition(&tp.topic, tp.partition).is_some();
+    if partitions.iter().all(known) {
+        return None;
+    }
+    Some(
+        partitions
+            .iter()
+            .map(|tp| {
+                let e = if known(tp) {
+                    ResponseError::OperationNotAttempted
+                } else {
+                    ResponseError::UnknownTopicOrPartition
+                };
+                (tp.clone(), Some(e))
+            })
+            .collect(),
+    )
+}
+
+fn topic_results(
+    results: Vec<(TopicPartition, Option<ResponseError>)>,
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    let mut by_topic: BTreeMap<String, Vec<AddPartitionsToTxnPartitionResult>> = BTreeMap::new();
+    for (tp, e) in results {
+        by_topic.entry(tp.topic).or_default().push(
+            AddPartitionsToTxnPartitionResult::default()
+                .with_partition_index(tp.partition)
+                .with_partition_error_code(code(e)),
+        );
+    }
+    by_topic
+        .into_iter()
+        .map(|(topic, partitions)| {
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(topic_name(topic))
+                .with_results_by_partition(partitions)
+        })
+        .collect()
+}
+
+/// One transaction of an `AddPartitionsToTxn` request.
+async fn add_partitions_one(
+    broker: &Broker,
+    transactional_id: &TransactionalId,
+    producer_id: i64,
+    producer_epoch: i16,
+    partitions: Vec<TopicPartition>,
+    verify_only: bool,
+    version: i16,
+) -> Vec<(TopicPartition, Option<ResponseError>)> {
+    let id = transactional_id.0.as_str();
+    let span = info_span!(
+        "add_partitions_to_txn",
+        transactional_id = id,
+        producer_id,
+        producer_epoch,
+        verify_only
+    );
+    async {
+        if let Some(unknown) = unknown_partitions(broker, &partitions) {
+            return unknown;
+        }
+        let req = txn::AddPartitionsRequest {
+            transactional_id: id.to_string(),
+            producer_id,
+            producer_epoch,
+            partitions,
+            verify_only,
+            version,
+        };
+        let outcome = broker.txn.lock().add_partitions_to_txn(&req, now_ms());
+        broker.txn.respond(broker, outcome).await.results
+    }
+    .instrument(span)
+    .await
+}
+
+pub async fn add_partitions_to_txn(
+    broker: &Broker,
+    request: AddPartitionsToTxnRequest,
+    version: i16,
+) -> AddPartitionsToTxnResponse {
+    let flatten = |topics: &[kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic]| {
+        topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| TopicPartition::new(t.name.0.as_str(), *p))
+            })
+            .collect::<Vec<_>>()
+    };
+    if version < 4 {
+        let results = add_partitions_one(
+            broker,
+            &request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id.0,
+            request.v3_and_below_producer_epoch,
+            flatten(&request.v3_and_below_topics),
+            false,
+            version,
+        )
+        .await;
+        return AddPartitionsToTxnResponse::default()
+            .with_results_by_topic_v3_and_below(topic_results(results));
+    }
+    let mut out = Vec::with_capacity(request.transactions.len());
+    for t in &request.transactions {
+        let results = add_partitions_one(
+            broker,
+            &t.transactional_id,
+            t.producer_id.0,
+            t.producer_epoch,
+            flatten(&t.topics),
+            t.verify_only,
+            version,
+        )
+        .await;
+        out.push(
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(t.transactional_id.clone())
+                .with_topic_results(topic_results(results)),
+        );
+    }
+    AddPartitionsToTxnResponse::default().with_results_by_transaction(out)
+}
+
+pub async fn add_offsets_to_txn(
+    broker: &Broker,
+    request: AddOffsetsToTxnRequest,
+    version: i16,
+) -> AddOffsetsToTxnResponse {
+    let id = request.transactional_id.0.as_str();
+    let span = info_span!(
+        "add_offsets_to_txn",
+        transactional_id = id,
+        producer_id = request.producer_id.0,
+        group = request.group_id.0.as_str()
+    );
+    async {
+        let req = txn::AddOffsetsRequest {
+            transactional_id: id.to_string(),
+            producer_id: request.producer_id.0,
+            producer_epoch: request.producer_epoch,
+            group_id: request.group_id.0.as_str().to_string(),
+            version,
+        };
+        let outcome = broker.txn.lock().add_offsets_to_txn(&req, now_ms());
+        let response = broker.txn.respond(broker, outcome).await;
+        AddOffsetsToTxnResponse::default().with_error_code(code(response.error))
+    }
+    .instrument(span)
+    .await
+}
+
+pub async fn end_txn(broker: &Broker, request: EndTxnRequest, version: i16) -> EndTxnResponse {
+    let id = request.transactional_id.0.as_str();
+    let span = info_span!(
+        "end_txn",
+        transactional_id = id,
+        producer_id = request.producer_id.0,
+        producer_epoch = request.producer_epoch,
+        commit = request.committed
+    );
+    async {
+        let req = txn::EndTxnRequest {
+            transactional_id: id.to_string(),
+            producer_id: request.producer_id.0,
+            producer_epoch: request.producer_epoch,
+            result: TxnResult::from_committed(request.committed),
+            version,
+        };
+        broker.txn.prepare_ids(broker).await;
+        let outcome = broker
+            .txn
+            .with_ids(broker, |c, ids| c.end_txn(&req, now_ms(), ids));
+        let response = broker.txn.respond(broker, outcome).await;
+        let mut out = EndTxnResponse::default().with_error_code(code(response.error));
+        if version >= 5 {
+            out = out
+                .with_producer_id(ProducerId(response.producer_id))
+                .with_producer_epoch(response.producer_epoch);
+        }
+        out
+    }
+    .instrument(span)
+    .await
+}
+
+pub fn describe_transactions(
+    broker: &Broker,
+    request: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
+    let ids: Vec<String> = request
+        .transactional_ids
+        .iter()
+        .map(|t| t.0.as_str().to_string())
+        .collect();
+    let described = broker.txn.lock().describe_transactions(&ids);
+    let states = described
+        .into_iter()
+        .map(|d| {
+            TransactionState::default()
+                .with_error_code(code(d.error))
+                .with_transactional_id(TransactionalId(str_bytes(d.transactional_id)))
+                .with_transaction_state(str_bytes(d.state))
+                .with_transaction_timeout_ms(d.timeout_ms)
+                .with_transaction_start_time_ms(d.start_time_ms)
+                .with_producer_id(ProducerId(d.producer_id))
+                .with_producer_epoch(d.producer_epoch)
+                .with_topics(
+                    d.topics
+                        .into_iter()
+                        .map(|(topic, partitions)| {
+                            TopicData::default()
+                                .with_topic(topic_name(topic))
+                                .with_partitions(partitions)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    DescribeTransactionsResponse::default().with_transaction_states(states)
+}
+
+pub fn list_transactions(
+    broker: &Broker,
+    request: ListTransactionsRequest,
+    version: i16,
+) -> ListTransactionsResponse {
+    let filter = txn::ListTransactionsFilter {
+        states: request
+            .state_filters
+            .iter()
+            .map(|s| s.as_str().to_string())
+            .collect(),
+        producer_ids: request.producer_id_filters.iter().map(|p| p.0).collect(),
+        duration_filter_ms: if version >= 1 {
+            request.duration_filter
+        } else {
+            -1
+        },
+    };
+    let listed = broker.txn.lock().list_transactions(&filter, now_ms());
+    ListTransactionsResponse::default()
+        .with_error_code(code(listed.error))
+        .with_unknown_state_filters(
+            listed
+                .unknown_state_filters
+                .into_iter()
+                .map(str_bytes)
+                .collect(),
+        )
+        .with_transaction_states(
+            listed
+                .transactions
+                .into_iter()
+                .map(|t| {
+                    ListedState::default()
+                        .with_transactional_id(TransactionalId(str_bytes(t.transactional_id)))
+                        .with_producer_id(ProducerId(t.producer_id))
+                        .with_transaction_state(str_bytes(t.state))
+                })
+                .collect(),
+        )
+}
+
+/// Kafka's `WriteTxnMarkers` (sent by coordinators; samsa's own
+/// coordinators use the gRPC `TxnService` between brokers, with the same
+/// partition-side function).
+pub async fn write_txn_markers(
+    broker: &Broker,
+    request: WriteTxnMarkersRequest,
+) -> WriteTxnMarkersResponse {
+    let mut out = Vec::with_capacity(request.markers.len());
+    for m in request.markers {
+        let marker = EndTxnMarker {
+            producer_id: m.producer_id.0,
+            producer_epoch: m.producer_epoch,
+            coordinator_epoch: m.coordinator_epoch,
+            commit: m.transaction_result,
+        };
+        let partitions: Vec<TopicPartition> = m
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partition_indexes
+                    .iter()
+                    .map(|p| TopicPartition::new(t.name.0.as_str(), *p))
+            })
+            .collect();
+        let span = info_span!(
+            "write_txn_markers",
+            producer_id = marker.producer_id,
+            producer_epoch = marker.producer_epoch,
+            commit = marker.commit
+        );
+        let results = write_markers(broker, marker, &partitions)
+            .instrument(span)
+            .await;
+        let mut by_topic: BTreeMap<String, Vec<WritableTxnMarkerPartitionResult>> = BTreeMap::new();
+        for (tp, e) in results {
+            by_topic.entry(tp.topic).or_default().push(
+                WritableTxnMarkerPartitionResult::default()
+                    .with_partition_index(tp.partition)
+                    .with_error_code(code(e)),
+            );
+        }
+        out.push(
+            WritableTxnMarkerResult::default()
+                .with_producer_id(m.producer_id)
+                .with_topics(
+                    by_topic
+                        .into_iter()
+                        .map(|(topic, partitions)| {
+                            WritableTxnMarkerTopicResult::default()
+                                .with_name(topic_name(topic))
+                                .with_partitions(partitions)
+                        })
+                        .collect(),
+                ),
+        );
+    }
+    WriteTxnMarkersResponse::default().with_markers(out)
+}
+
+/// `DescribeProducers`: the producer state of partitions this broker leads.
+pub fn describe_producers(
+    broker: &Broker,
+    request: DescribeProducersRequest,
+) -> DescribeProducersResponse {
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|t| {
+            let name = t.name.0.as_str().to_string();
+            let partitions = t
+                .partition_indexes
+                .iter()
+                .map(|&index| {
+                    let response = PartitionResponse::default().with_partition_index(index);
+                    let described = broker
+                        .leader_partition(&name, index)
+                        .and_then(|p| p.describe_producers().map_err(|e| partition_error_code(&e)));
+                    match described {
+                        Ok(producers) => response.with_active_producers(
+                            producers
+                                .into_iter()
+                                .map(|d| {
+                                    ProducerState::default()
+                                        .with_producer_id(ProducerId(d.producer_id))
+                                        .with_producer_epoch(i32::from(d.producer_epoch))
+                                        .with_last_sequence(d.last_sequence)
+                                        .with_last_timestamp(d.last_timestamp)
+                                        .with_coordinator_epoch(d.coordinator_epoch)
+                                        .with_current_txn_start_offset(d.current_txn_start_offset)
+                                })
+                                .collect(),
+                        ),
+                        Err(e) => response.with_error_code(e.code()),
+                    }
+                })
+                .collect();
+            TopicResponse::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    DescribeProducersResponse::default().with_topics(topics)
+}
