@@ -12,3 +12,4 @@ mod offsets;
 mod persistence;
 mod rdkafka_eos;
 mod replication;
+mod transactions_smoke;
