@@ -277,6 +277,42 @@ pub struct FetchedRecord {
     pub transactional: bool,
 }
 
+/// Control record type of an ABORT transaction marker (control key bytes 2..4).
+pub const CONTROL_ABORT: i16 = 0;
+/// Control record type of a COMMIT transaction marker.
+pub const CONTROL_COMMIT: i16 = 1;
+
+impl FetchedRecord {
+    /// For a control record, its type from the control key (version i16,
+    /// type i16): [`CONTROL_ABORT`], [`CONTROL_COMMIT`], … `None` for data
+    /// records and malformed keys.
+    pub fn control_type(&self) -> Option<i16> {
+        if !self.control {
+            return None;
+        }
+        let k = self.key.as_ref()?;
+        let b: [u8; 2] = k.get(2..4)?.try_into().ok()?;
+        Some(i16::from_be_bytes(b))
+    }
+
+    /// For a transaction marker, the coordinator epoch from its value
+    /// (version i16, coordinator epoch i32).
+    pub fn marker_coordinator_epoch(&self) -> Option<i32> {
+        if !self.control {
+            return None;
+        }
+        let v = self.value.as_ref()?;
+        let b: [u8; 4] = v.get(2..6)?.try_into().ok()?;
+        Some(i32::from_be_bytes(b))
+    }
+
+    /// `(offset, value)` with the value as UTF-8 (lossy; empty if null).
+    pub fn offset_value(&self) -> (i64, String) {
+        let v = self.value.as_deref().unwrap_or_default();
+        (self.offset, String::from_utf8_lossy(v).into_owned())
+    }
+}
+
 /// Decodes every complete batch in a fetched record set (a trailing partial
 /// batch, which Kafka may send, is ignored). Verifies each batch's CRC.
 /// Returns the records and the offset after the last complete batch.

@@ -11,12 +11,18 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::add_partitions_to_txn_request::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnTopic,
+};
 use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
 use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::end_txn_request::EndTxnRequest;
+use kafka_protocol::messages::end_txn_response::EndTxnResponse;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_protocol::messages::fetch_response::PartitionData;
+use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
 use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
 use kafka_protocol::messages::init_producer_id_response::InitProducerIdResponse;
 use kafka_protocol::messages::list_offsets_request::{
@@ -29,12 +35,14 @@ use kafka_protocol::messages::produce_request::{
     PartitionProduceData, ProduceRequest, TopicProduceData,
 };
 use kafka_protocol::messages::produce_response::PartitionProduceResponse;
-use kafka_protocol::messages::{ApiKey, BrokerId, RequestHeader, ResponseHeader, TopicName};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, ProducerId, RequestHeader, ResponseHeader, TopicName, TransactionalId,
+};
 use kafka_protocol::protocol::{
     encode_request_header_into_buffer, Decodable, Encodable, Request, StrBytes,
 };
 
-use crate::batch::{decode_records, FetchedRecord};
+use crate::batch::{decode_records, FetchedRecord, CONTROL_ABORT};
 
 /// Largest response frame the client accepts.
 const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
@@ -623,6 +631,321 @@ impl KafkaClient {
             bail!("InitProducerId failed with error {}", resp.error_code);
         }
         Ok(resp)
+    }
+
+    // ----- transactions --------------------------------------------------
+
+    /// FindCoordinator for one key (`key_type` 0 = group, 1 = transaction):
+    /// `(error_code, node_id)`. Uses the batched form (`coordinator_keys`)
+    /// from v4 on, the single-key form below.
+    pub fn find_coordinator(&mut self, key_type: i8, key: &str) -> Result<(i16, i32)> {
+        let version = self.version_for(ApiKey::FindCoordinator)?;
+        let mut req = FindCoordinatorRequest::default().with_key_type(key_type);
+        if version >= 4 {
+            req.coordinator_keys = vec![StrBytes::from_string(key.to_string())];
+        } else {
+            req.key = StrBytes::from_string(key.to_string());
+        }
+        let resp = self.send(&req, version)?;
+        if version >= 4 {
+            let c = resp
+                .coordinators
+                .into_iter()
+                .find(|c| c.key.as_str() == key)
+                .ok_or_else(|| anyhow!("FindCoordinator response lacks key {key}"))?;
+            Ok((c.error_code, c.node_id.0))
+        } else {
+            Ok((resp.error_code, resp.node_id.0))
+        }
+    }
+
+    /// InitProducerId with a transactional id at the highest common
+    /// version; the answer is returned whatever its error code. `current`
+    /// is the (producer id, epoch) a KIP-360 client sends to keep its id,
+    /// `(-1, -1)` for a fresh start.
+    pub fn init_producer_id_txn(
+        &mut self,
+        transactional_id: &str,
+        transaction_timeout_ms: i32,
+        current: (i64, i16),
+    ) -> Result<InitProducerIdResponse> {
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
+                transactional_id.to_string(),
+            ))))
+            .with_transaction_timeout_ms(transaction_timeout_ms)
+            .with_producer_id(ProducerId(current.0))
+            .with_producer_epoch(current.1);
+        self.call(&req)
+    }
+
+    /// AddPartitionsToTxn as a client sends it (v3 at most: v4+ are the
+    /// broker-to-coordinator versions). Returns each partition's error code.
+    pub fn add_partitions_to_txn(
+        &mut self,
+        transactional_id: &str,
+        producer: (i64, i16),
+        topic: &str,
+        partitions: &[i32],
+    ) -> Result<Vec<(i32, i16)>> {
+        let version = self.version_for(ApiKey::AddPartitionsToTxn)?.min(3);
+        let req = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_string(
+                transactional_id.to_string(),
+            )))
+            .with_v3_and_below_producer_id(ProducerId(producer.0))
+            .with_v3_and_below_producer_epoch(producer.1)
+            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(partitions.to_vec())]);
+        let resp = self.send(&req, version)?;
+        Ok(resp
+            .results_by_topic_v3_and_below
+            .into_iter()
+            .filter(|t| t.name.0.as_str() == topic)
+            .flat_map(|t| t.results_by_partition)
+            .map(|p| (p.partition_index, p.partition_error_code))
+            .collect())
+    }
+
+    /// EndTxn at an explicit `version` (v5+ is transaction version 2: the
+    /// coordinator bumps the epoch and answers the producer id and epoch to
+    /// use next). The answer is returned whatever its error code.
+    pub fn end_txn_at(
+        &mut self,
+        transactional_id: &str,
+        producer: (i64, i16),
+        commit: bool,
+        version: i16,
+    ) -> Result<EndTxnResponse> {
+        let req = EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_string(
+                transactional_id.to_string(),
+            )))
+            .with_producer_id(ProducerId(producer.0))
+            .with_producer_epoch(producer.1)
+            .with_committed(commit);
+        self.send(&req, version)
+    }
+
+    /// ListOffsets for one partition with an isolation level (0 =
+    /// read_uncommitted, 1 = read_committed: "latest" is then the LSO).
+    pub fn list_offsets_isolated(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+        isolation_level: i8,
+    ) -> Result<ListOffsetsPartitionResponse> {
+        let version = self.version_for(ApiKey::ListOffsets)?;
+        if isolation_level != 0 && version < 2 {
+            bail!("ListOffsets v{version} has no isolation level");
+        }
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_isolation_level(isolation_level)
+            .with_timeout_ms(30_000)
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(timestamp)])]);
+        let resp = self.send(&req, version)?;
+        resp.topics
+            .into_iter()
+            .find(|t| t.name.0.as_str() == topic)
+            .and_then(|t| {
+                t.partitions
+                    .into_iter()
+                    .find(|p| p.partition_index == partition)
+            })
+            .ok_or_else(|| anyhow!("ListOffsets response lacks {topic}/{partition}"))
+    }
+
+    /// The last stable offset (ListOffsets latest, read_committed).
+    pub fn last_stable_offset(&mut self, topic: &str, partition: i32) -> Result<i64> {
+        let r = self.list_offsets_isolated(topic, partition, -1, 1)?;
+        if r.error_code != 0 {
+            bail!(
+                "ListOffsets latest read_committed {topic}/{partition}: error {}",
+                r.error_code
+            );
+        }
+        Ok(r.offset)
+    }
+
+    /// One Fetch of one partition with an isolation level (1 = read_committed).
+    pub fn fetch_isolated(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        isolation_level: i8,
+    ) -> Result<PartitionData> {
+        let version = self.version_for(ApiKey::Fetch)?;
+        let req =
+            fetch_request(topic, partition, offset, 0, 1).with_isolation_level(isolation_level);
+        let resp = self.send(&req, version)?;
+        if resp.error_code != 0 {
+            bail!("Fetch failed with top-level error {}", resp.error_code);
+        }
+        resp.responses
+            .into_iter()
+            .find(|t| t.topic.0.as_str() == topic)
+            .and_then(|t| {
+                t.partitions
+                    .into_iter()
+                    .find(|p| p.partition_index == partition)
+            })
+            .ok_or_else(|| anyhow!("Fetch response lacks {topic}/{partition}"))
+    }
+
+    /// What a `read_committed` consumer of one partition sees, computed
+    /// here from raw read_committed Fetch answers (not by a client library):
+    /// every record below the LSO, minus control records and minus the
+    /// records of the aborted transactions the broker lists (a producer's
+    /// records are dropped from an aborted transaction's first offset up to
+    /// its ABORT marker). Returns the records, the LSO the last answer
+    /// reported, and every aborted transaction listed `(producer id, first
+    /// offset)`.
+    pub fn read_committed(&mut self, topic: &str, partition: i32) -> Result<CommittedRead> {
+        let mut batches: Vec<FetchedRecord> = Vec::new();
+        let mut aborted: Vec<(i64, i64)> = Vec::new();
+        let mut offset = 0i64;
+        let lso = loop {
+            let p = self.fetch_isolated(topic, partition, offset, 1)?;
+            if p.error_code != 0 {
+                bail!(
+                    "Fetch read_committed {topic}/{partition} at {offset}: error {}",
+                    p.error_code
+                );
+            }
+            let lso = p.last_stable_offset;
+            if lso < 0 {
+                bail!("Fetch read_committed {topic}/{partition}: no last stable offset ({lso})");
+            }
+            if lso > p.high_watermark {
+                bail!(
+                    "Fetch {topic}/{partition}: last stable offset {lso} above high watermark {}",
+                    p.high_watermark
+                );
+            }
+            for a in p.aborted_transactions.unwrap_or_default() {
+                let a = (a.producer_id.0, a.first_offset);
+                if !aborted.contains(&a) {
+                    aborted.push(a);
+                }
+            }
+            let (recs, next) = decode_records(
+                partition,
+                p.records.as_ref().map(|b| b.as_ref()).unwrap_or(&[]),
+            )?;
+            let before = offset;
+            for r in recs {
+                if r.offset >= offset {
+                    if r.offset >= lso {
+                        bail!(
+                            "read_committed Fetch of {topic}/{partition} returned offset {} at or above the LSO {lso}",
+                            r.offset
+                        );
+                    }
+                    batches.push(r);
+                }
+            }
+            if let Some(n) = next {
+                offset = offset.max(n);
+            }
+            if offset >= lso {
+                break lso;
+            }
+            if offset == before {
+                bail!("Fetch {topic}/{partition} at {offset} made no progress (lso {lso})");
+            }
+        };
+        aborted.sort_by_key(|a| a.1);
+        // Replay the log in order: an aborted transaction starts at its first
+        // offset and ends at its producer's ABORT marker.
+        let mut open_aborted: std::collections::HashSet<i64> = Default::default();
+        let mut next_aborted = 0;
+        let mut records = Vec::new();
+        for r in batches {
+            while next_aborted < aborted.len() && aborted[next_aborted].1 <= r.offset {
+                open_aborted.insert(aborted[next_aborted].0);
+                next_aborted += 1;
+            }
+            if r.control {
+                if r.control_type() == Some(CONTROL_ABORT) {
+                    open_aborted.remove(&r.producer_id);
+                }
+                continue;
+            }
+            if r.transactional && open_aborted.contains(&r.producer_id) {
+                continue;
+            }
+            records.push(r);
+        }
+        Ok(CommittedRead {
+            records,
+            last_stable_offset: lso,
+            aborted,
+        })
+    }
+
+    /// Every record and control record of a partition up to its high
+    /// watermark, as a read_uncommitted Fetch returns them.
+    pub fn read_uncommitted_with_control(
+        &mut self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Vec<FetchedRecord>> {
+        let mut out: Vec<FetchedRecord> = Vec::new();
+        let mut offset = 0i64;
+        loop {
+            let p = self.fetch(topic, partition, offset, 0, 1)?;
+            if p.error_code != 0 {
+                bail!(
+                    "Fetch {topic}/{partition} at {offset}: error {}",
+                    p.error_code
+                );
+            }
+            let hw = p.high_watermark;
+            let (recs, next) = decode_records(
+                partition,
+                p.records.as_ref().map(|b| b.as_ref()).unwrap_or(&[]),
+            )?;
+            let before = offset;
+            out.extend(recs.into_iter().filter(|r| r.offset >= offset));
+            if let Some(n) = next {
+                offset = offset.max(n);
+            }
+            if offset >= hw {
+                return Ok(out);
+            }
+            if offset == before {
+                bail!("Fetch {topic}/{partition} at {offset} made no progress (hw {hw})");
+            }
+        }
+    }
+}
+
+/// What [`KafkaClient::read_committed`] read.
+#[derive(Debug, Clone)]
+pub struct CommittedRead {
+    /// The records a read_committed consumer gets, in log order.
+    pub records: Vec<FetchedRecord>,
+    pub last_stable_offset: i64,
+    /// Aborted transactions the broker listed: (producer id, first offset).
+    pub aborted: Vec<(i64, i64)>,
+}
+
+impl CommittedRead {
+    /// `(offset, value)` of every record, values as UTF-8 (lossy).
+    pub fn values(&self) -> Vec<(i64, String)> {
+        self.records
+            .iter()
+            .map(FetchedRecord::offset_value)
+            .collect()
     }
 }
 

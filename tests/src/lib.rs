@@ -11,6 +11,7 @@ pub mod client;
 pub mod cluster;
 pub mod node;
 pub mod rdk;
+pub mod txn;
 pub mod wait;
 
 pub use batch::{BatchBuilder, FetchedRecord};
@@ -29,6 +30,20 @@ pub mod codes {
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
     pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    pub const REQUEST_TIMED_OUT: i16 = 7;
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub const NOT_COORDINATOR: i16 = 16;
+    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
+    pub const INVALID_TXN_STATE: i16 = 48;
+    pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+    pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+    pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+    pub const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
+    pub const PRODUCER_FENCED: i16 = 90;
+    pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
+    pub const TRANSACTION_ABORTABLE: i16 = 120;
 }
 
 /// A topic name unique within this process (tests in one binary may share a

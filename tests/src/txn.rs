@@ -1,0 +1,416 @@
+//! Transactions from the outside: librdkafka transactional producers with
+//! synchronous sends, assign()-based readers at either isolation level, and
+//! where a transactional id's coordinator lives.
+//!
+//! Everything here is blocking (librdkafka's transactional calls block);
+//! call it from plain threads, never from inside an async runtime.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use crate::client::{topic_name, KafkaClient};
+
+/// The internal topic that holds transaction coordinator state.
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+/// Its partition count unless a test changes `transaction.state.log.num.partitions`.
+pub const TRANSACTION_STATE_PARTITIONS: i32 = 50;
+
+/// Java's `String.hashCode` over UTF-16 code units, wrapping.
+pub fn java_string_hash(s: &str) -> i32 {
+    s.encode_utf16().fold(0i32, |h, unit| {
+        h.wrapping_mul(31).wrapping_add(i32::from(unit))
+    })
+}
+
+/// Kafka's `Utils.abs`: `Math.abs`, except that `Integer.MIN_VALUE` maps
+/// to 0. (Not the sign-bit clearing `Utils.toPositive` that partitioners
+/// use: for a negative hash the two give different partitions.)
+pub fn kafka_abs(n: i32) -> i32 {
+    if n == i32::MIN {
+        0
+    } else {
+        n.abs()
+    }
+}
+
+/// The `__transaction_state` partition that coordinates `transactional_id`:
+/// `Utils.abs(id.hashCode()) % partitions`, as Kafka places it.
+pub fn transaction_state_partition(transactional_id: &str, partitions: i32) -> i32 {
+    kafka_abs(java_string_hash(transactional_id)) % partitions
+}
+
+/// Settings of a transactional librdkafka producer. Timeouts stay at
+/// librdkafka's defaults derived from `transaction.timeout.ms` (librdkafka
+/// refuses a `socket.timeout.ms` above it); backoffs are short so that a
+/// coordinator move is found quickly.
+pub fn transactional_producer_config(bootstrap: &str, transactional_id: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap)
+        .set("transactional.id", transactional_id)
+        .set("linger.ms", "5")
+        .set("retry.backoff.ms", "50")
+        .set("retry.backoff.max.ms", "500")
+        .set("reconnect.backoff.ms", "20")
+        .set("reconnect.backoff.max.ms", "200")
+        .set("broker.address.family", "v4");
+    if let Ok(contexts) = std::env::var("SAMSA_TEST_RDKAFKA_DEBUG") {
+        c.set("debug", contexts);
+    }
+    c
+}
+
+/// A plain producer: no idempotence, no transactions, acks=all.
+pub fn plain_producer_config(bootstrap: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "false")
+        .set("acks", "all")
+        .set("linger.ms", "0")
+        .set("broker.address.family", "v4");
+    c
+}
+
+/// A delivery report: (partition, offset) or the delivery error.
+pub type Delivered = Result<(i32, i64), KafkaError>;
+
+/// Delivery reports by value, and the client's fatal error if it raised one.
+#[derive(Default)]
+pub struct DeliveryLog {
+    reports: Mutex<HashMap<Vec<u8>, Delivered>>,
+    pub errors: Mutex<Vec<String>>,
+    pub fatal: Mutex<Option<String>>,
+}
+
+impl ClientContext for DeliveryLog {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        eprintln!("[rdkafka {level:?} {fac}] {log_message}");
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        let msg = format!("{error}: {reason}");
+        if matches!(error.rdkafka_error_code(), Some(RDKafkaErrorCode::Fatal)) {
+            *self.fatal.lock().unwrap() = Some(msg.clone());
+        }
+        self.errors.lock().unwrap().push(msg);
+    }
+}
+
+impl ProducerContext for DeliveryLog {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        let (value, outcome) = match result {
+            Ok(m) => (
+                m.payload().unwrap_or_default().to_vec(),
+                Ok((m.partition(), m.offset())),
+            ),
+            Err((e, m)) => (m.payload().unwrap_or_default().to_vec(), Err(e.clone())),
+        };
+        self.reports.lock().unwrap().insert(value, outcome);
+    }
+}
+
+/// A librdkafka producer (transactional or not) whose sends can be made
+/// synchronous: [`TxnProducer::send_sync`] returns only once the broker
+/// acknowledged (or refused) the record, so an abort that follows cannot
+/// drop it on the client side before it reached the log (seed 000).
+pub struct TxnProducer {
+    inner: ThreadedProducer<DeliveryLog>,
+}
+
+/// Timeout of the blocking transactional calls.
+pub const TXN_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl TxnProducer {
+    pub fn new(config: &ClientConfig) -> TxnProducer {
+        TxnProducer {
+            inner: config
+                .create_with_context(DeliveryLog::default())
+                .expect("create rdkafka producer"),
+        }
+    }
+
+    /// A transactional producer for `transactional_id`, `init_transactions` done.
+    pub fn transactional(bootstrap: &str, transactional_id: &str) -> TxnProducer {
+        let p = Self::new(&transactional_producer_config(bootstrap, transactional_id));
+        p.init()
+            .unwrap_or_else(|e| panic!("init_transactions for {transactional_id} failed: {e}"));
+        p
+    }
+
+    pub fn inner(&self) -> &ThreadedProducer<DeliveryLog> {
+        &self.inner
+    }
+
+    pub fn init(&self) -> KafkaResult<()> {
+        self.inner.init_transactions(TXN_CALL_TIMEOUT)
+    }
+
+    pub fn begin(&self) -> KafkaResult<()> {
+        self.inner.begin_transaction()
+    }
+
+    pub fn commit(&self) -> KafkaResult<()> {
+        self.inner.commit_transaction(TXN_CALL_TIMEOUT)
+    }
+
+    pub fn abort(&self) -> KafkaResult<()> {
+        self.inner.abort_transaction(TXN_CALL_TIMEOUT)
+    }
+
+    /// The fatal error librdkafka raised, if any.
+    pub fn fatal_error(&self) -> Option<String> {
+        self.inner.context().fatal.lock().unwrap().clone()
+    }
+
+    /// Enqueues `value` (unique within the test) and waits for its delivery
+    /// report: `Ok((partition, offset))` once acknowledged, the delivery
+    /// error otherwise. `Err` also when it cannot even be enqueued.
+    pub fn send_sync(&self, topic: &str, partition: Option<i32>, value: &str) -> Delivered {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let mut rec: BaseRecord<'_, [u8], [u8]> =
+                BaseRecord::to(topic).payload(value.as_bytes());
+            if let Some(p) = partition {
+                rec = rec.partition(p);
+            }
+            match self.inner.send(rec) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
+                    if Instant::now() < deadline =>
+                {
+                    // Back-off while the polling thread drains reports.
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+        // flush() waits for every outstanding delivery report.
+        let flushed = self.inner.flush(Duration::from_secs(120));
+        let report = self
+            .inner
+            .context()
+            .reports
+            .lock()
+            .unwrap()
+            .remove(value.as_bytes());
+        match (report, flushed) {
+            (Some(r), _) => r,
+            (None, Err(e)) => Err(e),
+            (None, Ok(())) => Err(KafkaError::MessageProduction(RDKafkaErrorCode::Fail)),
+        }
+    }
+
+    /// [`TxnProducer::send_sync`] that must succeed.
+    pub fn send_ok(&self, topic: &str, partition: Option<i32>, value: &str) -> (i32, i64) {
+        self.send_sync(topic, partition, value)
+            .unwrap_or_else(|e| panic!("send of {value:?} to {topic} failed: {e}"))
+    }
+}
+
+/// The librdkafka error code of a transactional call's error.
+pub fn error_code(e: &KafkaError) -> Option<RDKafkaErrorCode> {
+    e.rdkafka_error_code()
+}
+
+/// Whether a transactional call's error is fatal (the producer is unusable).
+pub fn is_fatal(e: &KafkaError) -> bool {
+    matches!(e, KafkaError::Transaction(t) if t.is_fatal())
+}
+
+/// Whether a transactional call's error requires `abort_transaction`.
+pub fn requires_abort(e: &KafkaError) -> bool {
+    matches!(e, KafkaError::Transaction(t) if t.txn_requires_abort())
+}
+
+/// Consumer isolation level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    ReadCommitted,
+    ReadUncommitted,
+}
+
+impl Isolation {
+    pub fn as_config(self) -> &'static str {
+        match self {
+            Isolation::ReadCommitted => "read_committed",
+            Isolation::ReadUncommitted => "read_uncommitted",
+        }
+    }
+}
+
+/// One record a reader saw: (partition, offset, value).
+pub type Seen = (i32, i64, String);
+
+/// Reads partitions `0..partitions` of `topic` from the beginning with a
+/// librdkafka consumer at `isolation` (assign(), no group) until librdkafka
+/// reports the end of every partition — the LSO for read_committed, the
+/// high watermark otherwise — and returns what it delivered, sorted by
+/// (partition, offset). Control records and (read_committed) aborted
+/// records are librdkafka's to hide.
+pub fn read_topic(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    isolation: Isolation,
+) -> Result<Vec<Seen>> {
+    let mut config = crate::rdk::assign_consumer_config(bootstrap);
+    config
+        .set("isolation.level", isolation.as_config())
+        .set("enable.partition.eof", "true");
+    let consumer: BaseConsumer = config.create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut at_end: BTreeMap<i32, bool> = (0..partitions).map(|p| (p, false)).collect();
+    let mut seen = Vec::new();
+    while at_end.values().any(|e| !e) {
+        if Instant::now() > deadline {
+            bail!("reading {topic} ({isolation:?}) did not reach the end of every partition: {at_end:?}");
+        }
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p, true);
+            }
+            Some(Err(e)) => bail!("consumer error: {e}"),
+            Some(Ok(m)) => {
+                let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
+                at_end.insert(m.partition(), false);
+                seen.push((m.partition(), m.offset(), v));
+            }
+        }
+    }
+    seen.sort();
+    Ok(seen)
+}
+
+/// The values of [`read_topic`], in (partition, offset) order.
+pub fn read_values(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    isolation: Isolation,
+) -> Result<Vec<String>> {
+    Ok(read_topic(bootstrap, topic, partitions, isolation)?
+        .into_iter()
+        .map(|(_, _, v)| v)
+        .collect())
+}
+
+/// Creates `topic` with the broker's default replication factor (-1: on a
+/// three-node cluster, 3 with min.insync.replicas 2) and fails unless the
+/// broker answers NONE.
+pub fn create_topic_default_rf(
+    client: &mut KafkaClient,
+    topic: &str,
+    partitions: i32,
+) -> Result<()> {
+    let req = CreateTopicsRequest::default()
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(topic_name(topic))
+            .with_num_partitions(partitions)
+            .with_replication_factor(-1)])
+        .with_timeout_ms(30_000);
+    let resp = client.call(&req)?;
+    let t = resp
+        .topics
+        .first()
+        .ok_or_else(|| anyhow!("CreateTopics answered no topic"))?;
+    if t.error_code != 0 {
+        bail!(
+            "CreateTopics {topic}: error {} ({:?})",
+            t.error_code,
+            t.error_message
+        );
+    }
+    Ok(())
+}
+
+/// Leader of every partition of `topic` per `client`'s Metadata (`None`
+/// if the topic is unknown or a partition has no leader).
+pub fn partition_leaders(client: &mut KafkaClient, topic: &str) -> Option<BTreeMap<i32, i32>> {
+    let md = client.metadata(Some(&[topic])).ok()?;
+    let t = md
+        .topics
+        .into_iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))?;
+    if t.error_code != 0 || t.partitions.is_empty() {
+        return None;
+    }
+    let mut out = BTreeMap::new();
+    for p in t.partitions {
+        if p.error_code != 0 || p.leader_id.0 < 0 {
+            return None;
+        }
+        out.insert(p.partition_index, p.leader_id.0);
+    }
+    Some(out)
+}
+
+/// The broker leading the `__transaction_state` partition of
+/// `transactional_id` (per Kafka's placement), from `client`'s Metadata.
+pub fn transaction_state_leader(client: &mut KafkaClient, transactional_id: &str) -> Option<i32> {
+    let leaders = partition_leaders(client, TRANSACTION_STATE_TOPIC)?;
+    let n = i32::try_from(leaders.len()).ok()?;
+    leaders
+        .get(&transaction_state_partition(transactional_id, n))
+        .copied()
+}
+
+/// Retries `f` while it answers a retriable coordinator error code (load
+/// in progress, not coordinator, not available, concurrent transactions),
+/// until `timeout`; returns the last answer's code and value.
+pub fn retry_coordinator<T>(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> Result<(i16, T)>,
+) -> Result<(i16, T)> {
+    use crate::codes::*;
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        let (code, v) = f().with_context(|| what.to_string())?;
+        let retriable = matches!(
+            code,
+            COORDINATOR_LOAD_IN_PROGRESS
+                | COORDINATOR_NOT_AVAILABLE
+                | NOT_COORDINATOR
+                | CONCURRENT_TRANSACTIONS
+        );
+        if !retriable || Instant::now() >= deadline {
+            return Ok((code, v));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_is_kafkas() {
+        assert_eq!(java_string_hash("hello"), 99_162_322);
+        assert_eq!(transaction_state_partition("hello", 50), 22);
+        // Negative hash: Math.abs, not sign-bit clearing (which gives 3).
+        assert_eq!(java_string_hash("my-txn"), -1_061_187_895);
+        assert_eq!(transaction_state_partition("my-txn", 50), 45);
+        // "polygenelubricants".hashCode() == Integer.MIN_VALUE → 0.
+        assert_eq!(transaction_state_partition("polygenelubricants", 50), 0);
+    }
+}
