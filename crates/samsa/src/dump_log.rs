@@ -1,6 +1,7 @@
 //! `samsa dump-log`: print the record batches of segment files the way
 //! `kafka-dump-log.sh` does, straight from disk (no broker involved). Also
-//! dumps the sparse `.index` and `.timeindex` files next to a segment.
+//! dumps the sparse `.index` and `.timeindex` files next to a segment, and
+//! the `.txnindex` (the segment's aborted transactions).
 //!
 //! Batch headers are read and checked with `samsa_storage::batch` (the same
 //! code the broker trusts), records are decoded with kafka-protocol's
@@ -22,7 +23,7 @@ use samsa_storage::batch::{self, BatchHeader, BATCH_HEADER_LEN};
 
 #[derive(Debug, Args)]
 pub struct DumpLogArgs {
-    /// Segment files (`.log`); `.index` and `.timeindex` files are dumped as entries.
+    /// Segment files (`.log`); `.index`, `.timeindex` and `.txnindex` files are dumped as entries.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
     /// Also print every record: offsets, sizes, header keys, key and payload, transaction markers.
@@ -67,10 +68,11 @@ fn dump_file<W: Write>(path: &Path, out: &mut W, print_data_log: bool) -> io::Re
     match path.extension().and_then(|e| e.to_str()) {
         Some("index") => dump_offset_index(&std::fs::read(path)?, base_offset_of(path), out),
         Some("timeindex") => dump_time_index(&std::fs::read(path)?, base_offset_of(path), out),
+        Some("txnindex") => dump_txn_index(&std::fs::read(path)?, out),
         Some("snapshot") => {
             writeln!(
                 out,
-                "producer state snapshots are storage-internal; dump-log reads .log, .index and .timeindex files"
+                "producer state snapshots are storage-internal; dump-log reads .log, .index, .timeindex and .txnindex files"
             )?;
             Ok(false)
         }
@@ -406,6 +408,58 @@ fn dump_time_index<W: Write>(data: &[u8], base: i64, out: &mut W) -> io::Result<
     Ok(true)
 }
 
+/// Size of one `.txnindex` entry: version i16, producer id i64, first
+/// offset i64, last offset i64, last stable offset i64, CRC-32C u32 of the
+/// 34 bytes before it (the format `samsa_storage`'s transaction index writes).
+const TXN_INDEX_ENTRY: usize = 38;
+const TXN_INDEX_CRC_AT: usize = 34;
+
+/// Transaction index: one line per aborted transaction, in marker order.
+/// A torn tail or an entry whose CRC does not match ends the dump with a
+/// `corrupt transaction index` line.
+fn dump_txn_index<W: Write>(data: &[u8], out: &mut W) -> io::Result<bool> {
+    let be_i64 = |e: &[u8], at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&e[at..at + 8]);
+        i64::from_be_bytes(b)
+    };
+    let mut chunks = data.chunks_exact(TXN_INDEX_ENTRY);
+    for (i, entry) in chunks.by_ref().enumerate() {
+        let stored = u32::from_be_bytes([
+            entry[TXN_INDEX_CRC_AT],
+            entry[TXN_INDEX_CRC_AT + 1],
+            entry[TXN_INDEX_CRC_AT + 2],
+            entry[TXN_INDEX_CRC_AT + 3],
+        ]);
+        let computed = crc32c::crc32c(&entry[..TXN_INDEX_CRC_AT]);
+        if stored != computed {
+            writeln!(
+                out,
+                "corrupt transaction index: entry {i} has crc {stored:#010x}, computed {computed:#010x}"
+            )?;
+            return Ok(false);
+        }
+        writeln!(
+            out,
+            "version: {} producerId: {} firstOffset: {} lastOffset: {} lastStableOffset: {}",
+            i16::from_be_bytes([entry[0], entry[1]]),
+            be_i64(entry, 2),
+            be_i64(entry, 10),
+            be_i64(entry, 18),
+            be_i64(entry, 26),
+        )?;
+    }
+    if !chunks.remainder().is_empty() {
+        writeln!(
+            out,
+            "corrupt transaction index: {} trailing bytes are not a whole entry",
+            chunks.remainder().len()
+        )?;
+        return Ok(false);
+    }
+    Ok(true)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -698,6 +752,39 @@ mod tests {
             "baseOffset: 1 lastOffset: 5 count: 5 baseSequence: -1 lastSequence: -1 producerId: -1 producerEpoch: -1 partitionLeaderEpoch: -1 isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty position: {} ",
             first.len()
         )));
+    }
+
+    #[test]
+    fn transaction_index() {
+        let mut entry = Vec::new();
+        entry.extend_from_slice(&0i16.to_be_bytes());
+        for v in [1000i64, 4, 5, 6] {
+            entry.extend_from_slice(&v.to_be_bytes());
+        }
+        let crc = crc32c::crc32c(&entry);
+        entry.extend_from_slice(&crc.to_be_bytes());
+        let mut two = entry.clone();
+        two.extend_from_slice(&entry);
+        let mut out = Vec::new();
+        assert!(dump_txn_index(&two, &mut out).unwrap());
+        let line = "version: 0 producerId: 1000 firstOffset: 4 lastOffset: 5 lastStableOffset: 6\n";
+        assert_eq!(String::from_utf8(out).unwrap(), line.repeat(2));
+
+        let mut bad = entry.clone();
+        bad[12] ^= 1;
+        let mut out = Vec::new();
+        assert!(!dump_txn_index(&bad, &mut out).unwrap());
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .starts_with("corrupt transaction index: entry 0 has crc"));
+
+        let mut out = Vec::new();
+        assert!(!dump_txn_index(&two[..50], &mut out).unwrap());
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("version: 0 producerId: 1000"), "{text}");
+        assert!(
+            text.ends_with("corrupt transaction index: 12 trailing bytes are not a whole entry\n")
+        );
     }
 
     #[test]
