@@ -12,4 +12,5 @@ mod offsets;
 mod persistence;
 mod rdkafka_eos;
 mod replication;
+mod transactions;
 mod transactions_smoke;
