@@ -9,6 +9,7 @@ mod client;
 mod cluster;
 mod config;
 mod consume;
+mod demo;
 mod dump_log;
 mod produce;
 mod server;
@@ -54,6 +55,9 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Print the record batches of segment files, like kafka-dump-log.sh (no broker needed).
     DumpLog(dump_log::DumpLogArgs),
+    /// Run a transaction experiment against a broker and print what it shows.
+    #[command(subcommand)]
+    Demo(demo::DemoCommand),
 }
 
 fn main() -> ExitCode {
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
             Command::Consume(args) => consume::run(args).await,
             Command::Bench(cmd) => bench::run(cmd).await,
             Command::DumpLog(args) => dump_log::run(&args),
+            Command::Demo(cmd) => demo::run(cmd).await,
         }
     });
     // Blocking client tasks have all been joined by now; don't let a stray one
