@@ -4,8 +4,8 @@
 //! The placement is Kafka's, so that it is predictable from the outside and
 //! tools agree with samsa about it: `abs(hashCode(id)) mod N`, where
 //! `hashCode` is Java's `String.hashCode` (over UTF-16 code units, with `i32`
-//! wrap-around) and `abs` is Kafka's `Utils.abs`, which maps `i32::MIN` to 0
-//! by clearing the sign bit instead of negating.
+//! wrap-around) and `abs` is Kafka's `Utils.abs`: `Math.abs`, except that
+//! `i32::MIN` (which has no positive counterpart) maps to 0.
 //!
 //! The same function places consumer groups on `__consumer_offsets`
 //! partitions, which `AddOffsetsToTxn` needs.
@@ -30,10 +30,16 @@ pub fn java_string_hash(s: &str) -> i32 {
     })
 }
 
-/// Kafka's `Utils.abs`: the non-negative value with the sign bit cleared
-/// (so `i32::MIN` becomes 0, where `i32::abs` would overflow).
+/// Kafka's `Utils.abs`: the absolute value, except that `i32::MIN` (whose
+/// absolute value does not fit) becomes 0. Not the producer partitioner's
+/// `toPositive` (sign bit cleared): for a negative hash the two differ, and
+/// coordinators are placed with this one.
 pub fn kafka_abs(n: i32) -> i32 {
-    n & 0x7fff_ffff
+    if n == i32::MIN {
+        0
+    } else {
+        n.abs()
+    }
 }
 
 /// The partition (of `partitions`) that owns `key`: Kafka's
@@ -76,12 +82,14 @@ mod tests {
     }
 
     #[test]
-    fn abs_clears_the_sign_bit() {
+    fn abs_is_math_abs_with_min_value_as_zero() {
         assert_eq!(kafka_abs(5), 5);
         assert_eq!(kafka_abs(0), 0);
-        assert_eq!(kafka_abs(-1), i32::MAX);
+        assert_eq!(kafka_abs(-1), 1);
+        assert_eq!(kafka_abs(i32::MAX), i32::MAX);
+        assert_eq!(kafka_abs(-i32::MAX), i32::MAX);
         assert_eq!(kafka_abs(i32::MIN), 0);
-        assert_eq!(kafka_abs(-1_061_187_895), 1_086_295_753);
+        assert_eq!(kafka_abs(-1_061_187_895), 1_061_187_895);
     }
 
     #[test]
@@ -90,9 +98,10 @@ mod tests {
         assert_eq!(coordinator_partition("a", 50), 47);
         assert_eq!(coordinator_partition("hello", 50), 22);
         assert_eq!(coordinator_partition("transactional-id-1", 50), 41);
-        // Negative hash: sign bit cleared (Math.abs would give 45).
-        assert_eq!(coordinator_partition("my-txn", 50), 3);
-        assert_eq!(coordinator_partition("Ünïcödé-tx", 50), 14);
+        // Negative hash (-1061187895): Math.abs, so 45 (clearing the sign
+        // bit would give 3).
+        assert_eq!(coordinator_partition("my-txn", 50), 45);
+        assert_eq!(coordinator_partition("Ünïcödé-tx", 50), 34);
         assert_eq!(coordinator_partition("😀", 50), 49);
         // "polygenelubricants".hashCode() == Integer.MIN_VALUE.
         assert_eq!(java_string_hash("polygenelubricants"), i32::MIN);
