@@ -44,6 +44,18 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
     let acks = request.acks;
     let deadline = tokio::time::Instant::now()
         + std::time::Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0));
+    // As Kafka: transactional records in a request without a transactional
+    // id fail the whole request with TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    // (the id is what the write is authorised and verified against).
+    let untagged_txn = request.transactional_id.is_none()
+        && request.topic_data.iter().any(|t| {
+            t.partition_data.iter().any(|p| {
+                p.records
+                    .as_ref()
+                    .and_then(|r| BatchHeader::parse(r).ok())
+                    .is_some_and(|h| h.is_transactional())
+            })
+        });
     let mut responses = Vec::with_capacity(request.topic_data.len());
     let mut waits = Vec::new();
     let mut hosts = Vec::new();
@@ -58,6 +70,12 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                 .with_log_append_time_ms(-1)
                 .with_log_start_offset(-1);
             let error: Option<(ResponseError, String)> = 'partition: {
+                if untagged_txn {
+                    break 'partition Some((
+                        ResponseError::TransactionalIdAuthorizationFailed,
+                        "transactional records without a transactional id".to_string(),
+                    ));
+                }
                 if !matches!(acks, -1..=1) {
                     break 'partition Some((
                         ResponseError::InvalidRequiredAcks,
@@ -83,8 +101,9 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                     .map(|h| (h.producer_id, h.producer_epoch));
                 if let Some((producer_id, producer_epoch)) = txn {
                     let Some(transactional_id) = request.transactional_id.as_ref() else {
+                        // Unreachable: `untagged_txn` answered above.
                         break 'partition Some((
-                            ResponseError::InvalidRequest,
+                            ResponseError::TransactionalIdAuthorizationFailed,
                             "transactional records without a transactional id".to_string(),
                         ));
                     };
