@@ -148,9 +148,9 @@ fn wait_cluster_settled(
 /// leader checked with the coordinator), retrying while the answer is
 /// retriable (the previous transaction still completing, the coordinator
 /// loading). Returns the final error code and base offset.
-fn produce_txn(c: &mut KafkaClient, topic: &str, batch: &Bytes) -> (i16, i64) {
+fn produce_txn(c: &mut KafkaClient, id: &str, topic: &str, batch: &Bytes) -> (i16, i64) {
     let (code, base) = retry_coordinator("Produce", VISIBLE, || {
-        let r = c.produce_at(topic, 0, batch.clone(), ACKS_ALL, 12)?;
+        let r = c.produce_txn_at(id, topic, 0, batch.clone(), ACKS_ALL, 12)?;
         // Kafka answers old clients NOT_ENOUGH_REPLICAS for a transient
         // verification failure; treat it like CONCURRENT_TRANSACTIONS.
         let code = if r.error_code == NOT_ENOUGH_REPLICAS {
@@ -1169,7 +1169,7 @@ fn stale_end_txn_cannot_end_the_next_transaction() {
 
     // Transaction 1: one record, committed.
     assert_eq!(
-        produce_txn(&mut c, &t, &txn_batch(pid, e0, 0, "t1-a")),
+        produce_txn(&mut c, &id, &t, &txn_batch(pid, e0, 0, "t1-a")),
         (NONE, 0)
     );
     let (code, next) = end_txn_v5(&mut c, &id, (pid, e0), true);
@@ -1190,7 +1190,7 @@ fn stale_end_txn_cannot_end_the_next_transaction() {
 
     // Transaction 2: one record, still open.
     assert_eq!(
-        produce_txn(&mut c, &t, &txn_batch(pid, e1, 0, "t2-a")),
+        produce_txn(&mut c, &id, &t, &txn_batch(pid, e1, 0, "t2-a")),
         (NONE, 2)
     );
     assert_eq!(
@@ -1265,14 +1265,14 @@ fn stale_produce_of_a_finished_transaction_is_refused() {
     let (pid, e0) = init_txn_id(&mut c, &id);
 
     let t1 = txn_batch(pid, e0, 0, "t1-a");
-    assert_eq!(produce_txn(&mut c, &t, &t1), (NONE, 0));
+    assert_eq!(produce_txn(&mut c, &id, &t, &t1), (NONE, 0));
     let (code, next) = end_txn_v5(&mut c, &id, (pid, e0), true);
     assert_eq!((code, next), (NONE, (pid, e0 + 1)));
     let e1 = e0 + 1;
     assert_eq!(wait_settled(&mut c, &t, 0), 2);
 
     // Between transactions: a duplicate of transaction 1's produce.
-    let (code, _) = produce_txn(&mut c, &t, &t1);
+    let (code, _) = produce_txn(&mut c, &id, &t, &t1);
     assert_eq!(
         code, INVALID_PRODUCER_EPOCH,
         "stale produce between transactions"
@@ -1290,10 +1290,10 @@ fn stale_produce_of_a_finished_transaction_is_refused() {
 
     // During transaction 2.
     assert_eq!(
-        produce_txn(&mut c, &t, &txn_batch(pid, e1, 0, "t2-a")),
+        produce_txn(&mut c, &id, &t, &txn_batch(pid, e1, 0, "t2-a")),
         (NONE, 2)
     );
-    let (code, _) = produce_txn(&mut c, &t, &t1);
+    let (code, _) = produce_txn(&mut c, &id, &t, &t1);
     assert_eq!(
         code, INVALID_PRODUCER_EPOCH,
         "stale produce during the next transaction"

@@ -461,6 +461,33 @@ impl KafkaClient {
             .ok_or_else(|| anyhow!("Produce response lacks {topic}/{partition}"))
     }
 
+    /// [`KafkaClient::produce_at`] of transactional records: the request
+    /// carries the producer's transactional id, as every client sends it
+    /// (a broker needs it to verify the write with the coordinator).
+    pub fn produce_txn_at(
+        &mut self,
+        transactional_id: &str,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+        acks: i16,
+        version: i16,
+    ) -> Result<PartitionProduceResponse> {
+        let req = produce_request(topic, partition, records, acks).with_transactional_id(Some(
+            TransactionalId(StrBytes::from_string(transactional_id.to_string())),
+        ));
+        let resp = self.send(&req, version)?;
+        resp.responses
+            .into_iter()
+            .find(|t| t.name.0.as_str() == topic)
+            .and_then(|t| {
+                t.partition_responses
+                    .into_iter()
+                    .find(|p| p.index == partition)
+            })
+            .ok_or_else(|| anyhow!("Produce response lacks {topic}/{partition}"))
+    }
+
     /// One Fetch of one partition from `offset`.
     pub fn fetch(
         &mut self,
