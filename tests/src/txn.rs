@@ -168,8 +168,14 @@ impl TxnProducer {
         self.inner.abort_transaction(TXN_CALL_TIMEOUT)
     }
 
-    /// The fatal error librdkafka raised, if any.
+    /// The fatal error librdkafka raised, if any: its own record of it
+    /// (`rd_kafka_fatal_error`). The error event cannot be relied on: with
+    /// the event API librdkafka 2.12 reports a fatal error with its
+    /// underlying code (e.g. `_FENCED`), not `_FATAL`.
     pub fn fatal_error(&self) -> Option<String> {
+        if let Some((code, reason)) = self.inner.client().fatal_error() {
+            return Some(format!("{code:?}: {reason}"));
+        }
         self.inner.context().fatal.lock().unwrap().clone()
     }
 
