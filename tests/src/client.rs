@@ -576,26 +576,7 @@ impl KafkaClient {
         timestamp: i64,
         version: i16,
     ) -> Result<ListOffsetsPartitionResponse> {
-        let req = ListOffsetsRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_isolation_level(0)
-            .with_timeout_ms(30_000)
-            .with_topics(vec![ListOffsetsTopic::default()
-                .with_name(topic_name(topic))
-                .with_partitions(vec![ListOffsetsPartition::default()
-                    .with_partition_index(partition)
-                    .with_current_leader_epoch(-1)
-                    .with_timestamp(timestamp)])]);
-        let resp = self.send(&req, version)?;
-        resp.topics
-            .into_iter()
-            .find(|t| t.name.0.as_str() == topic)
-            .and_then(|t| {
-                t.partitions
-                    .into_iter()
-                    .find(|p| p.partition_index == partition)
-            })
-            .ok_or_else(|| anyhow!("ListOffsets response lacks {topic}/{partition}"))
+        self.list_offsets_with(topic, partition, timestamp, 0, version)
     }
 
     /// Log end offset (ListOffsets latest); fails on a partition error.
@@ -768,6 +749,18 @@ impl KafkaClient {
         if isolation_level != 0 && version < 2 {
             bail!("ListOffsets v{version} has no isolation level");
         }
+        self.list_offsets_with(topic, partition, timestamp, isolation_level, version)
+    }
+
+    /// One partition's ListOffsets answer at `version` and `isolation_level`.
+    fn list_offsets_with(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+        isolation_level: i8,
+        version: i16,
+    ) -> Result<ListOffsetsPartitionResponse> {
         let req = ListOffsetsRequest::default()
             .with_replica_id(BrokerId(-1))
             .with_isolation_level(isolation_level)
