@@ -17,6 +17,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let descriptors = protox::compile(files, [&proto_dir])?;
     tonic_prost_build::configure()
+        // Record batches cross replication as `Bytes`: the leader hands the
+        // log read to the encoder and the follower appends from the decode
+        // buffer, two 1 MB copies fewer per follower per fetch.
+        .bytes(".samsa.replication.v1.PartitionData.records")
         .build_server(true)
         .build_client(true)
         .compile_fds(descriptors)?;

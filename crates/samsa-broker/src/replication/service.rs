@@ -119,7 +119,7 @@ impl ReplicationService for ReplicationGrpc {
                 data.diverging_epoch = answer
                     .diverging
                     .map(|(epoch, end_offset)| EpochEndOffset { epoch, end_offset });
-                data.records = answer.records.to_vec();
+                data.records = answer.records;
                 out.push(data);
             }
             if ready || watches.is_empty() || Instant::now() >= deadline {
