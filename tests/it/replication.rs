@@ -287,3 +287,50 @@ fn lagging_follower_leaves_and_rejoins_the_isr() {
         );
     }
 }
+
+/// The `high_watermark` a partition's `checkpoint` file holds (a JSON object
+/// written atomically by the log), if the file is there and names one.
+fn checkpointed_high_watermark(partition_dir: &Path) -> Option<i64> {
+    let text = std::fs::read_to_string(partition_dir.join("checkpoint")).ok()?;
+    let rest = &text[text.find("\"high_watermark\":")? + "\"high_watermark\":".len()..];
+    let digits: String = rest
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '-')
+        .collect();
+    digits.parse().ok()
+}
+
+/// Without a segment roll, truncation or shutdown the checkpoint used to keep
+/// the HW of the partition's creation; the periodic HW checkpoint
+/// (`replica_high_watermark_checkpoint_interval_ms`) brings every replica's
+/// file up to the HW the ISR reached.
+#[test]
+fn every_replica_checkpoints_the_high_watermark_periodically() {
+    let cluster = SamsaCluster::start(3, &["replica_high_watermark_checkpoint_interval_ms=200"]);
+    let topic = unique_topic("hwckpt");
+    create_assigned_topic(&mut cluster.client(1), &topic, &[1, 2, 3], None);
+    let mut observer = cluster.client(1);
+    wait_until("a full ISR led by node 1", Duration::from_secs(20), || {
+        isr_of(&mut observer, &topic).filter(|(l, isr)| *l == 1 && isr == &[1, 2, 3])
+    });
+    let mut leader = cluster.client(1);
+    const BATCHES: i64 = 10;
+    for i in 0..BATCHES {
+        let batch = BatchBuilder::new()
+            .values([format!("r{i}-a"), format!("r{i}-b")])
+            .build();
+        let r = leader.produce(&topic, 0, batch, ACKS_ALL).unwrap();
+        assert_eq!(r.error_code, 0, "produce {i}: {:?}", r.error_message);
+    }
+    let acknowledged = 2 * BATCHES;
+    for id in cluster.ids() {
+        let dir = cluster.node(id).data_dir().join(format!("{topic}-0"));
+        let hw = wait_until(
+            &format!("node {id}'s checkpoint to hold HW {acknowledged}"),
+            Duration::from_secs(20),
+            || checkpointed_high_watermark(&dir).filter(|hw| *hw == acknowledged),
+        );
+        assert_eq!(hw, acknowledged);
+    }
+}
