@@ -522,38 +522,11 @@ impl KafkaClient {
         partition: i32,
         from: i64,
     ) -> Result<Vec<FetchedRecord>> {
-        let mut out: Vec<FetchedRecord> = Vec::new();
-        let mut offset = from;
-        loop {
-            let p = self.fetch(topic, partition, offset, 0, 1)?;
-            if p.error_code != 0 {
-                bail!(
-                    "Fetch {topic}/{partition} at {offset}: error {}",
-                    p.error_code
-                );
-            }
-            let hw = p.high_watermark;
-            let (recs, next) = decode_records(
-                partition,
-                p.records.as_ref().map(|b| b.as_ref()).unwrap_or(&[]),
-            )?;
-            let before = offset;
-            for r in recs {
-                if r.offset >= offset && !r.control {
-                    out.push(r);
-                }
-            }
-            if let Some(n) = next {
-                offset = offset.max(n);
-            }
-            if offset >= hw {
-                break;
-            }
-            if offset == before {
-                bail!("Fetch {topic}/{partition} at {offset} made no progress (hw {hw})");
-            }
-        }
-        Ok(out)
+        Ok(self
+            .read_to_high_watermark(topic, partition, from)?
+            .into_iter()
+            .filter(|r| !r.control)
+            .collect())
     }
 
     /// ListOffsets for one partition at `timestamp` (-1 latest, -2 earliest,
@@ -919,8 +892,19 @@ impl KafkaClient {
         topic: &str,
         partition: i32,
     ) -> Result<Vec<FetchedRecord>> {
+        self.read_to_high_watermark(topic, partition, 0)
+    }
+
+    /// Every record and control record from `from` up to the high watermark
+    /// (read_uncommitted Fetches); fails on a partition error or no progress.
+    fn read_to_high_watermark(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+    ) -> Result<Vec<FetchedRecord>> {
         let mut out: Vec<FetchedRecord> = Vec::new();
-        let mut offset = 0i64;
+        let mut offset = from;
         loop {
             let p = self.fetch(topic, partition, offset, 0, 1)?;
             if p.error_code != 0 {
