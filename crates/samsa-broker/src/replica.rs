@@ -212,12 +212,8 @@ impl Partition {
         now_ms: i64,
     ) -> Result<(AppendInfo, i64), PartitionError> {
         self.leader_append_with(|log, epoch| {
-            let open = log
-                .producer_state()
-                .get(producer_id)
-                .is_some_and(|e| e.current_txn_first_offset.is_some() && e.epoch == producer_epoch);
             let mut verified = self.verified_txns.lock().unwrap_or_else(|p| p.into_inner());
-            if !open && verified.get(&producer_id) != Some(&producer_epoch) {
+            if !txn_admitted(log, &verified, producer_id, producer_epoch) {
                 return Ok(Err(PartitionError::TxnNotVerified {
                     partition: self.name(),
                     producer_id,
@@ -239,12 +235,8 @@ impl Partition {
         producer_epoch: i16,
     ) -> Result<bool, PartitionError> {
         self.with_log(|log| {
-            let open = log
-                .producer_state()
-                .get(producer_id)
-                .is_some_and(|e| e.current_txn_first_offset.is_some() && e.epoch == producer_epoch);
             let verified = self.verified_txns.lock().unwrap_or_else(|p| p.into_inner());
-            Ok(!open && verified.get(&producer_id) != Some(&producer_epoch))
+            Ok(!txn_admitted(log, &verified, producer_id, producer_epoch))
         })
     }
 
@@ -649,4 +641,21 @@ impl ReplicaManager {
             }
         }
     }
+}
+
+/// Whether a transactional write of `producer_id` at `producer_epoch` may be
+/// appended without asking the coordinator: its transaction is already open
+/// in this log at that epoch, or the coordinator verified it and the
+/// verification is still waiting for its first write.
+fn txn_admitted(
+    log: &PartitionLog,
+    verified: &HashMap<i64, i16>,
+    producer_id: i64,
+    producer_epoch: i16,
+) -> bool {
+    let open = log
+        .producer_state()
+        .get(producer_id)
+        .is_some_and(|e| e.current_txn_first_offset.is_some() && e.epoch == producer_epoch);
+    open || verified.get(&producer_id) == Some(&producer_epoch)
 }
