@@ -26,6 +26,10 @@ pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
 pub const TRANSACTION_STATE_PARTITIONS: i32 = 50;
 
 /// Java's `String.hashCode` over UTF-16 code units, wrapping.
+///
+/// Deliberately written again instead of calling the broker's
+/// `txn::placement`: the tests are an independent oracle for Kafka's
+/// placement (this copy caught the broker's sign-bit-clearing `abs`).
 pub fn java_string_hash(s: &str) -> i32 {
     s.encode_utf16().fold(0i32, |h, unit| {
         h.wrapping_mul(31).wrapping_add(i32::from(unit))
