@@ -54,6 +54,7 @@ start_broker() {
     data=$bench_dir/data-$port
     rm -rf "$bench_dir" && mkdir -p "$data"
     "$samsa" server --listen "127.0.0.1:$port" --data-dir "$data" --set "log.flush=$1" \
+        --set http_listen=127.0.0.1:0 \
         >"$bench_dir/broker.log" 2>&1 &
     broker_pid=$!
     for _ in $(seq 100); do
@@ -71,7 +72,7 @@ start_cluster() {
 import random, socket
 for _ in range(200):
     base = random.randrange(20000, 40000)
-    ports = [base + d for d in (0, 1, 100, 101, 200, 201)]
+    ports = [base + d for d in (0, 1, 2, 100, 101, 102, 200, 201, 202)]
     try:
         socks = []
         for p in ports:
@@ -85,7 +86,8 @@ PY
 )
     data=$bench_dir/cluster-$port
     rm -rf "$bench_dir" && mkdir -p "$data"
-    "$samsa" dev --nodes 3 --port "$port" --controller-port "$((port + 1))" --data-dir "$data" \
+    "$samsa" dev --nodes 3 --port "$port" --controller-port "$((port + 1))" \
+        --http-port "$((port + 2))" --data-dir "$data" \
         >"$bench_dir/broker.log" 2>&1 &
     broker_pid=$!
     for _ in $(seq 300); do

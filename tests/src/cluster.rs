@@ -46,6 +46,8 @@ pub struct ClusterNode {
     pub node_id: i32,
     pub kafka_port: u16,
     pub controller_port: u16,
+    /// Port of the node's HTTP endpoint (`/metrics`, `/readyz`).
+    pub http_port: u16,
     dir: PathBuf,
     child: Option<Child>,
     starts: u32,
@@ -58,6 +60,11 @@ impl ClusterNode {
 
     pub fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.kafka_port)
+    }
+
+    /// `http://127.0.0.1:PORT`, the base of the node's HTTP endpoint.
+    pub fn http_base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http_port)
     }
 
     pub fn controller_addr(&self) -> String {
@@ -127,6 +134,7 @@ impl SamsaCluster {
                     node_id: id,
                     kafka_port: free_port(),
                     controller_port: free_port(),
+                    http_port: free_port(),
                     dir: node_dir,
                     child: None,
                     starts: 0,
@@ -222,6 +230,8 @@ impl SamsaCluster {
             format!("controller_quorum_voters={}", self.voters),
             "--set".into(),
             format!("controller_listen={}", node.controller_addr()),
+            "--set".into(),
+            format!("http_listen=127.0.0.1:{}", node.http_port),
         ];
         for s in &self.settings {
             args.push("--set".into());
