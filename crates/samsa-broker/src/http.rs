@@ -304,7 +304,10 @@ mod tests {
     fn gauges_follow_the_exposition_format() {
         let mut out = String::new();
         Gauge::new(&mut out, "g", "help text").sample("g", "partition=\"a-0\"", 3);
-        assert_eq!(out, "# HELP g help text\n# TYPE g gauge\ng{partition=\"a-0\"} 3\n");
+        assert_eq!(
+            out,
+            "# HELP g help text\n# TYPE g gauge\ng{partition=\"a-0\"} 3\n"
+        );
         assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 

@@ -115,7 +115,9 @@ pub async fn run_dev(args: DevArgs) -> Result<ExitCode> {
     // Dropping the probe listener frees the port for the broker at once.
     for (addr, flag) in [(cfg.listen, "--port"), (cfg.http_listen, "--http-port")] {
         drop(TcpListener::bind(addr).map_err(|err| {
-            anyhow!("cannot listen on {addr}: {err} (is another samsa or Kafka running? try {flag})")
+            anyhow!(
+                "cannot listen on {addr}: {err} (is another samsa or Kafka running? try {flag})"
+            )
         })?);
     }
     println!("{}", banner(&cfg));
