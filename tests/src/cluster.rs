@@ -469,9 +469,10 @@ fn has_setpriv() -> bool {
     })
 }
 
-/// Runs `bin args` to completion within `timeout` (killing it and failing
-/// the test otherwise); returns the status and stdout+stderr.
-pub fn run_to_exit(bin: &Path, args: &[String], timeout: Duration) -> (ExitStatus, String) {
+/// Runs `samsa <args>` to its exit (panics if it runs longer than
+/// `timeout`) and returns its status with stdout and stderr apart, for
+/// tests that parse what a CLI tool prints.
+pub fn run_cli(bin: &Path, args: &[String], timeout: Duration) -> CliOutput {
     let mut child = command(bin)
         .args(args)
         .stdin(Stdio::null())
@@ -496,22 +497,33 @@ pub fn run_to_exit(bin: &Path, args: &[String], timeout: Duration) -> (ExitStatu
     let Some(status) = status else {
         let _ = child.kill();
         let _ = child.wait();
-        let text = format!(
-            "{}{}",
+        panic!(
+            "`samsa {}` did not exit within {timeout:?} (a hang)\n{}{}",
+            args.join(" "),
             out.join().unwrap_or_default(),
             err.join().unwrap_or_default()
         );
-        panic!(
-            "`samsa {}` did not exit within {timeout:?} (a hang)\n{text}",
-            args.join(" ")
-        );
     };
-    let text = format!(
-        "{}{}",
-        out.join().unwrap_or_default(),
-        err.join().unwrap_or_default()
-    );
-    (status, text)
+    CliOutput {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
+/// What [`run_cli`] saw.
+#[derive(Debug)]
+pub struct CliOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `bin args` to completion within `timeout` (killing it and failing
+/// the test otherwise); returns the status and stdout+stderr.
+pub fn run_to_exit(bin: &Path, args: &[String], timeout: Duration) -> (ExitStatus, String) {
+    let out = run_cli(bin, args, timeout);
+    (out.status, format!("{}{}", out.stdout, out.stderr))
 }
 
 fn tail(path: &Path, lines: usize) -> String {

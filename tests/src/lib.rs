@@ -8,6 +8,7 @@
 pub mod batch;
 pub mod checker;
 pub mod client;
+pub mod http;
 pub mod cluster;
 pub mod node;
 pub mod rdk;
