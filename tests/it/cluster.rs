@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::MetadataResponse;
 use rdkafka::producer::Producer;
 use samsa_tests::cluster::{median_and_max, run_to_exit, SamsaCluster};
+use samsa_tests::http::http_get;
 use samsa_tests::node::samsa_bin;
 use samsa_tests::rdk::{
     acked_count, checking_producer, consume_to_end, idempotent_producer_config, send_checked,
@@ -843,6 +844,24 @@ fn dev_three_nodes_and_cluster_status() {
         "{text}"
     );
     assert_eq!(text.matches("follower").count(), 2, "{text}");
+
+    // Each node's HTTP endpoint: ready, and together they lead the topic's
+    // three partitions.
+    let mut led = 0;
+    for n in 0..3u16 {
+        let http = std::net::SocketAddr::from(([127, 0, 0, 1], kafka + 2 + 100 * n));
+        wait_until(
+            &format!("dev node {} to be ready", n + 1),
+            Duration::from_secs(30),
+            || (http_get(http, "/readyz").ok()?.0 == 200).then_some(()),
+        );
+        let (_, body) = http_get(http, "/metrics").unwrap();
+        led += body
+            .lines()
+            .filter(|l| l.starts_with("samsa_partition_high_watermark{") && l.contains(&topic))
+            .count();
+    }
+    assert_eq!(led, 3, "each partition is led by exactly one node");
 
     // SIGTERM: all nodes stop cleanly.
     nix_sigterm(guard.0.id());

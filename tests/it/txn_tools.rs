@@ -107,10 +107,11 @@ fn init_txn_id(c: &mut KafkaClient, id: &str, timeout_ms: i32) -> (i64, i16) {
 }
 
 /// A transactional write the coordinator never heard of (no
-/// AddPartitionsToTxn, verification off) leaves a hanging transaction:
-/// `find-hanging` lists it once it is older than the max timeout, the
-/// gauge counts it, `abort` ends it, read_committed readers move past it,
-/// and then neither the tool nor the gauge sees anything.
+/// AddPartitionsToTxn, verification off) leaves a hanging transaction, here
+/// on two partitions: `find-hanging` lists them once they are older than
+/// the max timeout, the gauge counts them, `abort` ends them (by start
+/// offset, and by producer id / epochs), read_committed readers move past
+/// them, and then neither the tool nor the gauge sees anything.
 #[test]
 fn hanging_transaction_is_found_gauged_and_aborted() {
     let max_timeout = format!("transaction_max_timeout_ms={MAX_TIMEOUT_MS}");
@@ -122,30 +123,32 @@ fn hanging_transaction_is_found_gauged_and_aborted() {
     let http = node.http_addr();
     let mut c = node.client();
     let topic = unique_topic("hanging");
-    c.create_topic(&topic, 1).unwrap();
+    c.create_topic(&topic, 2).unwrap();
 
-    let before = BatchBuilder::new().record("before").build();
-    assert_eq!(c.produce(&topic, 0, before, -1).unwrap().error_code, NONE);
     let id = unique_topic("hanging-txn");
     let (pid, epoch) = init_txn_id(&mut c, &id, 1_000);
     let written_at = Instant::now();
-    let hanging = BatchBuilder::idempotent(pid, epoch, 0)
-        .transactional(true)
-        .record("hanging")
-        .build();
-    let produced = c.produce_txn_at(&id, &topic, 0, hanging, -1, 11).unwrap();
-    assert_eq!(
-        (produced.error_code, produced.base_offset),
-        (NONE, 1),
-        "{produced:?}"
-    );
-    let after = BatchBuilder::new().record("after").build();
-    assert_eq!(c.produce(&topic, 0, after, -1).unwrap().base_offset, 2);
-    assert_eq!(c.last_stable_offset(&topic, 0).unwrap(), 1, "pinned LSO");
-    assert_eq!(
-        c.read_committed(&topic, 0).unwrap().values(),
-        vec![(0, "before".to_string())]
-    );
+    for p in 0..2 {
+        let before = BatchBuilder::new().record("before").build();
+        assert_eq!(c.produce(&topic, p, before, -1).unwrap().error_code, NONE);
+        let hanging = BatchBuilder::idempotent(pid, epoch, 0)
+            .transactional(true)
+            .record("hanging")
+            .build();
+        let produced = c.produce_txn_at(&id, &topic, p, hanging, -1, 11).unwrap();
+        assert_eq!(
+            (produced.error_code, produced.base_offset),
+            (NONE, 1),
+            "{produced:?}"
+        );
+        let after = BatchBuilder::new().record("after").build();
+        assert_eq!(c.produce(&topic, p, after, -1).unwrap().base_offset, 2);
+        assert_eq!(c.last_stable_offset(&topic, p).unwrap(), 1, "pinned LSO");
+        assert_eq!(
+            c.read_committed(&topic, p).unwrap().values(),
+            vec![(0, "before".to_string())]
+        );
+    }
 
     // Younger than the max timeout: not hanging yet (the coordinator could
     // still be about to end it).
@@ -162,25 +165,38 @@ fn hanging_transaction_is_found_gauged_and_aborted() {
         assert!(early.is_empty(), "reported before the timeout: {early:?}");
     }
     let metrics_now = metrics(http);
-    assert_eq!(metric(&metrics_now, "samsa_open_transactions"), Some(1));
+    assert_eq!(metric(&metrics_now, "samsa_open_transactions"), Some(2));
 
     // Older than the max timeout, and the coordinator's transaction for the
-    // id does not hold the partition: hanging.
-    let rows = wait_until("find-hanging to list the transaction", SETTLE, || {
+    // id does not hold the partitions: hanging.
+    let rows = wait_until("find-hanging to list the transactions", SETTLE, || {
         let rows = txn_ok(&bootstrap, &find);
-        (!rows.is_empty()).then_some(rows)
+        (rows.len() == 2).then_some(rows)
     });
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    let row = &rows[0];
-    assert_eq!(row["Topic"], topic);
-    assert_eq!(row["Partition"], "0");
-    assert_eq!(row["ProducerId"], pid.to_string());
-    assert_eq!(row["ProducerEpoch"], epoch.to_string());
-    assert_eq!(row["CoordinatorEpoch"], "-1", "no marker was ever written");
-    assert_eq!(row["StartOffset"], "1");
-    let last_ts: i64 = row["LastTimestamp"].parse().unwrap();
-    assert!(now_ms() - last_ts > MAX_TIMEOUT_MS, "{row:?}");
-    // Searching by broker finds the same one.
+    for (p, row) in rows.iter().enumerate() {
+        assert_eq!(row["Topic"], topic);
+        assert_eq!(row["Partition"], p.to_string());
+        assert_eq!(row["ProducerId"], pid.to_string());
+        assert_eq!(row["ProducerEpoch"], epoch.to_string());
+        assert_eq!(row["CoordinatorEpoch"], "-1", "no marker was ever written");
+        assert_eq!(row["StartOffset"], "1");
+        let last_ts: i64 = row["LastTimestamp"].parse().unwrap();
+        assert!(now_ms() - last_ts > MAX_TIMEOUT_MS, "{row:?}");
+    }
+    // One partition, and by broker: the same transactions.
+    let one = txn_ok(
+        &bootstrap,
+        &[
+            "find-hanging",
+            "--topic",
+            &topic,
+            "--partition",
+            "1",
+            "--max-transaction-timeout-ms",
+            &timeout_ms,
+        ],
+    );
+    assert_eq!(one, rows[1..]);
     let by_broker = txn_ok(
         &bootstrap,
         &[
@@ -192,9 +208,11 @@ fn hanging_transaction_is_found_gauged_and_aborted() {
         ],
     );
     assert_eq!(by_broker, rows);
-    wait_metric(http, "samsa_partitions_with_hanging_transactions", 1);
+    // In minutes (Kafka's unit) the default of 15 is far off.
+    assert!(txn_ok(&bootstrap, &["find-hanging", "--topic", &topic]).is_empty());
+    wait_metric(http, "samsa_partitions_with_hanging_transactions", 2);
 
-    // The coordinator knows the id, but not this partition.
+    // The coordinator knows the id, but not these partitions.
     let listed = txn_ok(&bootstrap, &["list", "--producer-id", &pid.to_string()]);
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["TransactionalId"], id);
@@ -214,9 +232,14 @@ fn hanging_transaction_is_found_gauged_and_aborted() {
         ],
     )
     .expect_err("abort at an offset no transaction starts at");
-    assert!(wrong.contains("no open transaction starts at offset 0"), "{wrong}");
+    assert!(
+        wrong.contains("no open transaction starts at offset 0"),
+        "{wrong}"
+    );
 
-    let abort = [
+    // Partition 0 by start offset; partition 1 by producer id and epochs as
+    // find-hanging printed them (coordinator epoch -1 is sent as 0).
+    let abort_by_offset = [
         "abort",
         "--topic",
         &topic,
@@ -225,21 +248,42 @@ fn hanging_transaction_is_found_gauged_and_aborted() {
         "--start-offset",
         "1",
     ];
-    txn_ok(&bootstrap, &abort);
-
-    // Readers move past it: the ABORT marker took offset 3.
-    assert_eq!(c.last_stable_offset(&topic, 0).unwrap(), 4);
-    let read = c.read_committed(&topic, 0).unwrap();
-    assert_eq!(
-        read.values(),
-        vec![(0, "before".to_string()), (2, "after".to_string())]
+    txn_ok(&bootstrap, &abort_by_offset);
+    wait_metric(http, "samsa_partitions_with_hanging_transactions", 1);
+    let pid_text = pid.to_string();
+    let epoch_text = epoch.to_string();
+    txn_ok(
+        &bootstrap,
+        &[
+            "abort",
+            "--topic",
+            &topic,
+            "--partition",
+            "1",
+            "--producer-id",
+            &pid_text,
+            "--producer-epoch",
+            &epoch_text,
+            "--coordinator-epoch",
+            "-1",
+        ],
     );
-    assert_eq!(read.aborted, vec![(pid, 1)]);
+
+    // Readers move past them: each ABORT marker took offset 3.
+    for p in 0..2 {
+        assert_eq!(c.last_stable_offset(&topic, p).unwrap(), 4);
+        let read = c.read_committed(&topic, p).unwrap();
+        assert_eq!(
+            read.values(),
+            vec![(0, "before".to_string()), (2, "after".to_string())]
+        );
+        assert_eq!(read.aborted, vec![(pid, 1)]);
+    }
     assert!(txn_ok(&bootstrap, &find).is_empty());
     wait_metric(http, "samsa_partitions_with_hanging_transactions", 0);
     assert_eq!(metric(&metrics(http), "samsa_open_transactions"), Some(0));
     // Nothing left to abort at that offset.
-    assert!(txn_cli(&bootstrap, &abort).is_err());
+    assert!(txn_cli(&bootstrap, &abort_by_offset).is_err());
 }
 
 /// `list`, `describe` and `describe-producers` show a librdkafka
@@ -304,7 +348,11 @@ fn list_and_describe_show_a_live_librdkafka_transaction() {
     assert_eq!(producers[0]["ProducerId"], pid);
     assert_eq!(producers[0]["CurrentTransactionStartOffset"], "0");
     let scrape = metrics(http);
-    assert_eq!(metric(&scrape, "samsa_open_transactions"), Some(1), "{scrape}");
+    assert_eq!(
+        metric(&scrape, "samsa_open_transactions"),
+        Some(1),
+        "{scrape}"
+    );
     assert_eq!(
         metric(&scrape, "samsa_coordinator_ongoing_transactions"),
         Some(1),
@@ -344,7 +392,10 @@ fn list_and_describe_show_a_live_librdkafka_transaction() {
     );
     assert_eq!(producers[0]["CurrentTransactionStartOffset"], "None");
     wait_metric(http, "samsa_open_transactions", 0);
-    let missing = txn_cli(&bootstrap, &["describe", "--transactional-id", "no-such-id"])
-        .expect_err("describe of an unknown id");
+    let missing = txn_cli(
+        &bootstrap,
+        &["describe", "--transactional-id", "no-such-id"],
+    )
+    .expect_err("describe of an unknown id");
     assert!(missing.contains("TransactionalIdNotFound"), "{missing}");
 }

@@ -8,8 +8,8 @@
 pub mod batch;
 pub mod checker;
 pub mod client;
-pub mod http;
 pub mod cluster;
+pub mod http;
 pub mod node;
 pub mod rdk;
 pub mod txn;

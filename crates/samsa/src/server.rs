@@ -372,7 +372,7 @@ mod tests {
             set: vec!["broker_session_timeout_ms=3000".into()],
         };
         let configs = dev_cluster_configs(&args).unwrap();
-        let ports: Vec<(u16, u16)> = configs
+        let ports: Vec<(u16, u16, u16)> = configs
             .iter()
             .map(|c| {
                 (
