@@ -13,11 +13,14 @@ use std::time::{Duration, Instant};
 
 use samsa_tests::batch::now_ms;
 use samsa_tests::client::KafkaClient;
-use samsa_tests::cluster::run_cli;
+use samsa_tests::cluster::{run_cli, SamsaCluster};
 use samsa_tests::codes::NONE;
 use samsa_tests::http::{http_get, metric};
 use samsa_tests::node::samsa_bin;
-use samsa_tests::txn::{retry_coordinator, TxnProducer};
+use samsa_tests::txn::{
+    create_topic_default_rf, partition_leaders, retry_coordinator, transaction_state_leader,
+    TxnProducer,
+};
 use samsa_tests::wait::try_wait_until;
 use samsa_tests::{unique_topic, wait_until, BatchBuilder, SamsaNode};
 
@@ -398,4 +401,132 @@ fn list_and_describe_show_a_live_librdkafka_transaction() {
     )
     .expect_err("describe of an unknown id");
     assert!(missing.contains("TransactionalIdNotFound"), "{missing}");
+}
+
+/// On three nodes: hanging transactions on partitions led by different
+/// brokers are found next to a live librdkafka transaction on the same
+/// partitions (which the cross-check with its coordinator excludes), each
+/// is aborted through its own leader, and the live one still commits.
+#[test]
+fn cluster_find_hanging_crosschecks_coordinators_and_aborts_on_each_leader() {
+    let cluster = SamsaCluster::start(3, &["transaction_partition_verification_enable=false"]);
+    let bootstrap = cluster.bootstrap();
+    let mut c = cluster.client(1);
+    let topic = unique_topic("cluster-hanging");
+    create_topic_default_rf(&mut c, &topic, 3).unwrap();
+    let leaders = wait_until("leaders of every partition", SETTLE, || {
+        partition_leaders(&mut c, &topic).filter(|l| l.len() == 3)
+    });
+
+    // The hanging producer: InitProducerId on its coordinator, then one
+    // unverified transactional write to every partition, at its leader.
+    let id = unique_topic("cluster-hanging-txn");
+    let coordinator = wait_until("the hanging id's coordinator", SETTLE, || {
+        match c.find_coordinator(1, &id).ok()? {
+            (NONE, node) => Some(node),
+            _ => None,
+        }
+    });
+    let (pid, epoch) = init_txn_id(&mut cluster.client(coordinator), &id, 60_000);
+    for (&p, &leader) in &leaders {
+        let batch = BatchBuilder::idempotent(pid, epoch, 0)
+            .transactional(true)
+            .record(format!("hanging-{p}"))
+            .build();
+        let produced = cluster
+            .client(leader)
+            .produce_txn_at(&id, &topic, p, batch, -1, 11)
+            .unwrap();
+        assert_eq!(
+            (produced.error_code, produced.base_offset),
+            (NONE, 0),
+            "{produced:?}"
+        );
+    }
+
+    // A live transaction on the same partitions, coordinated wherever its id lands.
+    let live_id = unique_topic("cluster-live-txn");
+    let live = TxnProducer::transactional(&bootstrap, &live_id);
+    live.begin().unwrap();
+    for p in 0..3 {
+        assert_eq!(live.send_ok(&topic, Some(p), &format!("live-{p}")).1, 1);
+    }
+
+    // Every open transaction is a candidate at timeout 0; only the hanging
+    // ones survive the cross-check.
+    let find = [
+        "find-hanging",
+        "--topic",
+        &topic,
+        "--max-transaction-timeout-ms",
+        "0",
+    ];
+    let rows = txn_ok(&bootstrap, &find);
+    let found: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["Partition"].clone(),
+                r["ProducerId"].clone(),
+                r["StartOffset"].clone(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String, String)> = (0..3)
+        .map(|p| (p.to_string(), pid.to_string(), "0".to_string()))
+        .collect();
+    assert_eq!(found, expected, "{rows:?}");
+    // Every broker holds a replica of every partition (RF 3).
+    assert_eq!(
+        txn_ok(
+            &bootstrap,
+            &[
+                "find-hanging",
+                "--broker-id",
+                "3",
+                "--max-transaction-timeout-ms",
+                "0"
+            ]
+        )
+        .iter()
+        .filter(|r| r["Topic"] == topic)
+        .count(),
+        3
+    );
+
+    // list names each id's coordinator.
+    let listed = txn_ok(&bootstrap, &["list"]);
+    let coordinator_of = |tid: &str| -> String {
+        listed
+            .iter()
+            .find(|r| r["TransactionalId"] == tid)
+            .unwrap_or_else(|| panic!("{tid} not listed: {listed:?}"))["Coordinator"]
+            .clone()
+    };
+    assert_eq!(coordinator_of(&id), coordinator.to_string());
+    let live_coordinator = transaction_state_leader(&mut c, &live_id).unwrap();
+    assert_eq!(coordinator_of(&live_id), live_coordinator.to_string());
+
+    for p in 0..3 {
+        let partition = p.to_string();
+        txn_ok(
+            &bootstrap,
+            &[
+                "abort",
+                "--topic",
+                &topic,
+                "--partition",
+                &partition,
+                "--start-offset",
+                "0",
+            ],
+        );
+    }
+    live.commit().unwrap();
+    assert!(txn_ok(&bootstrap, &find).is_empty());
+    for (&p, &leader) in &leaders {
+        let read = cluster.client(leader).read_committed(&topic, p).unwrap();
+        assert_eq!(read.values(), vec![(1, format!("live-{p}"))]);
+        assert_eq!(read.aborted, vec![(pid, 0)]);
+    }
 }

@@ -590,6 +590,13 @@ async fn find_hanging(args: FindHangingArgs) -> Result<()> {
             }
         }
     }
+    hanging.sort_by(|a, b| {
+        (&a.topic, a.partition, a.producer.producer_id.0).cmp(&(
+            &b.topic,
+            b.partition,
+            b.producer.producer_id.0,
+        ))
+    });
     let rows: Vec<Vec<String>> = hanging
         .iter()
         .map(|t| {
