@@ -36,21 +36,19 @@ use kafka_protocol::messages::write_txn_markers_request::{
 };
 use kafka_protocol::messages::{ProducerId, TopicName, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
+use samsa_broker::error::marker_error_is_retriable;
 use samsa_broker::now_ms;
 
+use crate::client::BootstrapArgs;
 use crate::wire::{error_name, print_table, ClusterClient};
 
+/// One partition, as `--topic T --partition P`.
 #[derive(Debug, Clone, Args)]
-pub struct BootstrapArgs {
-    /// Kafka bootstrap server(s), comma-separated.
-    #[arg(
-        long,
-        short = 'b',
-        value_name = "HOST:PORT",
-        default_value = "127.0.0.1:9092",
-        env = "SAMSA_BOOTSTRAP_SERVER"
-    )]
-    pub bootstrap_server: String,
+pub struct PartitionArgs {
+    #[arg(long)]
+    topic: String,
+    #[arg(long)]
+    partition: i32,
 }
 
 #[derive(Debug, Subcommand)]
@@ -97,10 +95,8 @@ pub struct DescribeArgs {
 pub struct DescribeProducersArgs {
     #[command(flatten)]
     connect: BootstrapArgs,
-    #[arg(long)]
-    topic: String,
-    #[arg(long)]
-    partition: i32,
+    #[command(flatten)]
+    target: PartitionArgs,
     /// Ask this broker instead of the partition leader.
     #[arg(long, value_name = "N")]
     broker_id: Option<i32>,
@@ -133,10 +129,8 @@ pub struct FindHangingArgs {
 pub struct AbortArgs {
     #[command(flatten)]
     connect: BootstrapArgs,
-    #[arg(long)]
-    topic: String,
-    #[arg(long)]
-    partition: i32,
+    #[command(flatten)]
+    target: PartitionArgs,
     /// First offset of the open transaction to abort (the producer's id and
     /// epochs are read from DescribeProducers).
     #[arg(long, value_name = "OFFSET", conflicts_with = "producer_id")]
@@ -192,9 +186,9 @@ async fn list_everywhere(
     for node_id in node_ids {
         let conn = cluster.broker(node_id).await?;
         // v1 adds the duration filter; v2 (id pattern) is not used.
-        let cap = if duration_filter >= 0 { 1 } else { 0 };
+        let needed = if duration_filter >= 0 { 1 } else { 0 };
         let version = conn.version::<ListTransactionsRequest>(1)?;
-        if version < cap {
+        if version < needed {
             bail!("broker {node_id} does not support ListTransactions v1 (--duration-filter)");
         }
         let response = conn.send_at(&request, version).await?;
@@ -408,26 +402,40 @@ async fn describe_producers_on(
     Ok(out)
 }
 
-async fn describe_producers(args: DescribeProducersArgs) -> Result<()> {
-    let mut cluster = ClusterClient::connect(&args.connect.bootstrap_server).await?;
-    let info = cluster.partition(&args.topic, args.partition)?.clone();
-    let node_id = match args.broker_id {
+impl PartitionArgs {
+    fn name(&self) -> String {
+        format!("{}-{}", self.topic, self.partition)
+    }
+}
+
+/// The active producers of one partition, from its leader or `broker_id`.
+async fn producers_of(
+    cluster: &mut ClusterClient,
+    target: &PartitionArgs,
+    broker_id: Option<i32>,
+) -> Result<Vec<ProducerState>> {
+    let leader = cluster.partition(&target.topic, target.partition)?.leader;
+    let node_id = match broker_id {
         Some(id) => id,
-        None if info.leader >= 0 => info.leader,
-        None => bail!("{}-{} has no leader", args.topic, args.partition),
+        None if leader >= 0 => leader,
+        None => bail!("{} has no leader", target.name()),
     };
-    let tp = (args.topic.clone(), args.partition);
-    let answers = describe_producers_on(&mut cluster, node_id, std::slice::from_ref(&tp)).await?;
-    let producers = match answers.into_iter().find(|(p, _)| *p == tp) {
-        Some((_, Ok(producers))) => producers,
+    let tp = (target.topic.clone(), target.partition);
+    let answers = describe_producers_on(cluster, node_id, std::slice::from_ref(&tp)).await?;
+    match answers.into_iter().find(|(p, _)| *p == tp) {
+        Some((_, Ok(producers))) => Ok(producers),
         Some((_, Err(code))) => bail!(
-            "DescribeProducers of {}-{} on broker {node_id}: {}",
-            args.topic,
-            args.partition,
+            "DescribeProducers of {} on broker {node_id}: {}",
+            target.name(),
             error_name(code)
         ),
-        None => bail!("DescribeProducers answered without {}-{}", tp.0, tp.1),
-    };
+        None => bail!("DescribeProducers answered without {}", target.name()),
+    }
+}
+
+async fn describe_producers(args: DescribeProducersArgs) -> Result<()> {
+    let mut cluster = ClusterClient::connect(&args.connect.bootstrap_server).await?;
+    let producers = producers_of(&mut cluster, &args.target, args.broker_id).await?;
     let rows: Vec<Vec<String>> = producers
         .iter()
         .map(|p| {
@@ -628,47 +636,19 @@ async fn find_hanging(args: FindHangingArgs) -> Result<()> {
     Ok(())
 }
 
-/// Errors of a marker write worth another try after a metadata refresh.
-fn marker_error_is_retriable(error: ResponseError) -> bool {
-    matches!(
-        error,
-        ResponseError::NotLeaderOrFollower
-            | ResponseError::NotEnoughReplicas
-            | ResponseError::NotEnoughReplicasAfterAppend
-            | ResponseError::RequestTimedOut
-            | ResponseError::UnknownTopicOrPartition
-    )
-}
-
 async fn abort(args: AbortArgs) -> Result<()> {
     let mut cluster = ClusterClient::connect(&args.connect.bootstrap_server).await?;
-    let tp = (args.topic.clone(), args.partition);
+    let target = &args.target;
     let (producer_id, producer_epoch, coordinator_epoch) = match args.start_offset {
         Some(start_offset) => {
-            let info = cluster.partition(&args.topic, args.partition)?.clone();
-            if info.leader < 0 {
-                bail!("{}-{} has no leader", args.topic, args.partition);
-            }
-            let answers =
-                describe_producers_on(&mut cluster, info.leader, std::slice::from_ref(&tp)).await?;
-            let producers = match answers.into_iter().find(|(p, _)| *p == tp) {
-                Some((_, Ok(producers))) => producers,
-                Some((_, Err(code))) => bail!(
-                    "DescribeProducers of {}-{}: {}",
-                    tp.0,
-                    tp.1,
-                    error_name(code)
-                ),
-                None => bail!("DescribeProducers answered without {}-{}", tp.0, tp.1),
-            };
+            let producers = producers_of(&mut cluster, target, None).await?;
             let producer = producers
                 .iter()
                 .find(|p| p.current_txn_start_offset == start_offset)
                 .ok_or_else(|| {
                     anyhow!(
-                        "no open transaction starts at offset {start_offset} on {}-{}",
-                        tp.0,
-                        tp.1
+                        "no open transaction starts at offset {start_offset} on {}",
+                        target.name()
                     )
                 })?;
             let epoch = i16::try_from(producer.producer_epoch)
@@ -697,12 +677,12 @@ async fn abort(args: AbortArgs) -> Result<()> {
             .with_transaction_result(false)
             .with_coordinator_epoch(coordinator_epoch)
             .with_topics(vec![WritableTxnMarkerTopic::default()
-                .with_name(TopicName(StrBytes::from_string(tp.0.clone())))
-                .with_partition_indexes(vec![tp.1])])]);
+                .with_name(TopicName(StrBytes::from_string(target.topic.clone())))
+                .with_partition_indexes(vec![target.partition])])]);
 
     const ATTEMPTS: u32 = 10;
     for attempt in 1..=ATTEMPTS {
-        let leader = cluster.partition(&tp.0, tp.1)?.leader;
+        let leader = cluster.partition(&target.topic, target.partition)?.leader;
         let outcome = if leader < 0 {
             Some(ResponseError::LeaderNotAvailable)
         } else {
@@ -712,41 +692,36 @@ async fn abort(args: AbortArgs) -> Result<()> {
                 .iter()
                 .filter(|m| m.producer_id.0 == producer_id)
                 .flat_map(|m| &m.topics)
-                .filter(|t| t.name.0.as_str() == tp.0)
+                .filter(|t| t.name.0.as_str() == target.topic)
                 .flat_map(|t| &t.partitions)
-                .find(|p| p.partition_index == tp.1)
+                .find(|p| p.partition_index == target.partition)
                 .map(|p| p.error_code)
-                .ok_or_else(|| anyhow!("WriteTxnMarkers answered without {}-{}", tp.0, tp.1))?;
+                .ok_or_else(|| anyhow!("WriteTxnMarkers answered without {}", target.name()))?;
             ResponseError::try_from_code(code)
         };
         match outcome {
             None => {
                 println!(
                     "Aborted the transaction of producer {producer_id} (epoch {producer_epoch}, \
-                     coordinator epoch {coordinator_epoch}) on {}-{}",
-                    tp.0, tp.1
+                     coordinator epoch {coordinator_epoch}) on {}",
+                    target.name()
                 );
                 return Ok(());
             }
-            Some(e)
-                if attempt < ATTEMPTS
-                    && (marker_error_is_retriable(e) || e == ResponseError::LeaderNotAvailable) =>
-            {
+            Some(e) if attempt < ATTEMPTS && marker_error_is_retriable(e) => {
                 tracing::info!(error = ?e, attempt, "marker not written yet; retrying");
                 tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
                 cluster.refresh().await?;
             }
             Some(e) => bail!(
-                "aborting the transaction of producer {producer_id} on {}-{} failed: {}",
-                tp.0,
-                tp.1,
+                "aborting the transaction of producer {producer_id} on {} failed: {}",
+                target.name(),
                 error_name(e.code())
             ),
         }
     }
     bail!(
-        "aborting the transaction of producer {producer_id} on {}-{}: no attempt left",
-        tp.0,
-        tp.1
+        "aborting the transaction of producer {producer_id} on {}: no attempt left",
+        target.name()
     )
 }
