@@ -107,7 +107,7 @@ pub struct FindHangingArgs {
     #[command(flatten)]
     connect: BootstrapArgs,
     /// Search the partitions with a replica on this broker.
-    #[arg(long, value_name = "N", conflicts_with = "topic")]
+    #[arg(long, value_name = "N")]
     broker_id: Option<i32>,
     /// Search the partitions of this topic.
     #[arg(long)]
@@ -485,51 +485,35 @@ async fn find_hanging(args: FindHangingArgs) -> Result<()> {
     let max_timeout_ms = i64::try_from(max_timeout_ms).unwrap_or(i64::MAX);
     let mut cluster = ClusterClient::connect(&args.connect.bootstrap_server).await?;
 
-    // The partitions to search, grouped by their leader.
+    // The partitions to search (of --topic, of --partition, with a replica
+    // on --broker-id: every filter given), grouped by their leader.
+    if let Some(topic) = &args.topic {
+        match args.partition {
+            Some(partition) => {
+                cluster.partition(topic, partition)?;
+            }
+            None if !cluster.partitions.iter().any(|p| &p.topic == topic) => {
+                bail!("topic {topic} does not exist")
+            }
+            None => {}
+        }
+    }
     let mut by_leader: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
-    let mut searched = 0usize;
-    match (&args.topic, args.partition) {
-        (Some(topic), Some(partition)) => {
-            let info = cluster.partition(topic, partition)?;
-            by_leader
-                .entry(info.leader)
-                .or_default()
-                .push((topic.clone(), partition));
-            searched = 1;
-        }
-        (Some(topic), None) => {
-            if !cluster.partitions.iter().any(|p| &p.topic == topic) {
-                bail!("topic {topic} does not exist");
-            }
-            for p in cluster.partitions.iter().filter(|p| &p.topic == topic) {
-                by_leader
-                    .entry(p.leader)
-                    .or_default()
-                    .push((p.topic.clone(), p.partition));
-                searched += 1;
-            }
-        }
-        (None, _) => {
-            let broker = args.broker_id.unwrap_or(-1);
-            for p in cluster
-                .partitions
-                .iter()
-                .filter(|p| p.replicas.contains(&broker))
-            {
-                by_leader
-                    .entry(p.leader)
-                    .or_default()
-                    .push((p.topic.clone(), p.partition));
-                searched += 1;
-            }
-        }
+    for p in cluster.partitions.iter().filter(|p| {
+        args.topic.as_ref().is_none_or(|t| &p.topic == t)
+            && args.partition.is_none_or(|i| p.partition == i)
+            && args.broker_id.is_none_or(|b| p.replicas.contains(&b))
+    }) {
+        by_leader
+            .entry(p.leader)
+            .or_default()
+            .push((p.topic.clone(), p.partition));
     }
     if let Some(leaderless) = by_leader.remove(&-1) {
         for (topic, partition) in leaderless {
             eprintln!("warning: {topic}-{partition} has no leader; not searched");
         }
     }
-    tracing::debug!(partitions = searched, "searching for hanging transactions");
 
     // Candidates: open transactions whose producer has been silent for
     // longer than the max timeout (the coordinator would have aborted a
