@@ -164,20 +164,20 @@ fn label(value: &str) -> String {
 
 /// What the partitions this broker leads say about their transactions.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct LeaderSummary {
-    pub partitions_led: i64,
+struct LeaderSummary {
+    partitions_led: i64,
     /// Transactions open on led partitions (one per producer and partition).
-    pub open_transactions: i64,
+    open_transactions: i64,
     /// Led partitions with a transaction whose producer last wrote more
     /// than `transaction_max_timeout_ms` ago: the coordinator would have
     /// aborted it by now, so nobody is going to end it (a hanging
     /// transaction, see `samsa txn find-hanging`).
-    pub partitions_with_hanging_transactions: i64,
+    partitions_with_hanging_transactions: i64,
 }
 
 /// The per-partition side of [`LeaderSummary`], `(partition, hw, lso)` rows
 /// for the lag gauges.
-pub fn summarize_leaders(broker: &Broker, now_ms: i64) -> (LeaderSummary, Vec<(String, i64, i64)>) {
+fn summarize_leaders(broker: &Broker, now_ms: i64) -> (LeaderSummary, Vec<(String, i64, i64)>) {
     let max_timeout = i64::from(broker.config.transaction_max_timeout_ms);
     let mut summary = LeaderSummary::default();
     let mut offsets = Vec::new();
