@@ -287,6 +287,64 @@ fn hanging_transaction_is_found_gauged_and_aborted() {
     assert_eq!(metric(&metrics(http), "samsa_open_transactions"), Some(0));
     // Nothing left to abort at that offset.
     assert!(txn_cli(&bootstrap, &abort_by_offset).is_err());
+
+    // The leader checks an operator's coordinator epoch as a coordinator's:
+    // after a marker at epoch 5, one at 3 is fenced; the tool, reading the
+    // epoch from DescribeProducers, writes at 5.
+    let mut reopen = |seq: i32, offset: i64| {
+        let batch = BatchBuilder::idempotent(pid, epoch, seq)
+            .transactional(true)
+            .record("hanging-again")
+            .build();
+        let produced = c.produce_txn_at(&id, &topic, 1, batch, -1, 11).unwrap();
+        assert_eq!(
+            (produced.error_code, produced.base_offset),
+            (NONE, offset),
+            "{produced:?}"
+        );
+    };
+    let abort_at = |coordinator_epoch: &str| {
+        txn_cli(
+            &bootstrap,
+            &[
+                "abort",
+                "--topic",
+                &topic,
+                "--partition",
+                "1",
+                "--producer-id",
+                &pid_text,
+                "--producer-epoch",
+                &epoch_text,
+                "--coordinator-epoch",
+                coordinator_epoch,
+            ],
+        )
+    };
+    reopen(1, 4);
+    abort_at("5").unwrap();
+    reopen(2, 6);
+    let fenced = abort_at("3").expect_err("a marker below the partition's coordinator epoch");
+    assert!(fenced.contains("TransactionCoordinatorFenced"), "{fenced}");
+    let described = txn_ok(
+        &bootstrap,
+        &["describe-producers", "--topic", &topic, "--partition", "1"],
+    );
+    assert_eq!(described[0]["LatestCoordinatorEpoch"], "5", "{described:?}");
+    assert_eq!(described[0]["CurrentTransactionStartOffset"], "6");
+    txn_ok(
+        &bootstrap,
+        &[
+            "abort",
+            "--topic",
+            &topic,
+            "--partition",
+            "1",
+            "--start-offset",
+            "6",
+        ],
+    );
+    assert_eq!(c.last_stable_offset(&topic, 1).unwrap(), 8);
 }
 
 /// `list`, `describe` and `describe-producers` show a librdkafka
