@@ -235,7 +235,7 @@ impl Bench<'_> {
         let start = Instant::now();
         let mut sent: u64 = 0;
         while sent & 0x3FF != 0 || start.elapsed() < run_for {
-            self.send(&producer)?;
+            self.send(producer)?;
             sent += 1;
         }
         flush(producer, REQUEST_TIMEOUT * 4)?;
