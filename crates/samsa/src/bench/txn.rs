@@ -20,20 +20,19 @@
 //! scenario, commits included. Nothing here asserts: it prints a table.
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use hdrhistogram::Histogram;
-use rdkafka::client::ClientContext;
-use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 
 use super::{ensure_topic, payload};
 use crate::client::{self, ConnectArgs, REQUEST_TIMEOUT};
+use crate::produce::DeliveryTally;
 
 #[derive(Debug, Args)]
 pub struct BenchTxnArgs {
@@ -76,43 +75,8 @@ pub async fn run(args: BenchTxnArgs) -> Result<ExitCode> {
     client::blocking(move || bench_txn(&args)).await
 }
 
-/// Delivery counts of one producer.
-#[derive(Default)]
-struct Deliveries {
-    delivered: AtomicU64,
-    failed: AtomicU64,
-    first_error: Mutex<Option<String>>,
-}
-
-impl ClientContext for Deliveries {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        client::forward_log(level, fac, message);
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        client::forward_error(&error, reason);
-    }
-}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        match result {
-            Ok(_) => {
-                self.delivered.fetch_add(1, Ordering::Relaxed);
-            }
-            Err((err, _)) => {
-                self.failed.fetch_add(1, Ordering::Relaxed);
-                if let Ok(mut first) = self.first_error.lock() {
-                    first.get_or_insert_with(|| err.to_string());
-                }
-            }
-        }
-    }
-}
-
-impl Deliveries {
+impl DeliveryTally {
+    /// The records delivered, or an error naming the first failure.
     fn check(&self) -> Result<u64> {
         let failed = self.failed.load(Ordering::Relaxed);
         if failed > 0 {
@@ -138,7 +102,7 @@ impl Deliveries {
 /// 100 ms after the last acknowledgement — a client artefact that would
 /// swamp a commit.
 #[allow(unsafe_code)]
-fn flush(producer: &ThreadedProducer<Deliveries>, timeout: Duration) -> Result<()> {
+fn flush(producer: &ThreadedProducer<DeliveryTally>, timeout: Duration) -> Result<()> {
     let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
     // SAFETY: the handle stays valid while `producer` is borrowed, and
     // librdkafka allows rd_kafka_flush from any thread; with the event API
@@ -176,6 +140,16 @@ struct Measured {
 }
 
 impl Measured {
+    fn empty() -> Result<Self> {
+        Ok(Measured {
+            records: 0,
+            elapsed: Duration::ZERO,
+            transactions: 0,
+            commit_us: histogram()?,
+            round_us: histogram()?,
+        })
+    }
+
     fn rate(&self) -> f64 {
         self.records as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
@@ -188,7 +162,7 @@ struct Bench<'a> {
 }
 
 impl Bench<'_> {
-    fn producer(&self, transactional_id: Option<&str>) -> Result<ThreadedProducer<Deliveries>> {
+    fn producer(&self, transactional_id: Option<&str>) -> Result<ThreadedProducer<DeliveryTally>> {
         let linger = self.args.linger_ms.to_string();
         let mut settings: Vec<(&str, &str)> = vec![
             ("acks", "all"),
@@ -200,11 +174,11 @@ impl Bench<'_> {
         if let Some(id) = transactional_id {
             settings.push(("transactional.id", id));
         }
-        let producer: ThreadedProducer<Deliveries> = self
+        let producer: ThreadedProducer<DeliveryTally> = self
             .args
             .connect
             .client_config(&settings)?
-            .create_with_context(Deliveries::default())
+            .create_with_context(DeliveryTally::default())
             .context("cannot create the Kafka producer")?;
         if transactional_id.is_some() {
             producer
@@ -214,7 +188,7 @@ impl Bench<'_> {
         Ok(producer)
     }
 
-    fn send(&self, producer: &ThreadedProducer<Deliveries>) -> Result<()> {
+    fn send(&self, producer: &ThreadedProducer<DeliveryTally>) -> Result<()> {
         let mut record =
             BaseRecord::<(), [u8], ()>::to(&self.args.topic).payload(&self.payload[..]);
         loop {
@@ -243,21 +217,20 @@ impl Bench<'_> {
         Ok(Measured {
             records: producer.context().check()?,
             elapsed,
-            transactions: 0,
-            commit_us: histogram()?,
-            round_us: histogram()?,
+            ..Measured::empty()?
         })
     }
 
-    /// Transactions of `size` records until `deadline`, on a producer that
-    /// has run `init_transactions`.
+    /// Transactions of `size` records from `start` for `--seconds`, on a
+    /// producer that has run `init_transactions`.
     fn transactions(
         &self,
-        producer: &ThreadedProducer<Deliveries>,
+        producer: &ThreadedProducer<DeliveryTally>,
         size: u64,
-        deadline: Instant,
-        measured: &mut Measured,
-    ) -> Result<()> {
+        start: Instant,
+    ) -> Result<Measured> {
+        let mut measured = Measured::empty()?;
+        let deadline = start + Duration::from_secs(self.args.seconds);
         while Instant::now() < deadline {
             let begin = Instant::now();
             producer
@@ -280,8 +253,9 @@ impl Bench<'_> {
                 .saturating_record(micros(done.duration_since(begin)));
             measured.transactions += 1;
         }
-        measured.records += producer.context().check()?;
-        Ok(())
+        measured.records = producer.context().check()?;
+        measured.elapsed = start.elapsed();
+        Ok(measured)
     }
 
     fn transactional(&self, size: u64) -> Result<Measured> {
@@ -290,22 +264,7 @@ impl Bench<'_> {
             self.args.transactional_id_prefix, self.run_id
         );
         let producer = self.producer(Some(&id))?;
-        let start = Instant::now();
-        let mut measured = Measured {
-            records: 0,
-            elapsed: Duration::ZERO,
-            transactions: 0,
-            commit_us: histogram()?,
-            round_us: histogram()?,
-        };
-        self.transactions(
-            &producer,
-            size,
-            start + Duration::from_secs(self.args.seconds),
-            &mut measured,
-        )?;
-        measured.elapsed = start.elapsed();
-        Ok(measured)
+        self.transactions(&producer, size, Instant::now())
     }
 
     /// `--producers` transactional producers at once: they all finish
@@ -330,21 +289,7 @@ impl Bench<'_> {
                             .lock()
                             .map_err(|_| anyhow!("start lock poisoned"))?
                             .ok_or_else(|| anyhow!("no start time"))?;
-                        let mut measured = Measured {
-                            records: 0,
-                            elapsed: Duration::ZERO,
-                            transactions: 0,
-                            commit_us: histogram()?,
-                            round_us: histogram()?,
-                        };
-                        self.transactions(
-                            &producer,
-                            self.args.concurrent_txn_size,
-                            start + Duration::from_secs(self.args.seconds),
-                            &mut measured,
-                        )?;
-                        measured.elapsed = start.elapsed();
-                        Ok(measured)
+                        self.transactions(&producer, self.args.concurrent_txn_size, start)
                     })
                 })
                 .collect();
@@ -361,13 +306,7 @@ impl Bench<'_> {
                 })
                 .collect()
         });
-        let mut total = Measured {
-            records: 0,
-            elapsed: Duration::ZERO,
-            transactions: 0,
-            commit_us: histogram()?,
-            round_us: histogram()?,
-        };
+        let mut total = Measured::empty()?;
         for result in results {
             let m = result?;
             total.records += m.records;
