@@ -97,6 +97,8 @@ pub struct TxnShell {
     clients: Mutex<HashMap<i32, TxnServiceClient<Channel>>>,
     creating_topic: AtomicBool,
     wake: Notify,
+    /// Notified after every state write completes (see [`Self::settled`]).
+    settled: Notify,
     partitions: i32,
 }
 
@@ -118,6 +120,7 @@ impl TxnShell {
             clients: Mutex::new(HashMap::new()),
             creating_topic: AtomicBool::new(false),
             wake: Notify::new(),
+            settled: Notify::new(),
             partitions: config.transaction_state_log_num_partitions,
         }
     }
@@ -243,7 +246,16 @@ impl TxnShell {
             }
         });
         self.run_effects(completion.effects.clone());
+        self.settled.notify_waiters();
         completion
+    }
+
+    /// Resolves after the next state write of any transactional id
+    /// completes: a request answered CONCURRENT_TRANSACTIONS may succeed
+    /// now. Enable it before asking the coordinator, so no completion is
+    /// missed between the answer and the wait.
+    pub(crate) fn settled(&self) -> tokio::sync::futures::Notified<'_> {
+        self.settled.notified()
     }
 
     /// The response of a handler's [`Outcome`]: at once without a write,
