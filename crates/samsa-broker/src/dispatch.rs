@@ -39,6 +39,17 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::TxnOffsetCommit, 0, 5),
 ];
 
 pub fn supported_range(api_key: ApiKey) -> Option<(i16, i16)> {
@@ -56,10 +67,12 @@ pub enum DispatchError {
 
 /// Decodes one request frame, runs its handler, and returns the encoded
 /// response (header + body, without the length prefix), or `None` when the
-/// protocol says not to answer (acks=0 produce).
+/// protocol says not to answer (acks=0 produce). `peer` is the client's
+/// address (DescribeGroups shows it as a member's host).
 pub async fn dispatch(
     broker: &Broker,
     mut frame: Bytes,
+    peer: std::net::SocketAddr,
 ) -> Result<Option<BytesMut>, DispatchError> {
     if frame.len() < 8 {
         return Err(DispatchError::Close(format!(
@@ -102,7 +115,7 @@ pub async fn dispatch(
         correlation_id,
         client_id = header.client_id.as_ref().map(|c| c.as_str()).unwrap_or("")
     );
-    handle(broker, api_key, header, frame)
+    handle(broker, api_key, header, frame, peer)
         .instrument(span)
         .await
 }
@@ -154,6 +167,7 @@ async fn handle(
     api_key: ApiKey,
     header: RequestHeader,
     mut body: Bytes,
+    peer: std::net::SocketAddr,
 ) -> Result<Option<BytesMut>, DispatchError> {
     let v = header.request_api_version;
     let cid = header.correlation_id;
@@ -245,6 +259,59 @@ async fn handle(
         ApiKey::ListTransactions => {
             let request = decode(api_key, &mut body, v)?;
             respond!(handlers::txn::list_transactions(broker, request, v))
+        }
+        ApiKey::JoinGroup => {
+            let request = decode(api_key, &mut body, v)?;
+            let client = crate::group::ClientInfo {
+                client_id: header
+                    .client_id
+                    .as_ref()
+                    .map(|c| c.to_string())
+                    .unwrap_or_default(),
+                // Kafka's form: "/" and the address.
+                client_host: format!("/{}", peer.ip()),
+            };
+            respond!(handlers::group::join_group(broker, request, v, client).await)
+        }
+        ApiKey::SyncGroup => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::sync_group(broker, request, v).await)
+        }
+        ApiKey::Heartbeat => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::heartbeat(broker, request))
+        }
+        ApiKey::LeaveGroup => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::leave_group(broker, request, v))
+        }
+        ApiKey::OffsetCommit => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::offset_commit(broker, request, v).await)
+        }
+        ApiKey::OffsetFetch => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::offset_fetch(broker, request, v))
+        }
+        ApiKey::OffsetDelete => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::offset_delete(broker, request).await)
+        }
+        ApiKey::DescribeGroups => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::describe_groups(broker, request, v))
+        }
+        ApiKey::ListGroups => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::list_groups(broker, request, v))
+        }
+        ApiKey::DeleteGroups => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::delete_groups(broker, request).await)
+        }
+        ApiKey::TxnOffsetCommit => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::txn_offset_commit(broker, request, v).await)
         }
         other => Err(DispatchError::Close(format!("no handler for {other:?}"))),
     }

@@ -10,7 +10,10 @@
 //!   to the current leader of every partition, grouped by broker, and
 //!   retries the partitions that fail retriably (looking the leader up again
 //!   each round) until all are written; then `markers_written` and its
-//!   `Complete*` write. A partition whose topic is gone counts as written.
+//!   `Complete*` write. A partition whose topic is gone counts as written,
+//!   except a `__consumer_offsets` partition (AddOffsetsToTxn makes sure
+//!   that topic exists first): its marker is what makes the transaction's
+//!   offsets visible or drops them, so it is retried until written.
 //!   A fencing answer (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED)
 //!   drops the effect: a newer epoch or coordinator owns the transaction.
 //!   The sends stop as soon as this broker no longer coordinates the
@@ -29,7 +32,7 @@ use samsa_storage::EndTxnMarker;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::error::{marker_error_is_retriable, partition_error_code};
-use crate::txn::{TopicPartition, WriteMarkers};
+use crate::txn::{TopicPartition, WriteMarkers, CONSUMER_OFFSETS_TOPIC};
 use crate::{now_ms, Broker};
 
 /// How long a partition leader waits for its ISR to take a marker.
@@ -66,7 +69,15 @@ pub async fn write_markers(
             partition
                 .wait_acks_all(info.last_offset + 1, leader_epoch, deadline)
                 .await
-                .map_err(|(code, _)| code)
+                .map_err(|(code, _)| code)?;
+            if tp.topic == CONSUMER_OFFSETS_TOPIC {
+                // The group coordinator of this partition (this broker, as
+                // its leader) makes the producer's offsets visible or drops them.
+                broker
+                    .groups
+                    .marker_written(tp.partition, marker.producer_id, marker.commit);
+            }
+            Ok(())
         }
         .await;
         (tp.clone(), outcome.err())
@@ -106,7 +117,10 @@ async fn drive_inner(broker: &Broker, m: &WriteMarkers) {
         let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
         for tp in remaining.clone() {
             match image.partition(&tp.topic, tp.partition) {
-                None if image.topic(&tp.topic).is_none() => {
+                // A group's offsets partition joined the transaction only
+                // once `__consumer_offsets` existed; its marker is always
+                // written, or the offsets would never resolve.
+                None if image.topic(&tp.topic).is_none() && tp.topic != CONSUMER_OFFSETS_TOPIC => {
                     debug!(partition = %tp, "topic is gone; its marker counts as written");
                     remaining.remove(&tp);
                 }
@@ -134,7 +148,8 @@ async fn drive_inner(broker: &Broker, m: &WriteMarkers) {
                     return;
                 }
                 Some(ResponseError::UnknownTopicOrPartition)
-                    if broker.metadata.image().topic(&tp.topic).is_none() =>
+                    if tp.topic != CONSUMER_OFFSETS_TOPIC
+                        && broker.metadata.image().topic(&tp.topic).is_none() =>
                 {
                     remaining.remove(&tp);
                 }
