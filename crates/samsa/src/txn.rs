@@ -475,6 +475,19 @@ struct OpenTransaction {
     producer: ProducerState,
 }
 
+/// How often `find-hanging` asks again for partitions whose leader moved
+/// or is being elected, and how long it waits in between (10 s in all).
+const LEADER_SEARCH_ATTEMPTS: u32 = 20;
+const LEADER_SEARCH_BACKOFF: Duration = Duration::from_millis(500);
+
+/// A partition error that a metadata refresh may cure.
+fn leadership_moved(code: i16) -> bool {
+    matches!(
+        ResponseError::try_from_code(code),
+        Some(ResponseError::NotLeaderOrFollower | ResponseError::LeaderNotAvailable)
+    )
+}
+
 async fn find_hanging(args: FindHangingArgs) -> Result<()> {
     if args.topic.is_none() && args.broker_id.is_none() {
         bail!("find-hanging needs --topic or --broker-id to limit the search");
@@ -498,52 +511,74 @@ async fn find_hanging(args: FindHangingArgs) -> Result<()> {
             None => {}
         }
     }
-    let mut by_leader: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
-    for p in cluster.partitions.iter().filter(|p| {
-        args.topic.as_ref().is_none_or(|t| &p.topic == t)
-            && args.partition.is_none_or(|i| p.partition == i)
-            && args.broker_id.is_none_or(|b| p.replicas.contains(&b))
-    }) {
-        by_leader
-            .entry(p.leader)
-            .or_default()
-            .push((p.topic.clone(), p.partition));
-    }
-    if let Some(leaderless) = by_leader.remove(&-1) {
-        for (topic, partition) in leaderless {
-            eprintln!("warning: {topic}-{partition} has no leader; not searched");
-        }
-    }
+    let mut remaining: Vec<(String, i32)> = cluster
+        .partitions
+        .iter()
+        .filter(|p| {
+            args.topic.as_ref().is_none_or(|t| &p.topic == t)
+                && args.partition.is_none_or(|i| p.partition == i)
+                && args.broker_id.is_none_or(|b| p.replicas.contains(&b))
+        })
+        .map(|p| (p.topic.clone(), p.partition))
+        .collect();
 
     // Candidates: open transactions whose producer has been silent for
     // longer than the max timeout (the coordinator would have aborted a
-    // transaction it knows by then).
+    // transaction it knows by then). Leadership may move while we ask (a
+    // cluster electing leaders, a broker restarting): partitions without a
+    // leader or answered NOT_LEADER_OR_FOLLOWER are asked again after a
+    // metadata refresh, until LEADER_SEARCH_ATTEMPTS run out.
     let now = now_ms();
     let mut candidates: Vec<OpenTransaction> = Vec::new();
-    for (leader, partitions) in by_leader {
-        for ((topic, partition), answer) in
-            describe_producers_on(&mut cluster, leader, &partitions).await?
-        {
-            match answer {
-                Ok(producers) => candidates.extend(
-                    producers
-                        .into_iter()
-                        .filter(|p| {
-                            p.current_txn_start_offset >= 0
-                                && now.saturating_sub(p.last_timestamp) > max_timeout_ms
-                        })
-                        .map(|producer| OpenTransaction {
-                            topic: topic.clone(),
-                            partition,
-                            producer,
-                        }),
-                ),
-                Err(code) => bail!(
-                    "DescribeProducers of {topic}-{partition} on broker {leader}: {}",
-                    error_name(code)
-                ),
+    for attempt in 1..=LEADER_SEARCH_ATTEMPTS {
+        let last_attempt = attempt == LEADER_SEARCH_ATTEMPTS;
+        let mut by_leader: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
+        for (topic, partition) in remaining.drain(..) {
+            let leader = cluster.partition(&topic, partition)?.leader;
+            by_leader.entry(leader).or_default().push((topic, partition));
+        }
+        if let Some(leaderless) = by_leader.remove(&-1) {
+            if last_attempt {
+                for (topic, partition) in &leaderless {
+                    eprintln!("warning: {topic}-{partition} has no leader; not searched");
+                }
+            } else {
+                remaining.extend(leaderless);
             }
         }
+        for (leader, partitions) in by_leader {
+            for ((topic, partition), answer) in
+                describe_producers_on(&mut cluster, leader, &partitions).await?
+            {
+                match answer {
+                    Ok(producers) => candidates.extend(
+                        producers
+                            .into_iter()
+                            .filter(|p| {
+                                p.current_txn_start_offset >= 0
+                                    && now.saturating_sub(p.last_timestamp) > max_timeout_ms
+                            })
+                            .map(|producer| OpenTransaction {
+                                topic: topic.clone(),
+                                partition,
+                                producer,
+                            }),
+                    ),
+                    Err(code) if !last_attempt && leadership_moved(code) => {
+                        remaining.push((topic, partition));
+                    }
+                    Err(code) => bail!(
+                        "DescribeProducers of {topic}-{partition} on broker {leader}: {}",
+                        error_name(code)
+                    ),
+                }
+            }
+        }
+        if remaining.is_empty() {
+            break;
+        }
+        tokio::time::sleep(LEADER_SEARCH_BACKOFF).await;
+        cluster.refresh().await?;
     }
 
     // Cross-check with the coordinators: a candidate is hanging unless its
