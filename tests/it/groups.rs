@@ -1,0 +1,726 @@
+//! Consumer groups and offsets in transactions, written against Kafka's
+//! behaviour: seed experiment 2 (a consume-transform-produce process
+//! SIGKILLed between produce and commit, then retried), zombie members
+//! fenced after a rebalance (by hand with the raw protocol, and with
+//! librdkafka members that are SIGSTOPped), and the lag of a read_committed
+//! group consumer at the end of a transactional topic.
+//!
+//! The consume-transform-produce processes are real: `samsa demo
+//! eos-attempt` children (librdkafka consumer group with
+//! enable.auto.commit=false and read_committed, a transactional producer,
+//! synchronous sends, `send_offsets_to_transaction`). The tests wait for
+//! their marker lines on stdout, never for time to pass. Tests whose name
+//! starts with `cluster_` run three nodes (the `heavy` nextest group).
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::statistics::Statistics;
+use rdkafka::{ClientContext, Offset};
+use samsa_tests::client::KafkaClient;
+use samsa_tests::cluster::{run_to_exit, SamsaCluster};
+use samsa_tests::codes::*;
+use samsa_tests::group::{
+    consumer_assignment, group_consumer_config, offsets_partition, wait_committed_offset, Attempt,
+    JoinSpec, MemberRef, TxnRef, KEY_TYPE_GROUP, OFFSETS_PARTITIONS, OFFSETS_TOPIC,
+};
+use samsa_tests::node::samsa_bin;
+use samsa_tests::txn::{
+    create_topic_default_rf, partition_leaders, plain_producer_config, read_values,
+    retry_coordinator, wait_values, Isolation, TxnProducer, VISIBLE,
+};
+use samsa_tests::wait::try_wait_until;
+use samsa_tests::{unique_topic, SamsaNode};
+
+use Isolation::{ReadCommitted, ReadUncommitted};
+
+/// How long one attempt process may take: join the group (the initial
+/// rebalance delay, a dead member's session timeout), read, write, commit.
+const ATTEMPT: Duration = Duration::from_secs(90);
+
+// ---------------------------------------------------------------------------
+// helpers
+// ---------------------------------------------------------------------------
+
+/// Input, output, group and transactional id of one pipeline.
+struct Pipeline {
+    bootstrap: String,
+    input: String,
+    output: String,
+    group: String,
+    txn: String,
+}
+
+impl Pipeline {
+    /// Creates the input and output topics (one partition each, the
+    /// broker's default replication) and writes `n` plain records
+    /// `input-0..n` to the input.
+    fn create(client: &mut KafkaClient, bootstrap: &str, name: &str, n: usize) -> Pipeline {
+        let p = Pipeline {
+            bootstrap: bootstrap.to_string(),
+            input: unique_topic(&format!("{name}-in")),
+            output: unique_topic(&format!("{name}-out")),
+            group: unique_topic(&format!("{name}-group")),
+            txn: unique_topic(&format!("{name}-txn")),
+        };
+        create_topic_default_rf(client, &p.input, 1).unwrap();
+        create_topic_default_rf(client, &p.output, 1).unwrap();
+        let producer = TxnProducer::new(&plain_producer_config(bootstrap));
+        for i in 0..n {
+            let (_, offset) = producer.send_ok(&p.input, Some(0), &format!("input-{i}"));
+            assert_eq!(
+                offset, i as i64,
+                "plain input records take consecutive offsets"
+            );
+        }
+        p
+    }
+
+    fn attempt(&self, name: &str, txn: &str, wait_at: Option<&'static str>) -> Attempt {
+        Attempt {
+            bootstrap: self.bootstrap.clone(),
+            input: self.input.clone(),
+            output: self.output.clone(),
+            group: self.group.clone(),
+            transactional_id: txn.to_string(),
+            name: name.to_string(),
+            records: 10,
+            wait_at,
+        }
+    }
+
+    fn output_values(&self, isolation: Isolation) -> Vec<String> {
+        read_values(&self.bootstrap, &self.output, 1, isolation).unwrap()
+    }
+}
+
+/// What attempt `name` writes for `input-0..n`.
+fn processed_by(name: &str, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| format!("input-{i} processed by {name}"))
+        .collect()
+}
+
+/// OffsetFetch with require_stable of partition 0: (error code, offset).
+fn stable_offset(client: &mut KafkaClient, group: &str, topic: &str) -> (i16, i64) {
+    let mut coordinator = client.group_coordinator(group).unwrap();
+    let (code, parts) = coordinator.offset_fetch(group, topic, &[0], true).unwrap();
+    assert_eq!(code, NONE, "OffsetFetch(require_stable) group-level error");
+    match parts.as_slice() {
+        [(0, offset, code)] => (*code, *offset),
+        other => panic!("OffsetFetch {group} {topic}/0: {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// seed experiment 2
+// ---------------------------------------------------------------------------
+
+/// Seed experiment 2 (seed 000), exactly: 10 input records; attempt A, a
+/// separate process, consumes them through the group, writes 10 outputs
+/// synchronously in a transaction, adds the input offsets to it, prints
+/// READY-TO-COMMIT and is SIGKILLed. Before the retry the output shows
+/// read_committed 0 / read_uncommitted 10 and the group has no committed
+/// offset (the pending transactional one is invisible; require_stable
+/// answers UNSTABLE_OFFSET_COMMIT). Attempt B with the same transactional.id
+/// and group fences A's transaction, re-reads the same 10 and commits:
+/// read_committed exactly B's 10, read_uncommitted 20, group offset 10.
+/// Returns the group's name.
+fn seed2(client: &mut KafkaClient, bootstrap: &str) -> String {
+    let p = Pipeline::create(client, bootstrap, "seed2", 10);
+
+    let mut a = p.attempt("A", &p.txn, Some("ready-to-commit")).spawn();
+    a.wait_for_line("READY-TO-COMMIT", ATTEMPT).unwrap();
+    let status = a.sigkill();
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "attempt A must die of SIGKILL: {status}"
+    );
+
+    // Before the retry: no partial state.
+    assert_eq!(
+        p.output_values(ReadUncommitted),
+        processed_by("A", 10),
+        "A's 10 outputs are in the log"
+    );
+    assert_eq!(
+        p.output_values(ReadCommitted),
+        Vec::<String>::new(),
+        "A's outputs are invisible to read_committed"
+    );
+    let mut coordinator = client.group_coordinator(&p.group).unwrap();
+    assert_eq!(
+        coordinator.committed_offset(&p.group, &p.input, 0).unwrap(),
+        -1,
+        "the group has no committed offset while A's transaction is open"
+    );
+    assert_eq!(
+        stable_offset(client, &p.group, &p.input).0,
+        UNSTABLE_OFFSET_COMMIT,
+        "require_stable must report A's pending transactional offset commit"
+    );
+
+    let mut b = p.attempt("B", &p.txn, None).spawn();
+    let status = b.wait_exit(ATTEMPT).unwrap();
+    assert!(
+        status.success(),
+        "attempt B failed: {status}: {:?}",
+        b.output
+    );
+    assert!(
+        b.output.iter().any(|l| l.starts_with("COMMITTED n=10")),
+        "{:?}",
+        b.output
+    );
+
+    // After the retry: exactly once.
+    wait_values(
+        bootstrap,
+        &p.output,
+        1,
+        ReadCommitted,
+        &processed_by("B", 10),
+    );
+    let all: Vec<String> = processed_by("A", 10)
+        .into_iter()
+        .chain(processed_by("B", 10))
+        .collect();
+    assert_eq!(p.output_values(ReadUncommitted), all, "20 physically");
+    wait_committed_offset(client, &p.group, &p.input, 0, 10, VISIBLE)
+        .unwrap_or_else(|last| panic!("group offset never became 10: {last}"));
+    assert_eq!(
+        stable_offset(client, &p.group, &p.input),
+        (NONE, 10),
+        "require_stable once nothing is pending"
+    );
+    p.group
+}
+
+#[test]
+fn seed2_sigkill_between_produce_and_commit() {
+    let node = SamsaNode::start();
+    seed2(&mut node.client(), &node.bootstrap());
+}
+
+/// On three nodes (RF 3), also: the group's coordinator is the leader of
+/// its `__consumer_offsets` partition, `abs(hashCode(group)) % 50`.
+#[test]
+fn cluster_seed2_sigkill_between_produce_and_commit() {
+    let cluster = SamsaCluster::start(3, &[]);
+    let mut client = cluster.client(1);
+    let group = seed2(&mut client, &cluster.bootstrap());
+    let leaders = partition_leaders(&mut client, OFFSETS_TOPIC)
+        .unwrap_or_else(|| panic!("{OFFSETS_TOPIC} has no leaders after a group committed"));
+    assert_eq!(leaders.len(), OFFSETS_PARTITIONS as usize);
+    let (code, coordinator) = client.find_coordinator(KEY_TYPE_GROUP, &group).unwrap();
+    assert_eq!(code, NONE);
+    assert_eq!(
+        Some(&coordinator),
+        leaders.get(&offsets_partition(&group, OFFSETS_PARTITIONS)),
+        "the coordinator of {group} leads partition {} of {OFFSETS_TOPIC}",
+        offsets_partition(&group, OFFSETS_PARTITIONS)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// zombie members
+// ---------------------------------------------------------------------------
+
+/// Joins `spec` as a new member on `c` and, as the only member (so the
+/// leader), syncs an assignment of every partition in `partitions`.
+fn join_alone(c: &mut KafkaClient, spec: &JoinSpec, partitions: &[i32]) -> MemberRef {
+    let j = c.join_group(spec).unwrap();
+    assert_eq!(j.error_code, NONE, "JoinGroup: {j:?}");
+    assert_eq!(j.leader, j.member_id, "the only member leads");
+    let me = MemberRef::joined(&j, spec.instance_id.as_deref());
+    let s = c
+        .sync_group(
+            &spec.group,
+            &me,
+            &[(
+                me.member_id.clone(),
+                consumer_assignment(&spec.topic, partitions),
+            )],
+        )
+        .unwrap();
+    assert_eq!(s.error_code, NONE, "SyncGroup: {s:?}");
+    me
+}
+
+/// A transactional producer that has added `group`'s offsets partition to
+/// an open transaction (transaction version 1: AddOffsetsToTxn).
+fn txn_with_offsets(client: &mut KafkaClient, group: &str) -> (KafkaClient, TxnRef) {
+    let id = unique_topic("zombie-raw-txn");
+    let (code, node) = retry_coordinator("FindCoordinator(txn)", VISIBLE, || {
+        client.find_coordinator(1, &id)
+    })
+    .unwrap();
+    assert_eq!(code, NONE);
+    assert_eq!(node, 1, "one node");
+    let mut c = KafkaClient::connect(client.addr()).unwrap();
+    let (code, r) = retry_coordinator("InitProducerId", VISIBLE, || {
+        let r = c.init_producer_id_txn(&id, 60_000, (-1, -1))?;
+        Ok((r.error_code, r))
+    })
+    .unwrap();
+    assert_eq!(code, NONE, "InitProducerId: {r:?}");
+    let txn = TxnRef {
+        transactional_id: id,
+        producer_id: r.producer_id.0,
+        producer_epoch: r.producer_epoch,
+    };
+    let (code, ()) = retry_coordinator("AddOffsetsToTxn", VISIBLE, || {
+        Ok((c.add_offsets_to_txn(&txn, group)?, ()))
+    })
+    .unwrap();
+    assert_eq!(code, NONE, "AddOffsetsToTxn({group})");
+    (c, txn)
+}
+
+/// Zombie fencing by hand (KIP-447), the answers Kafka's coordinator gives:
+/// member A of generation N keeps its member id but the group moves to
+/// generation N+1 when B joins; A's TxnOffsetCommit / OffsetCommit /
+/// Heartbeat with generation N get ILLEGAL_GENERATION. A member id the
+/// group does not know gets UNKNOWN_MEMBER_ID. A static member replaced by
+/// a new instance with the same group.instance.id gets FENCED_INSTANCE_ID.
+/// The current members' commits succeed (the control that the checks are
+/// not just refusing everything).
+#[test]
+fn stale_members_are_fenced_from_offset_commits() {
+    let node = SamsaNode::start();
+    let topic = unique_topic("zombie-raw");
+    let group = unique_topic("zombie-raw-group");
+    node.client().create_topic(&topic, 2).unwrap();
+    let mut bootstrap = node.client();
+    let (mut txn_client, txn) = txn_with_offsets(&mut bootstrap, &group);
+    let txn_version = txn_client
+        .version_for(kafka_protocol::messages::ApiKey::TxnOffsetCommit)
+        .unwrap()
+        .min(4);
+    assert!(
+        txn_version >= 3,
+        "TxnOffsetCommit v3+ carries the member fields (KIP-447); the broker offers v{txn_version} at most"
+    );
+
+    let spec = JoinSpec::new(&group, &topic);
+    let mut ca = bootstrap.group_coordinator(&group).unwrap();
+    let mut cb = bootstrap.group_coordinator(&group).unwrap();
+    let a1 = join_alone(&mut ca, &spec, &[0, 1]);
+
+    // The generation-N member may commit, transactionally or not.
+    let mut txn_commit = |member: &MemberRef, offsets: &[(i32, i64)]| {
+        txn_client
+            .txn_offset_commit(&txn, &group, member, &topic, offsets, txn_version)
+            .unwrap()
+    };
+    assert_eq!(
+        txn_commit(&a1, &[(0, 1)]),
+        vec![(0, NONE)],
+        "A at generation {}",
+        a1.generation
+    );
+    assert_eq!(
+        ca.offset_commit(&group, &a1, &topic, &[(1, 1)]).unwrap(),
+        vec![(1, NONE)]
+    );
+
+    // B joins: the group rebalances to generation N+1, A rejoins with its id.
+    let (code, first) = retry_coordinator("JoinGroup B", VISIBLE, || {
+        let r = cb.join_group_once(&spec, "")?;
+        Ok((r.error_code, r))
+    })
+    .unwrap();
+    let b_id = match code {
+        MEMBER_ID_REQUIRED => first.member_id.to_string(),
+        other => panic!("a new dynamic member's first JoinGroup (v4+) gets MEMBER_ID_REQUIRED, got {other}: {first:?}"),
+    };
+    let pending_b = cb.send_join_group(&spec, &b_id).unwrap();
+    let hb = try_wait_until(VISIBLE, || {
+        let code = ca.heartbeat(&group, &a1).unwrap();
+        (code != NONE).then_some(code)
+    });
+    assert_eq!(
+        hb,
+        Some(REBALANCE_IN_PROGRESS),
+        "A's heartbeat must tell it to rejoin"
+    );
+    let ja = ca.join_group_once(&spec, &a1.member_id).unwrap();
+    let jb = cb.recv_join_group(pending_b).unwrap();
+    assert_eq!(
+        (ja.error_code, jb.error_code),
+        (NONE, NONE),
+        "{ja:?} {jb:?}"
+    );
+    assert_eq!(ja.generation_id, jb.generation_id);
+    assert!(
+        ja.generation_id > a1.generation,
+        "generation {} after {}",
+        ja.generation_id,
+        a1.generation
+    );
+    let (a2, b2) = (MemberRef::joined(&ja, None), MemberRef::joined(&jb, None));
+    assert_eq!(a2.member_id, a1.member_id, "A kept its member id");
+    let (leader, follower, leader_conn, follower_conn) = if ja.leader == ja.member_id {
+        (&a2, &b2, &mut ca, &mut cb)
+    } else {
+        (&b2, &a2, &mut cb, &mut ca)
+    };
+    let assignments = [
+        (a2.member_id.clone(), consumer_assignment(&topic, &[0])),
+        (b2.member_id.clone(), consumer_assignment(&topic, &[1])),
+    ];
+    let s = leader_conn
+        .sync_group(&group, leader, &assignments)
+        .unwrap();
+    assert_eq!(s.error_code, NONE, "leader SyncGroup {s:?}");
+    let s = follower_conn.sync_group(&group, follower, &[]).unwrap();
+    assert_eq!(s.error_code, NONE, "follower SyncGroup {s:?}");
+
+    // A's old generation is refused everywhere.
+    assert_eq!(
+        txn_commit(&a1, &[(0, 5)]),
+        vec![(0, ILLEGAL_GENERATION)],
+        "TxnOffsetCommit with generation {} (group at {})",
+        a1.generation,
+        a2.generation
+    );
+    assert_eq!(
+        ca.offset_commit(&group, &a1, &topic, &[(0, 5)]).unwrap(),
+        vec![(0, ILLEGAL_GENERATION)],
+        "OffsetCommit with the old generation"
+    );
+    assert_eq!(
+        ca.heartbeat(&group, &a1).unwrap(),
+        ILLEGAL_GENERATION,
+        "Heartbeat with the old generation"
+    );
+
+    // A member id the group does not know.
+    let ghost = a2.with_member_id("consumer-ghost-0000");
+    assert_eq!(
+        txn_commit(&ghost, &[(1, 5)]),
+        vec![(1, UNKNOWN_MEMBER_ID)],
+        "TxnOffsetCommit of an unknown member"
+    );
+    assert_eq!(
+        cb.offset_commit(&group, &ghost, &topic, &[(1, 5)]).unwrap(),
+        vec![(1, UNKNOWN_MEMBER_ID)],
+        "OffsetCommit of an unknown member"
+    );
+
+    // The current members still commit.
+    assert_eq!(txn_commit(&a2, &[(0, 2)]), vec![(0, NONE)]);
+    assert_eq!(
+        cb.offset_commit(&group, &b2, &topic, &[(1, 2)]).unwrap(),
+        vec![(1, NONE)]
+    );
+
+    // Static membership: a second instance with the same group.instance.id
+    // replaces the first one's member id; the first one is fenced.
+    let static_group = unique_topic("zombie-raw-static");
+    let static_spec = JoinSpec::new(&static_group, &topic).static_member("instance-1");
+    let mut cs = bootstrap.group_coordinator(&static_group).unwrap();
+    let s1 = join_alone(&mut cs, &static_spec, &[0, 1]);
+    let j = cs.join_group(&static_spec).unwrap();
+    assert_eq!(j.error_code, NONE, "the replacing instance joins: {j:?}");
+    let s2 = MemberRef::joined(&j, Some("instance-1"));
+    assert_ne!(
+        s2.member_id, s1.member_id,
+        "the new instance gets a new member id"
+    );
+    let (code, ()) = retry_coordinator("AddOffsetsToTxn(static group)", VISIBLE, || {
+        Ok((txn_client.add_offsets_to_txn(&txn, &static_group)?, ()))
+    })
+    .unwrap();
+    assert_eq!(code, NONE);
+    let stale = s1.at_generation(s2.generation);
+    assert_eq!(
+        txn_client
+            .txn_offset_commit(&txn, &static_group, &stale, &topic, &[(0, 7)], txn_version)
+            .unwrap(),
+        vec![(0, FENCED_INSTANCE_ID)],
+        "TxnOffsetCommit of the replaced instance"
+    );
+    assert_eq!(
+        cs.offset_commit(&static_group, &stale, &topic, &[(0, 7)])
+            .unwrap(),
+        vec![(0, FENCED_INSTANCE_ID)],
+        "OffsetCommit of the replaced instance"
+    );
+    assert_eq!(
+        cs.heartbeat(&static_group, &stale).unwrap(),
+        FENCED_INSTANCE_ID,
+        "Heartbeat of the replaced instance"
+    );
+    assert_eq!(
+        txn_client
+            .txn_offset_commit(&txn, &static_group, &s2, &topic, &[(0, 3)], txn_version)
+            .unwrap(),
+        vec![(0, NONE)],
+        "the current instance commits"
+    );
+
+    // Commit: only what the current members sent becomes visible.
+    let (code, _) = retry_coordinator("EndTxn", VISIBLE, || {
+        let r = txn_client.end_txn_at(
+            &txn.transactional_id,
+            (txn.producer_id, txn.producer_epoch),
+            true,
+            txn_client
+                .version_for(kafka_protocol::messages::ApiKey::EndTxn)?
+                .min(4),
+        )?;
+        Ok((r.error_code, ()))
+    })
+    .unwrap();
+    assert_eq!(code, NONE, "EndTxn(commit)");
+    for (g, partition, expected) in [(&group, 0, 2), (&group, 1, 2), (&static_group, 0, 3)] {
+        wait_committed_offset(&mut bootstrap, g, &topic, partition, expected, VISIBLE)
+            .unwrap_or_else(|last| panic!("{g} {topic}/{partition}: expected {expected}, {last}"));
+    }
+}
+
+/// Zombie fencing with librdkafka members: member Z consumes the input
+/// through the group and writes its 10 outputs in a transaction, then is
+/// SIGSTOPped before sending its offsets, past its 6 s session timeout.
+/// Member H (another transactional.id, same group) gets the partition,
+/// redoes the work and commits. When Z continues, its offsets are refused
+/// with a group fencing error (its member and generation are gone), it
+/// aborts, and nothing it wrote becomes visible to read_committed.
+#[test]
+fn zombie_member_cannot_commit_after_losing_its_partition() {
+    let node = SamsaNode::start();
+    let mut client = node.client();
+    let p = Pipeline::create(&mut client, &node.bootstrap(), "zombie", 10);
+    let z_txn = format!("{}-z", p.txn);
+    let h_txn = format!("{}-h", p.txn);
+
+    let mut z = p.attempt("Z", &z_txn, Some("produced")).spawn();
+    z.wait_for_line("PRODUCED", ATTEMPT).unwrap();
+    kill(z.pid(), Signal::SIGSTOP).unwrap();
+
+    let mut h = p.attempt("H", &h_txn, None).spawn();
+    let status = h.wait_exit(ATTEMPT).unwrap();
+    assert!(
+        status.success(),
+        "member H failed: {status}: {:?}",
+        h.output
+    );
+    wait_committed_offset(&mut client, &p.group, &p.input, 0, 10, VISIBLE)
+        .unwrap_or_else(|last| panic!("H's offset 10 never became visible: {last}"));
+
+    kill(z.pid(), Signal::SIGCONT).unwrap();
+    z.go_on().unwrap();
+    let status = z.wait_exit(ATTEMPT).unwrap();
+    let refused = z
+        .output
+        .iter()
+        .find(|l| l.starts_with("SEND-OFFSETS-FAILED") || l.starts_with("COMMIT-FAILED"))
+        .cloned();
+    assert!(
+        !status.success() && refused.is_some(),
+        "the zombie's transaction must be refused; it ended with {status}: {:?}",
+        z.output
+    );
+    let refused = refused.unwrap();
+    assert!(
+        ["UnknownMemberId", "IllegalGeneration", "FencedInstanceId"]
+            .iter()
+            .any(|c| refused.contains(c)),
+        "the refusal must be a group fencing error: {refused}"
+    );
+    assert!(
+        z.output.iter().any(|l| l == "ABORTED"),
+        "the zombie aborts: {:?}",
+        z.output
+    );
+
+    wait_values(
+        &p.bootstrap,
+        &p.output,
+        1,
+        ReadCommitted,
+        &processed_by("H", 10),
+    );
+    let all: Vec<String> = processed_by("Z", 10)
+        .into_iter()
+        .chain(processed_by("H", 10))
+        .collect();
+    assert_eq!(p.output_values(ReadUncommitted), all);
+    assert_eq!(
+        client
+            .group_coordinator(&p.group)
+            .unwrap()
+            .committed_offset(&p.group, &p.input, 0)
+            .unwrap(),
+        10,
+        "the group offset is H's"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// consumer lag
+// ---------------------------------------------------------------------------
+
+/// Keeps librdkafka's latest statistics.
+#[derive(Default)]
+struct StatsContext {
+    latest: Mutex<Option<Statistics>>,
+}
+
+impl ClientContext for StatsContext {
+    fn stats(&self, statistics: Statistics) {
+        *self.latest.lock().unwrap() = Some(statistics);
+    }
+}
+
+impl ConsumerContext for StatsContext {}
+
+/// A read_committed group consumer that read a transactional topic to its
+/// end (committed and aborted transactions; partition 0 ends with a
+/// COMMIT marker, partition 1 with an ABORT marker) and committed its
+/// position has lag 0: its position and committed offset equal the high
+/// watermark (the marker's offset + 1, not the last record's + 1), and
+/// librdkafka's own statistics say consumer_lag 0.
+#[test]
+fn read_committed_consumer_at_the_end_has_no_lag() {
+    let node = SamsaNode::start();
+    let bootstrap = node.bootstrap();
+    let mut client = node.client();
+    let topic = unique_topic("lag");
+    let group = unique_topic("lag-group");
+    client.create_topic(&topic, 2).unwrap();
+    let p = TxnProducer::transactional(&bootstrap, &unique_topic("lag-txn"));
+    // (records on partition 0, records on partition 1, commit?)
+    for (n0, n1, commit) in [(3, 2, true), (2, 1, false), (2, 0, true)] {
+        p.begin().unwrap();
+        for i in 0..n0 {
+            p.send_ok(&topic, Some(0), &format!("p0-{commit}-{i}"));
+        }
+        for i in 0..n1 {
+            p.send_ok(&topic, Some(1), &format!("p1-{commit}-{i}"));
+        }
+        if commit {
+            p.commit().unwrap();
+        } else {
+            p.abort().unwrap();
+        }
+    }
+    // p0: 3 + C + 2 + A + 2 + C = 10; p1: 2 + C + 1 + A = 5.
+    let ends: BTreeMap<i32, i64> = [(0, 10), (1, 5)].into();
+    for (&partition, &end) in &ends {
+        let settled = try_wait_until(VISIBLE, || {
+            let leo = client.log_end_offset(&topic, partition).ok()?;
+            let lso = client.last_stable_offset(&topic, partition).ok()?;
+            (leo == end && lso == end).then_some(())
+        });
+        assert!(
+            settled.is_some(),
+            "partition {partition} never settled at {end}"
+        );
+    }
+
+    let mut config = group_consumer_config(&bootstrap, &group);
+    config
+        .set("enable.partition.eof", "true")
+        .set("statistics.interval.ms", "100");
+    let consumer: BaseConsumer<StatsContext> =
+        config.create_with_context(StatsContext::default()).unwrap();
+    consumer.subscribe(&[&topic]).unwrap();
+    let mut at_end: BTreeMap<i32, bool> = BTreeMap::new();
+    let mut read = 0;
+    let done = try_wait_until(Duration::from_secs(60), || {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p, true);
+            }
+            Some(Ok(_)) => read += 1,
+            Some(Err(e)) => panic!("consumer error: {e}"),
+            None => {}
+        }
+        (at_end.len() == 2).then_some(())
+    });
+    assert!(
+        done.is_some(),
+        "the consumer never reached both ends: {at_end:?}"
+    );
+    assert_eq!(read, 7, "3 + 2 committed records on p0, 2 on p1");
+    consumer.commit_consumer_state(CommitMode::Sync).unwrap();
+
+    let position = consumer.position().unwrap();
+    let committed = consumer.committed(Duration::from_secs(30)).unwrap();
+    let mut coordinator = client.group_coordinator(&group).unwrap();
+    for (&partition, &end) in &ends {
+        let (_, high) = consumer
+            .fetch_watermarks(&topic, partition, Duration::from_secs(30))
+            .unwrap();
+        assert_eq!(high, end, "high watermark of partition {partition}");
+        let at = |tpl: &rdkafka::TopicPartitionList| {
+            tpl.find_partition(&topic, partition).map(|e| e.offset())
+        };
+        assert_eq!(
+            at(&position),
+            Some(Offset::Offset(end)),
+            "position of partition {partition}: past its last marker"
+        );
+        assert_eq!(
+            at(&committed),
+            Some(Offset::Offset(end)),
+            "committed offset of partition {partition} (librdkafka)"
+        );
+        assert_eq!(
+            coordinator
+                .committed_offset(&group, &topic, partition)
+                .unwrap(),
+            end,
+            "committed offset of partition {partition} (OffsetFetch)"
+        );
+    }
+
+    // librdkafka's consumer_lag: the LSO minus the committed offset.
+    let mut last = None;
+    let lag_zero = try_wait_until(VISIBLE, || {
+        let _ = consumer.poll(Duration::from_millis(50));
+        let stats = consumer.context().latest.lock().unwrap();
+        let t = stats.as_ref()?.topics.get(&topic)?;
+        let lags: Vec<(i32, i64, i64, i64)> = ends
+            .keys()
+            .filter_map(|p| t.partitions.get(p))
+            .map(|s| (s.partition, s.consumer_lag, s.committed_offset, s.ls_offset))
+            .collect();
+        last = Some(lags.clone());
+        (lags.len() == 2 && lags.iter().all(|l| l.1 == 0)).then_some(())
+    });
+    assert!(
+        lag_zero.is_some(),
+        "librdkafka's consumer_lag never became 0 on both partitions; last (partition, lag, committed, lso) = {last:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// demos
+// ---------------------------------------------------------------------------
+
+/// `samsa demo sigkill`, `zombie` and `consumer-lag` run against one node
+/// and report that the broker behaved as Kafka does.
+#[test]
+fn group_demos_run_against_one_node() {
+    let node = SamsaNode::start();
+    for demo in ["sigkill", "zombie", "consumer-lag"] {
+        let args: Vec<String> = ["demo", demo, "--bootstrap-server", &node.bootstrap()]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let (status, out) = run_to_exit(&samsa_bin(), &args, Duration::from_secs(240));
+        assert!(
+            status.success() && out.contains("OK: the broker behaved as Kafka does."),
+            "samsa demo {demo} failed ({status}):\n{out}"
+        );
+    }
+}
