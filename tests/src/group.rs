@@ -98,6 +98,10 @@ fn opt_str(s: Option<&str>) -> Option<StrBytes> {
     s.map(|s| StrBytes::from_string(s.to_string()))
 }
 
+/// One partition of an OffsetFetch answer: (partition, committed offset
+/// or -1, error code).
+pub type FetchedOffset = (i32, i64, i16);
+
 /// Who sends a group request: member id, generation and static instance id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberRef {
@@ -157,8 +161,10 @@ impl JoinSpec {
             group: group.to_string(),
             topic: topic.to_string(),
             instance_id: None,
-            session_timeout_ms: 10_000,
-            rebalance_timeout_ms: 10_000,
+            // Long enough that members of a hand-driven test need no
+            // heartbeats between its steps.
+            session_timeout_ms: 30_000,
+            rebalance_timeout_ms: 30_000,
         }
     }
 
@@ -329,7 +335,7 @@ impl KafkaClient {
         topic: &str,
         partitions: &[i32],
         require_stable: bool,
-    ) -> Result<(i16, Vec<(i32, i64, i16)>)> {
+    ) -> Result<(i16, Vec<FetchedOffset>)> {
         let version = self.version_for(ApiKey::OffsetFetch)?;
         if require_stable && version < 7 {
             bail!("OffsetFetch v{version} has no require_stable");
@@ -686,9 +692,8 @@ impl AttemptProcess {
                     self.output
                 );
             }
-            match self.lines.recv_timeout(Duration::from_millis(50)) {
-                Ok(line) => self.output.push(line),
-                Err(_) => {}
+            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(50)) {
+                self.output.push(line);
             }
         }
     }
