@@ -235,7 +235,7 @@ fn abort_after_failure(producer: &FutureProducer<CliContext>, who: &str) {
 }
 
 /// An `eos-attempt` child of a demo, its stdout read on a thread.
-struct Child_ {
+struct AttemptChild {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
@@ -248,7 +248,7 @@ impl Demo {
         name: &str,
         [input, output, group, transactional_id]: [&str; 4],
         wait_at: Option<WaitAt>,
-    ) -> Result<Child_> {
+    ) -> Result<AttemptChild> {
         let exe = std::env::current_exe().context("cannot find the samsa binary")?;
         let mut cmd = Command::new(exe);
         cmd.args(["demo", "eos-attempt", "--bootstrap-server"])
@@ -278,7 +278,7 @@ impl Demo {
                 }
             }
         });
-        Ok(Child_ {
+        Ok(AttemptChild {
             child,
             stdin,
             lines,
@@ -369,7 +369,7 @@ impl Demo {
     }
 }
 
-impl Child_ {
+impl AttemptChild {
     /// Reads the child's stdout until a line starts with `marker`.
     fn wait_for(&self, marker: &str) -> Result<String> {
         let deadline = Instant::now() + STEP_TIMEOUT;
@@ -421,7 +421,7 @@ impl Child_ {
     }
 }
 
-impl Drop for Child_ {
+impl Drop for AttemptChild {
     fn drop(&mut self) {
         let _ = self.signal(nix::sys::signal::Signal::SIGCONT);
         let _ = self.child.kill();
