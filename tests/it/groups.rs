@@ -253,34 +253,105 @@ fn join_alone(c: &mut KafkaClient, spec: &JoinSpec, partitions: &[i32]) -> Membe
     me
 }
 
-/// A transactional producer that has added `group`'s offsets partition to
-/// an open transaction (transaction version 1: AddOffsetsToTxn).
-fn txn_with_offsets(client: &mut KafkaClient, group: &str) -> (KafkaClient, TxnRef) {
+/// InitProducerId for a fresh transactional id on `c`'s broker (one node:
+/// the coordinator of everything).
+fn init_raw_txn(c: &mut KafkaClient) -> TxnRef {
     let id = unique_topic("zombie-raw-txn");
-    let (code, node) = retry_coordinator("FindCoordinator(txn)", VISIBLE, || {
-        client.find_coordinator(1, &id)
-    })
-    .unwrap();
-    assert_eq!(code, NONE);
-    assert_eq!(node, 1, "one node");
-    let mut c = KafkaClient::connect(client.addr()).unwrap();
     let (code, r) = retry_coordinator("InitProducerId", VISIBLE, || {
         let r = c.init_producer_id_txn(&id, 60_000, (-1, -1))?;
         Ok((r.error_code, r))
     })
     .unwrap();
     assert_eq!(code, NONE, "InitProducerId: {r:?}");
-    let txn = TxnRef {
+    TxnRef {
         transactional_id: id,
         producer_id: r.producer_id.0,
         producer_epoch: r.producer_epoch,
-    };
-    let (code, ()) = retry_coordinator("AddOffsetsToTxn", VISIBLE, || {
-        Ok((c.add_offsets_to_txn(&txn, group)?, ()))
-    })
-    .unwrap();
-    assert_eq!(code, NONE, "AddOffsetsToTxn({group})");
-    (c, txn)
+    }
+}
+
+/// Transactional offset commits of the same members through both
+/// transaction versions the broker offers: TxnOffsetCommit v3/v4 after an
+/// explicit AddOffsetsToTxn (version 1), and v5, which adds the group to
+/// the transaction implicitly (version 2), each in its own transaction.
+struct TxnCommitters {
+    client: KafkaClient,
+    /// (TxnOffsetCommit version, producer).
+    txns: Vec<(i16, TxnRef)>,
+}
+
+impl TxnCommitters {
+    fn new(node: &SamsaNode) -> TxnCommitters {
+        let mut client = node.client();
+        let max = client
+            .version_for(kafka_protocol::messages::ApiKey::TxnOffsetCommit)
+            .unwrap();
+        assert!(
+            max >= 3,
+            "TxnOffsetCommit v3+ carries the member fields (KIP-447); the broker offers v{max} at most"
+        );
+        let mut txns = vec![(max.min(4), init_raw_txn(&mut client))];
+        if max >= 5 {
+            txns.push((5, init_raw_txn(&mut client)));
+        }
+        TxnCommitters { client, txns }
+    }
+
+    /// Adds `group` to the version-1 transaction (version 2 needs nothing).
+    fn add_group(&mut self, group: &str) {
+        let (version, txn) = &self.txns[0];
+        assert!(*version < 5);
+        let (code, ()) = retry_coordinator("AddOffsetsToTxn", VISIBLE, || {
+            Ok((self.client.add_offsets_to_txn(txn, group)?, ()))
+        })
+        .unwrap();
+        assert_eq!(code, NONE, "AddOffsetsToTxn({group})");
+    }
+
+    /// TxnOffsetCommit through every transaction; asserts each answer is
+    /// `expected` per partition. The version-2 transaction commits
+    /// `offset + 100`, so that its (aborted) offsets are recognisable.
+    fn commit(
+        &mut self,
+        group: &str,
+        member: &MemberRef,
+        topic: &str,
+        offsets: &[(i32, i64)],
+        expected: i16,
+        what: &str,
+    ) {
+        for (version, txn) in &self.txns {
+            let sent: Vec<(i32, i64)> = offsets
+                .iter()
+                .map(|&(p, o)| (p, if *version >= 5 { o + 100 } else { o }))
+                .collect();
+            let got = self
+                .client
+                .txn_offset_commit(txn, group, member, topic, &sent, *version)
+                .unwrap();
+            let want: Vec<(i32, i16)> = offsets.iter().map(|&(p, _)| (p, expected)).collect();
+            assert_eq!(got, want, "TxnOffsetCommit v{version}: {what} ({member:?})");
+        }
+    }
+
+    /// Commits the version-1 transaction and aborts the version-2 one.
+    fn finish(&mut self) {
+        for (i, (version, txn)) in self.txns.iter().enumerate() {
+            let commit = i == 0;
+            let end_version = if *version >= 5 { 5 } else { 4 };
+            let (code, ()) = retry_coordinator("EndTxn", VISIBLE, || {
+                let r = self.client.end_txn_at(
+                    &txn.transactional_id,
+                    (txn.producer_id, txn.producer_epoch),
+                    commit,
+                    end_version,
+                )?;
+                Ok((r.error_code, ()))
+            })
+            .unwrap();
+            assert_eq!(code, NONE, "EndTxn v{end_version} (commit: {commit})");
+        }
+    }
 }
 
 /// Zombie fencing by hand (KIP-447), the answers Kafka's coordinator gives:
@@ -289,8 +360,10 @@ fn txn_with_offsets(client: &mut KafkaClient, group: &str) -> (KafkaClient, TxnR
 /// Heartbeat with generation N get ILLEGAL_GENERATION. A member id the
 /// group does not know gets UNKNOWN_MEMBER_ID. A static member replaced by
 /// a new instance with the same group.instance.id gets FENCED_INSTANCE_ID.
-/// The current members' commits succeed (the control that the checks are
-/// not just refusing everything).
+/// TxnOffsetCommit is checked at v3/v4 (after AddOffsetsToTxn) and at v5
+/// (group added implicitly). The current members' commits succeed (the
+/// control that the checks are not refusing everything), and after the
+/// end only the committed transaction's offsets are visible.
 #[test]
 fn stale_members_are_fenced_from_offset_commits() {
     let node = SamsaNode::start();
@@ -298,15 +371,8 @@ fn stale_members_are_fenced_from_offset_commits() {
     let group = unique_topic("zombie-raw-group");
     node.client().create_topic(&topic, 2).unwrap();
     let mut bootstrap = node.client();
-    let (mut txn_client, txn) = txn_with_offsets(&mut bootstrap, &group);
-    let txn_version = txn_client
-        .version_for(kafka_protocol::messages::ApiKey::TxnOffsetCommit)
-        .unwrap()
-        .min(4);
-    assert!(
-        txn_version >= 3,
-        "TxnOffsetCommit v3+ carries the member fields (KIP-447); the broker offers v{txn_version} at most"
-    );
+    let mut txns = TxnCommitters::new(&node);
+    txns.add_group(&group);
 
     let spec = JoinSpec::new(&group, &topic);
     let mut ca = bootstrap.group_coordinator(&group).unwrap();
@@ -314,17 +380,7 @@ fn stale_members_are_fenced_from_offset_commits() {
     let a1 = join_alone(&mut ca, &spec, &[0, 1]);
 
     // The generation-N member may commit, transactionally or not.
-    let mut txn_commit = |member: &MemberRef, offsets: &[(i32, i64)]| {
-        txn_client
-            .txn_offset_commit(&txn, &group, member, &topic, offsets, txn_version)
-            .unwrap()
-    };
-    assert_eq!(
-        txn_commit(&a1, &[(0, 1)]),
-        vec![(0, NONE)],
-        "A at generation {}",
-        a1.generation
-    );
+    txns.commit(&group, &a1, &topic, &[(0, 1)], NONE, "the only member");
     assert_eq!(
         ca.offset_commit(&group, &a1, &topic, &[(1, 1)]).unwrap(),
         vec![(1, NONE)]
@@ -383,12 +439,16 @@ fn stale_members_are_fenced_from_offset_commits() {
     assert_eq!(s.error_code, NONE, "follower SyncGroup {s:?}");
 
     // A's old generation is refused everywhere.
-    assert_eq!(
-        txn_commit(&a1, &[(0, 5)]),
-        vec![(0, ILLEGAL_GENERATION)],
-        "TxnOffsetCommit with generation {} (group at {})",
-        a1.generation,
-        a2.generation
+    txns.commit(
+        &group,
+        &a1,
+        &topic,
+        &[(0, 5)],
+        ILLEGAL_GENERATION,
+        &format!(
+            "generation {} while the group is at {}",
+            a1.generation, a2.generation
+        ),
     );
     assert_eq!(
         ca.offset_commit(&group, &a1, &topic, &[(0, 5)]).unwrap(),
@@ -403,10 +463,13 @@ fn stale_members_are_fenced_from_offset_commits() {
 
     // A member id the group does not know.
     let ghost = a2.with_member_id("consumer-ghost-0000");
-    assert_eq!(
-        txn_commit(&ghost, &[(1, 5)]),
-        vec![(1, UNKNOWN_MEMBER_ID)],
-        "TxnOffsetCommit of an unknown member"
+    txns.commit(
+        &group,
+        &ghost,
+        &topic,
+        &[(1, 5)],
+        UNKNOWN_MEMBER_ID,
+        "an unknown member",
     );
     assert_eq!(
         cb.offset_commit(&group, &ghost, &topic, &[(1, 5)]).unwrap(),
@@ -415,7 +478,7 @@ fn stale_members_are_fenced_from_offset_commits() {
     );
 
     // The current members still commit.
-    assert_eq!(txn_commit(&a2, &[(0, 2)]), vec![(0, NONE)]);
+    txns.commit(&group, &a2, &topic, &[(0, 2)], NONE, "the current member");
     assert_eq!(
         cb.offset_commit(&group, &b2, &topic, &[(1, 2)]).unwrap(),
         vec![(1, NONE)]
@@ -434,18 +497,15 @@ fn stale_members_are_fenced_from_offset_commits() {
         s2.member_id, s1.member_id,
         "the new instance gets a new member id"
     );
-    let (code, ()) = retry_coordinator("AddOffsetsToTxn(static group)", VISIBLE, || {
-        Ok((txn_client.add_offsets_to_txn(&txn, &static_group)?, ()))
-    })
-    .unwrap();
-    assert_eq!(code, NONE);
+    txns.add_group(&static_group);
     let stale = s1.at_generation(s2.generation);
-    assert_eq!(
-        txn_client
-            .txn_offset_commit(&txn, &static_group, &stale, &topic, &[(0, 7)], txn_version)
-            .unwrap(),
-        vec![(0, FENCED_INSTANCE_ID)],
-        "TxnOffsetCommit of the replaced instance"
+    txns.commit(
+        &static_group,
+        &stale,
+        &topic,
+        &[(0, 7)],
+        FENCED_INSTANCE_ID,
+        "the replaced instance",
     );
     assert_eq!(
         cs.offset_commit(&static_group, &stale, &topic, &[(0, 7)])
@@ -458,28 +518,18 @@ fn stale_members_are_fenced_from_offset_commits() {
         FENCED_INSTANCE_ID,
         "Heartbeat of the replaced instance"
     );
-    assert_eq!(
-        txn_client
-            .txn_offset_commit(&txn, &static_group, &s2, &topic, &[(0, 3)], txn_version)
-            .unwrap(),
-        vec![(0, NONE)],
-        "the current instance commits"
+    txns.commit(
+        &static_group,
+        &s2,
+        &topic,
+        &[(0, 3)],
+        NONE,
+        "the current instance",
     );
 
-    // Commit: only what the current members sent becomes visible.
-    let (code, _) = retry_coordinator("EndTxn", VISIBLE, || {
-        let r = txn_client.end_txn_at(
-            &txn.transactional_id,
-            (txn.producer_id, txn.producer_epoch),
-            true,
-            txn_client
-                .version_for(kafka_protocol::messages::ApiKey::EndTxn)?
-                .min(4),
-        )?;
-        Ok((r.error_code, ()))
-    })
-    .unwrap();
-    assert_eq!(code, NONE, "EndTxn(commit)");
+    // Only what the current members sent in the committed transaction
+    // becomes visible (the aborted one's +100 offsets never do).
+    txns.finish();
     for (g, partition, expected) in [(&group, 0, 2), (&group, 1, 2), (&static_group, 0, 3)] {
         wait_committed_offset(&mut bootstrap, g, &topic, partition, expected, VISIBLE)
             .unwrap_or_else(|last| panic!("{g} {topic}/{partition}: expected {expected}, {last}"));
