@@ -527,6 +527,60 @@ fn stale_members_are_fenced_from_offset_commits() {
         "the current instance",
     );
 
+    // Every member leaves: the group is empty, its members' ids are gone.
+    for (conn, member) in [(&mut ca, &a2), (&mut cb, &b2)] {
+        assert_eq!(conn.leave_group(&group, member).unwrap(), NONE);
+    }
+    txns.commit(
+        &group,
+        &a2,
+        &topic,
+        &[(0, 6)],
+        UNKNOWN_MEMBER_ID,
+        "a member of an emptied group",
+    );
+    assert_eq!(
+        ca.offset_commit(&group, &a2, &topic, &[(0, 6)]).unwrap(),
+        vec![(0, UNKNOWN_MEMBER_ID)],
+        "OffsetCommit of a member of an emptied group"
+    );
+
+    // A group the coordinator does not know: a member's generation cannot
+    // be valid there. OffsetCommit v9+ says GROUP_ID_NOT_FOUND, older
+    // versions and TxnOffsetCommit ILLEGAL_GENERATION.
+    let unknown = unique_topic("zombie-raw-unknown");
+    let mut cu = bootstrap.group_coordinator(&unknown).unwrap();
+    let v = cu
+        .version_for(kafka_protocol::messages::ApiKey::OffsetCommit)
+        .unwrap();
+    for (version, expected) in [
+        (
+            v,
+            if v >= 9 {
+                GROUP_ID_NOT_FOUND
+            } else {
+                ILLEGAL_GENERATION
+            },
+        ),
+        (8, ILLEGAL_GENERATION),
+    ] {
+        assert_eq!(
+            cu.offset_commit_at(&unknown, &a2, &topic, &[(0, 6)], version)
+                .unwrap(),
+            vec![(0, expected)],
+            "OffsetCommit v{version} of a member to an unknown group"
+        );
+    }
+    txns.add_group(&unknown);
+    txns.commit(
+        &unknown,
+        &a2,
+        &topic,
+        &[(0, 6)],
+        ILLEGAL_GENERATION,
+        "a member of an unknown group",
+    );
+
     // Only what the current members sent in the committed transaction
     // becomes visible (the aborted one's +100 offsets never do).
     txns.finish();

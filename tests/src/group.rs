@@ -295,6 +295,19 @@ impl KafkaClient {
         topic: &str,
         offsets: &[(i32, i64)],
     ) -> Result<Vec<(i32, i16)>> {
+        let version = self.version_for(ApiKey::OffsetCommit)?;
+        self.offset_commit_at(group, member, topic, offsets, version)
+    }
+
+    /// [`KafkaClient::offset_commit`] at an explicit version.
+    pub fn offset_commit_at(
+        &mut self,
+        group: &str,
+        member: &MemberRef,
+        topic: &str,
+        offsets: &[(i32, i64)],
+        version: i16,
+    ) -> Result<Vec<(i32, i16)>> {
         let req = OffsetCommitRequest::default()
             .with_group_id(group_id(group))
             .with_generation_id_or_member_epoch(member.generation)
@@ -314,7 +327,7 @@ impl KafkaClient {
                         })
                         .collect(),
                 )]);
-        let resp = self.call(&req)?;
+        let resp = self.send(&req, version)?;
         Ok(resp
             .topics
             .into_iter()

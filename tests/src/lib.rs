@@ -51,6 +51,7 @@ pub mod codes {
     pub const MEMBER_ID_REQUIRED: i16 = 79;
     pub const FENCED_INSTANCE_ID: i16 = 82;
     pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+    pub const GROUP_ID_NOT_FOUND: i16 = 69;
 }
 
 /// A topic name unique within this process (tests in one binary may share a
