@@ -8,6 +8,7 @@ mod chaos;
 mod cluster;
 mod failover;
 mod groups;
+mod groups_smoke;
 mod idempotence;
 mod offsets;
 mod persistence;
