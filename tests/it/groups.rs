@@ -545,42 +545,6 @@ fn stale_members_are_fenced_from_offset_commits() {
         "OffsetCommit of a member of an emptied group"
     );
 
-    // A group the coordinator does not know: a member's generation cannot
-    // be valid there. OffsetCommit v9+ says GROUP_ID_NOT_FOUND, older
-    // versions and TxnOffsetCommit ILLEGAL_GENERATION.
-    let unknown = unique_topic("zombie-raw-unknown");
-    let mut cu = bootstrap.group_coordinator(&unknown).unwrap();
-    let v = cu
-        .version_for(kafka_protocol::messages::ApiKey::OffsetCommit)
-        .unwrap();
-    for (version, expected) in [
-        (
-            v,
-            if v >= 9 {
-                GROUP_ID_NOT_FOUND
-            } else {
-                ILLEGAL_GENERATION
-            },
-        ),
-        (8, ILLEGAL_GENERATION),
-    ] {
-        assert_eq!(
-            cu.offset_commit_at(&unknown, &a2, &topic, &[(0, 6)], version)
-                .unwrap(),
-            vec![(0, expected)],
-            "OffsetCommit v{version} of a member to an unknown group"
-        );
-    }
-    txns.add_group(&unknown);
-    txns.commit(
-        &unknown,
-        &a2,
-        &topic,
-        &[(0, 6)],
-        ILLEGAL_GENERATION,
-        "a member of an unknown group",
-    );
-
     // Only what the current members sent in the committed transaction
     // becomes visible (the aborted one's +100 offsets never do).
     txns.finish();
@@ -588,6 +552,57 @@ fn stale_members_are_fenced_from_offset_commits() {
         wait_committed_offset(&mut bootstrap, g, &topic, partition, expected, VISIBLE)
             .unwrap_or_else(|last| panic!("{g} {topic}/{partition}: expected {expected}, {last}"));
     }
+}
+
+/// A member's commit to a group the coordinator does not know (it expired
+/// or was deleted): its generation cannot be valid there. OffsetCommit v9+
+/// answers GROUP_ID_NOT_FOUND, older versions and TxnOffsetCommit
+/// ILLEGAL_GENERATION (Kafka's codes).
+#[test]
+fn commits_of_a_member_to_an_unknown_group_are_refused() {
+    let node = SamsaNode::start();
+    let topic = unique_topic("unknown-group");
+    node.client().create_topic(&topic, 1).unwrap();
+    let mut bootstrap = node.client();
+    let mut txns = TxnCommitters::new(&node);
+    let unknown = unique_topic("unknown-group-group");
+    let member = MemberRef {
+        member_id: "consumer-gone-0000".to_string(),
+        generation: 3,
+        instance_id: None,
+    };
+    let mut cu = bootstrap.group_coordinator(&unknown).unwrap();
+    let v = cu
+        .version_for(kafka_protocol::messages::ApiKey::OffsetCommit)
+        .unwrap();
+    let newest = if v >= 9 {
+        GROUP_ID_NOT_FOUND
+    } else {
+        ILLEGAL_GENERATION
+    };
+    for (version, expected) in [(v, newest), (8, ILLEGAL_GENERATION)] {
+        // The coordinator may still be loading the offsets partition of a
+        // fresh node: retriable answers are retried, as a client does.
+        let (code, ()) = retry_coordinator("OffsetCommit", VISIBLE, || {
+            let r = cu.offset_commit_at(&unknown, &member, &topic, &[(0, 6)], version)?;
+            assert_eq!(r.len(), 1, "{r:?}");
+            Ok((r[0].1, ()))
+        })
+        .unwrap();
+        assert_eq!(
+            code, expected,
+            "OffsetCommit v{version} of a member to an unknown group"
+        );
+    }
+    txns.add_group(&unknown);
+    txns.commit(
+        &unknown,
+        &member,
+        &topic,
+        &[(0, 6)],
+        ILLEGAL_GENERATION,
+        "a member of an unknown group",
+    );
 }
 
 /// Zombie fencing with librdkafka members: member Z consumes the input
