@@ -130,8 +130,7 @@ fn stable_offset(client: &mut KafkaClient, group: &str, topic: &str) -> (i16, i6
 /// answers UNSTABLE_OFFSET_COMMIT). Attempt B with the same transactional.id
 /// and group fences A's transaction, re-reads the same 10 and commits:
 /// read_committed exactly B's 10, read_uncommitted 20, group offset 10.
-/// Returns the group's name.
-fn seed2(client: &mut KafkaClient, bootstrap: &str) -> String {
+fn seed2(client: &mut KafkaClient, bootstrap: &str) {
     let p = Pipeline::create(client, bootstrap, "seed2", 10);
 
     let mut a = p.attempt("A", &p.txn, Some("ready-to-commit")).spawn();
@@ -199,7 +198,6 @@ fn seed2(client: &mut KafkaClient, bootstrap: &str) -> String {
         (NONE, 10),
         "require_stable once nothing is pending"
     );
-    p.group
 }
 
 #[test]
@@ -208,24 +206,32 @@ fn seed2_sigkill_between_produce_and_commit() {
     seed2(&mut node.client(), &node.bootstrap());
 }
 
-/// On three nodes (RF 3), also: the group's coordinator is the leader of
-/// its `__consumer_offsets` partition, `abs(hashCode(group)) % 50`.
+/// On three nodes (RF 3). First, placement: the coordinator FindCoordinator
+/// names for a group is the leader of its `__consumer_offsets` partition,
+/// `abs(hashCode(group)) % 50`.
 #[test]
 fn cluster_seed2_sigkill_between_produce_and_commit() {
     let cluster = SamsaCluster::start(3, &[]);
     let mut client = cluster.client(1);
-    let group = seed2(&mut client, &cluster.bootstrap());
-    let leaders = partition_leaders(&mut client, OFFSETS_TOPIC)
-        .unwrap_or_else(|| panic!("{OFFSETS_TOPIC} has no leaders after a group committed"));
-    assert_eq!(leaders.len(), OFFSETS_PARTITIONS as usize);
-    let (code, coordinator) = client.find_coordinator(KEY_TYPE_GROUP, &group).unwrap();
-    assert_eq!(code, NONE);
-    assert_eq!(
-        Some(&coordinator),
-        leaders.get(&offsets_partition(&group, OFFSETS_PARTITIONS)),
-        "the coordinator of {group} leads partition {} of {OFFSETS_TOPIC}",
-        offsets_partition(&group, OFFSETS_PARTITIONS)
-    );
+    for group in ["hello", "my-txn", &unique_topic("placement")] {
+        let (code, coordinator) = retry_coordinator("FindCoordinator(group)", VISIBLE, || {
+            client.find_coordinator(KEY_TYPE_GROUP, group)
+        })
+        .unwrap();
+        assert_eq!(code, NONE, "FindCoordinator({group})");
+        let partition = offsets_partition(group, OFFSETS_PARTITIONS);
+        let leaders = try_wait_until(VISIBLE, || {
+            partition_leaders(&mut client, OFFSETS_TOPIC)
+                .filter(|l| l.len() == OFFSETS_PARTITIONS as usize)
+        })
+        .unwrap_or_else(|| panic!("{OFFSETS_TOPIC} never had {OFFSETS_PARTITIONS} led partitions"));
+        assert_eq!(
+            Some(&coordinator),
+            leaders.get(&partition),
+            "the coordinator of {group} leads partition {partition} of {OFFSETS_TOPIC}"
+        );
+    }
+    seed2(&mut client, &cluster.bootstrap());
 }
 
 // ---------------------------------------------------------------------------
