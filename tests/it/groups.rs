@@ -262,7 +262,13 @@ fn join_alone(c: &mut KafkaClient, spec: &JoinSpec, partitions: &[i32]) -> Membe
 /// InitProducerId for a fresh transactional id on `c`'s broker (one node:
 /// the coordinator of everything).
 fn init_raw_txn(c: &mut KafkaClient) -> TxnRef {
-    let id = unique_topic("zombie-raw-txn");
+    init_raw_txn_id(c, &unique_topic("raw-txn"))
+}
+
+/// InitProducerId for `id` as a starting process sends it (no current
+/// producer id): a known id gets its epoch bumped.
+fn init_raw_txn_id(c: &mut KafkaClient, id: &str) -> TxnRef {
+    let id = id.to_string();
     let (code, r) = retry_coordinator("InitProducerId", VISIBLE, || {
         let r = c.init_producer_id_txn(&id, 60_000, (-1, -1))?;
         Ok((r.error_code, r))
@@ -557,6 +563,110 @@ fn stale_members_are_fenced_from_offset_commits() {
     for (g, partition, expected) in [(&group, 0, 2), (&group, 1, 2), (&static_group, 0, 3)] {
         wait_committed_offset(&mut bootstrap, g, &topic, partition, expected, VISIBLE)
             .unwrap_or_else(|last| panic!("{g} {topic}/{partition}: expected {expected}, {last}"));
+    }
+}
+
+/// One transactional producer commits offsets of a standalone group
+/// (generation -1, no member) in three consecutive transactions, the third
+/// after a restart (a fresh InitProducerId bumps its epoch, as attempt B's
+/// does in seed experiment 2). Every TxnOffsetCommit is accepted and each
+/// transaction's offset becomes the committed one. Once through transaction
+/// version 1 (AddOffsetsToTxn, TxnOffsetCommit v3/v4, EndTxn v4) and once
+/// through version 2 (TxnOffsetCommit v5, EndTxn v5, which bumps the epoch
+/// at every end).
+#[test]
+fn consecutive_transactions_of_one_producer_commit_offsets_tv1() {
+    consecutive_txn_offset_commits(false);
+}
+
+#[test]
+fn consecutive_transactions_of_one_producer_commit_offsets_tv2() {
+    consecutive_txn_offset_commits(true);
+}
+
+fn consecutive_txn_offset_commits(transaction_version_2: bool) {
+    let node = SamsaNode::start();
+    let topic = unique_topic("txn-offsets");
+    node.client().create_topic(&topic, 1).unwrap();
+    let mut bootstrap = node.client();
+    let mut c = node.client();
+    let max = c
+        .version_for(kafka_protocol::messages::ApiKey::TxnOffsetCommit)
+        .unwrap();
+    let version = if transaction_version_2 {
+        assert!(
+            max >= 5,
+            "transaction version 2 needs TxnOffsetCommit v5; the broker offers v{max}"
+        );
+        5
+    } else {
+        max.min(4)
+    };
+    let standalone = MemberRef {
+        member_id: String::new(),
+        generation: -1,
+        instance_id: None,
+    };
+    let group = unique_topic("txn-offsets-group");
+    // As a client does: find the group's coordinator first (which
+    // creates the offsets topic); on one node it is this broker.
+    drop(bootstrap.group_coordinator(&group).unwrap());
+    let mut txn = init_raw_txn(&mut c);
+    for round in 1..=3i64 {
+        if round == 3 {
+            let restarted = init_raw_txn_id(&mut c, &txn.transactional_id);
+            assert_eq!(restarted.producer_id, txn.producer_id);
+            assert!(restarted.producer_epoch > txn.producer_epoch);
+            txn = restarted;
+        }
+        if version < 5 {
+            let (code, ()) = retry_coordinator("AddOffsetsToTxn", VISIBLE, || {
+                Ok((c.add_offsets_to_txn(&txn, &group)?, ()))
+            })
+            .unwrap();
+            assert_eq!(code, NONE, "AddOffsetsToTxn, round {round}");
+        }
+        let (code, ()) = retry_coordinator("TxnOffsetCommit", VISIBLE, || {
+            let r = c.txn_offset_commit(
+                &txn,
+                &group,
+                &standalone,
+                &topic,
+                &[(0, round * 10)],
+                version,
+            )?;
+            assert_eq!(r.len(), 1, "{r:?}");
+            Ok((r[0].1, ()))
+        })
+        .unwrap();
+        assert_eq!(
+            code, NONE,
+            "TxnOffsetCommit v{version}, round {round} (producer {} epoch {})",
+            txn.producer_id, txn.producer_epoch
+        );
+        let end_version = if version >= 5 { 5 } else { 4 };
+        let (code, next) = retry_coordinator("EndTxn", VISIBLE, || {
+            let r = c.end_txn_at(
+                &txn.transactional_id,
+                (txn.producer_id, txn.producer_epoch),
+                true,
+                end_version,
+            )?;
+            Ok((r.error_code, (r.producer_id.0, r.producer_epoch)))
+        })
+        .unwrap();
+        assert_eq!(code, NONE, "EndTxn v{end_version}, round {round}");
+        if end_version >= 5 {
+            txn.producer_id = next.0;
+            txn.producer_epoch = next.1;
+        }
+        wait_committed_offset(&mut bootstrap, &group, &topic, 0, round * 10, VISIBLE)
+            .unwrap_or_else(|last| {
+                panic!(
+                    "v{version} round {round}: committed offset never {}: {last}",
+                    round * 10
+                )
+            });
     }
 }
 
