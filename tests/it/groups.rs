@@ -54,27 +54,39 @@ struct Pipeline {
     output: String,
     group: String,
     txn: String,
+    partitions: i32,
 }
 
 impl Pipeline {
-    /// Creates the input and output topics (one partition each, the
-    /// broker's default replication) and writes `n` plain records
-    /// `input-0..n` to the input.
-    fn create(client: &mut KafkaClient, bootstrap: &str, name: &str, n: usize) -> Pipeline {
+    /// Creates the input and output topics (`partitions` each, the broker's
+    /// default replication) and writes `n` plain records `input-0..n` to
+    /// the input, in equal consecutive runs per partition (so that reading
+    /// in (partition, offset) order gives them in order).
+    fn create(
+        client: &mut KafkaClient,
+        bootstrap: &str,
+        name: &str,
+        n: usize,
+        partitions: i32,
+    ) -> Pipeline {
         let p = Pipeline {
             bootstrap: bootstrap.to_string(),
             input: unique_topic(&format!("{name}-in")),
             output: unique_topic(&format!("{name}-out")),
             group: unique_topic(&format!("{name}-group")),
             txn: unique_topic(&format!("{name}-txn")),
+            partitions,
         };
-        create_topic_default_rf(client, &p.input, 1).unwrap();
-        create_topic_default_rf(client, &p.output, 1).unwrap();
+        create_topic_default_rf(client, &p.input, partitions).unwrap();
+        create_topic_default_rf(client, &p.output, partitions).unwrap();
         let producer = TxnProducer::new(&plain_producer_config(bootstrap));
+        let per_partition = n / partitions as usize;
         for i in 0..n {
-            let (_, offset) = producer.send_ok(&p.input, Some(0), &format!("input-{i}"));
+            let partition = (i / per_partition) as i32;
+            let (_, offset) = producer.send_ok(&p.input, Some(partition), &format!("input-{i}"));
             assert_eq!(
-                offset, i as i64,
+                offset,
+                (i % per_partition) as i64,
                 "plain input records take consecutive offsets"
             );
         }
@@ -95,7 +107,7 @@ impl Pipeline {
     }
 
     fn output_values(&self, isolation: Isolation) -> Vec<String> {
-        read_values(&self.bootstrap, &self.output, 1, isolation).unwrap()
+        read_values(&self.bootstrap, &self.output, self.partitions, isolation).unwrap()
     }
 }
 
@@ -131,7 +143,7 @@ fn stable_offset(client: &mut KafkaClient, group: &str, topic: &str) -> (i16, i6
 /// and group fences A's transaction, re-reads the same 10 and commits:
 /// read_committed exactly B's 10, read_uncommitted 20, group offset 10.
 fn seed2(client: &mut KafkaClient, bootstrap: &str) {
-    let p = Pipeline::create(client, bootstrap, "seed2", 10);
+    let p = Pipeline::create(client, bootstrap, "seed2", 10, 1);
 
     let mut a = p.attempt("A", &p.txn, Some("ready-to-commit")).spawn();
     a.wait_for_line("READY-TO-COMMIT", ATTEMPT).unwrap();
@@ -721,18 +733,19 @@ fn commits_of_a_member_to_an_unknown_group_are_refused() {
     );
 }
 
-/// Zombie fencing with librdkafka members: member Z consumes the input
-/// through the group and writes its 10 outputs in a transaction, then is
-/// SIGSTOPped before sending its offsets, past its 6 s session timeout.
-/// Member H (another transactional.id, same group) gets the partition,
+/// Zombie fencing with librdkafka members: member Z consumes both input
+/// partitions through the group and writes its 10 outputs in a
+/// transaction, then is SIGSTOPped before sending its offsets, past its 6 s
+/// session timeout. Member H (another transactional.id, same group) gets
+/// the partitions,
 /// redoes the work and commits. When Z continues, its offsets are refused
 /// with a group fencing error (its member and generation are gone), it
 /// aborts, and nothing it wrote becomes visible to read_committed.
 #[test]
-fn zombie_member_cannot_commit_after_losing_its_partition() {
+fn zombie_member_cannot_commit_after_losing_its_partitions() {
     let node = SamsaNode::start();
     let mut client = node.client();
-    let p = Pipeline::create(&mut client, &node.bootstrap(), "zombie", 10);
+    let p = Pipeline::create(&mut client, &node.bootstrap(), "zombie", 10, 2);
     let z_txn = format!("{}-z", p.txn);
     let h_txn = format!("{}-h", p.txn);
 
@@ -747,8 +760,12 @@ fn zombie_member_cannot_commit_after_losing_its_partition() {
         "member H failed: {status}: {:?}",
         h.output
     );
-    wait_committed_offset(&mut client, &p.group, &p.input, 0, 10, VISIBLE)
-        .unwrap_or_else(|last| panic!("H's offset 10 never became visible: {last}"));
+    for partition in 0..2 {
+        wait_committed_offset(&mut client, &p.group, &p.input, partition, 5, VISIBLE)
+            .unwrap_or_else(|last| {
+                panic!("H's offset 5 of {partition} never became visible: {last}")
+            });
+    }
 
     kill(z.pid(), Signal::SIGCONT).unwrap();
     z.go_on().unwrap();
@@ -779,24 +796,25 @@ fn zombie_member_cannot_commit_after_losing_its_partition() {
     wait_values(
         &p.bootstrap,
         &p.output,
-        1,
+        2,
         ReadCommitted,
         &processed_by("H", 10),
     );
-    let all: Vec<String> = processed_by("Z", 10)
-        .into_iter()
-        .chain(processed_by("H", 10))
-        .collect();
+    // In (partition, offset) order: each output partition holds Z's five
+    // (aborted) and then H's five.
+    let (z_all, h_all) = (processed_by("Z", 10), processed_by("H", 10));
+    let all: Vec<String> = [&z_all[..5], &h_all[..5], &z_all[5..], &h_all[5..]].concat();
     assert_eq!(p.output_values(ReadUncommitted), all);
-    assert_eq!(
-        client
-            .group_coordinator(&p.group)
-            .unwrap()
-            .committed_offset(&p.group, &p.input, 0)
-            .unwrap(),
-        10,
-        "the group offset is H's"
-    );
+    let mut coordinator = client.group_coordinator(&p.group).unwrap();
+    for partition in 0..2 {
+        assert_eq!(
+            coordinator
+                .committed_offset(&p.group, &p.input, partition)
+                .unwrap(),
+            5,
+            "the group offset of partition {partition} is H's"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------
