@@ -2118,8 +2118,9 @@ fn complete_join(group: &mut Group, ctx: &mut Ctx<'_>) {
     group.initial_delay = None;
     group.generation += 1;
     if group.members.is_empty() {
+        // The protocol type stays: DescribeGroups shows an emptied
+        // consumer group as one.
         group.protocol = None;
-        group.protocol_type = None;
         group.leader = None;
         group.transition(GroupState::Empty, ctx.now_ms);
         info!(group = %group.id, generation = group.generation, "group is empty");
