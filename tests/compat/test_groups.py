@@ -86,7 +86,10 @@ def ck_poll(c, into):
     if m is None:
         return
     if m.error():
-        if m.error().code() == KafkaError._PARTITION_EOF:
+        # End of a partition, or a dropped connection librdkafka re-opens
+        # (reported as an error also against Kafka): not about the data.
+        if m.error().code() in (KafkaError._PARTITION_EOF, KafkaError._TRANSPORT,
+                                KafkaError._ALL_BROKERS_DOWN):
             return
         raise AssertionError(f"consumer error: {m.error()}")
     into.append((m.partition(), m.offset(), m.value().decode()))
