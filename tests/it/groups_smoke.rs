@@ -18,7 +18,13 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopics,
 };
-use kafka_protocol::messages::{ApiKey, GroupId, OffsetFetchRequest, TopicName};
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, ApiKey, GroupId, OffsetFetchRequest, ProducerId, TopicName,
+    TransactionalId, TxnOffsetCommitRequest,
+};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -393,5 +399,125 @@ fn cluster_offsets_survive_a_coordinator_sigkill() {
             );
             (answer == (0, 9)).then_some(())
         },
+    );
+}
+
+fn sb(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// TxnOffsetCommit of offset 1 for `topic`-0 at `version`: the partition's
+/// error code.
+#[allow(clippy::too_many_arguments)]
+fn txn_offset_commit(
+    client: &mut KafkaClient,
+    version: i16,
+    transactional_id: &str,
+    producer: (i64, i16),
+    group: &str,
+    generation: i32,
+    member: &str,
+    topic: &str,
+) -> i16 {
+    let request = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(sb(transactional_id)))
+        .with_group_id(GroupId(sb(group)))
+        .with_producer_id(ProducerId(producer.0))
+        .with_producer_epoch(producer.1)
+        .with_generation_id(if version >= 3 { generation } else { -1 })
+        .with_member_id(sb(if version >= 3 { member } else { "" }))
+        .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+            .with_name(TopicName(sb(topic)))
+            .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(1)])]);
+    let (_, code) = retry_coordinator("TxnOffsetCommit", Duration::from_secs(30), || {
+        let r = client.send(&request, version)?;
+        let code = r.topics[0].partitions[0].error_code;
+        Ok((code, code))
+    })
+    .unwrap();
+    code
+}
+
+/// On the wire: a TxnOffsetCommit naming a member the group does not know
+/// is refused (KIP-447; the other checks are unit tests of the coordinator); one from a producer whose
+/// epoch a newer instance bumped is PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
+/// below v3); a producer that never added the offsets partition to its
+/// transaction cannot commit offsets (INVALID_TXN_STATE).
+#[test]
+fn txn_offset_commit_fences_zombies_and_stale_producers() {
+    let node = SamsaNode::start();
+    let mut client = node.client();
+    let topic = unique_topic("groups-fence-in");
+    create_topic_default_rf(&mut client, &topic, 1).unwrap();
+    let group = unique_topic("groups-fence-g");
+    let tid = unique_topic("groups-fence-t");
+    let init = |client: &mut KafkaClient| {
+        let (_, r) = retry_coordinator("InitProducerId", Duration::from_secs(30), || {
+            let r = client.init_producer_id_txn(&tid, 60_000, (-1, -1))?;
+            Ok((r.error_code, r))
+        })
+        .unwrap();
+        assert_eq!(r.error_code, 0);
+        (r.producer_id.0, r.producer_epoch)
+    };
+    let producer = init(&mut client);
+    let (code, _) = retry_coordinator("FindCoordinator(GROUP)", Duration::from_secs(30), || {
+        client.find_coordinator(0, &group)
+    })
+    .unwrap();
+    assert_eq!(code, 0);
+
+    // Not in the transaction yet: nothing may be committed.
+    assert_eq!(
+        txn_offset_commit(&mut client, 3, &tid, producer, &group, -1, "", &topic),
+        codes::INVALID_TXN_STATE
+    );
+    let add = AddOffsetsToTxnRequest::default()
+        .with_transactional_id(TransactionalId(sb(&tid)))
+        .with_producer_id(ProducerId(producer.0))
+        .with_producer_epoch(producer.1)
+        .with_group_id(GroupId(sb(&group)));
+    let (code, _) = retry_coordinator("AddOffsetsToTxn", Duration::from_secs(30), || {
+        let r = client.call(&add)?;
+        Ok((r.error_code, ()))
+    })
+    .unwrap();
+    assert_eq!(code, 0);
+
+    // KIP-447: a member the group does not have (a zombie).
+    assert_eq!(
+        txn_offset_commit(&mut client, 3, &tid, producer, &group, 4, "zombie", &topic),
+        codes::UNKNOWN_MEMBER_ID
+    );
+    assert_eq!(
+        txn_offset_commit(&mut client, 3, &tid, producer, &group, -1, "", &topic),
+        0,
+        "outside the group (generation -1, no member) the offsets are taken"
+    );
+
+    // A new instance bumps the epoch (fencing the open transaction).
+    let (_, newer) = retry_coordinator("InitProducerId", Duration::from_secs(30), || {
+        let r = client.init_producer_id_txn(&tid, 60_000, (-1, -1))?;
+        Ok((r.error_code, r))
+    })
+    .unwrap();
+    assert_eq!(newer.error_code, 0);
+    assert!(newer.producer_epoch > producer.1);
+    assert_eq!(
+        txn_offset_commit(&mut client, 3, &tid, producer, &group, -1, "", &topic),
+        codes::PRODUCER_FENCED
+    );
+    assert_eq!(
+        txn_offset_commit(&mut client, 2, &tid, producer, &group, -1, "", &topic),
+        codes::INVALID_PRODUCER_EPOCH
+    );
+    // The fence aborted the transaction: its offsets never became visible.
+    let connect = |_: i32| Ok(node.client());
+    wait_until(
+        "the fenced transaction to resolve",
+        Duration::from_secs(30),
+        || (stable_offset(&connect, &group, &topic) == (0, -1)).then_some(()),
     );
 }

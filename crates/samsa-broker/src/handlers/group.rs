@@ -187,6 +187,23 @@ fn by_topic(results: Vec<PartitionResult>) -> TopicResults {
     out
 }
 
+/// Kafka commits offsets only for partitions that exist: the others answer
+/// UNKNOWN_TOPIC_OR_PARTITION and never reach the coordinator.
+fn without_unknown_partitions(
+    broker: &Broker,
+    mut commit: CommitRequest,
+) -> (CommitRequest, Vec<PartitionResult>) {
+    let image = broker.metadata.image();
+    let (known, unknown): (Vec<_>, Vec<_>) = std::mem::take(&mut commit.partitions)
+        .into_iter()
+        .partition(|p| image.partition(&p.topic, p.partition).is_some());
+    commit.partitions = known;
+    (
+        commit,
+        all_failed(&unknown, ResponseError::UnknownTopicOrPartition),
+    )
+}
+
 fn all_failed(partitions: &[CommitPartition], error: ResponseError) -> Vec<PartitionResult> {
     partitions
         .iter()
@@ -226,14 +243,19 @@ pub async fn offset_commit(
                 version >= 6,
             ),
         };
-        let results = match broker
-            .groups
-            .call(|c, token, now| c.offset_commit(token, &commit, now))
-            .await
-        {
-            Some(Reply::Commit(r)) => r,
-            _ => all_failed(&commit.partitions, LOST),
-        };
+        let (commit, mut results) = without_unknown_partitions(broker, commit);
+        if !commit.partitions.is_empty() {
+            results.extend(
+                match broker
+                    .groups
+                    .call(|c, token, now| c.offset_commit(token, &commit, now))
+                    .await
+                {
+                    Some(Reply::Commit(r)) => r,
+                    _ => all_failed(&commit.partitions, LOST),
+                },
+            );
+        }
         OffsetCommitResponse::default().with_topics(response_topics(
             results,
             |name, parts| {
@@ -303,14 +325,19 @@ pub async fn txn_offset_commit(
             producer_epoch: request.producer_epoch,
             add_partition: version >= 5,
         };
-        let results = match broker
-            .groups
-            .call(|c, token, now| c.txn_offset_commit(token, &commit, producer, now))
-            .await
-        {
-            Some(Reply::Commit(r)) => r,
-            _ => all_failed(&commit.partitions, LOST),
-        };
+        let (commit, mut results) = without_unknown_partitions(broker, commit);
+        if !commit.partitions.is_empty() {
+            results.extend(
+                match broker
+                    .groups
+                    .call(|c, token, now| c.txn_offset_commit(token, &commit, producer, now))
+                    .await
+                {
+                    Some(Reply::Commit(r)) => r,
+                    _ => all_failed(&commit.partitions, LOST),
+                },
+            );
+        }
         let results = results
             .into_iter()
             .map(|r| PartitionResult {
