@@ -682,6 +682,41 @@ fn consecutive_txn_offset_commits(transaction_version_2: bool) {
     }
 }
 
+/// Once FindCoordinator(GROUP) has named a broker, that broker serves the
+/// group: a commit sent to it right away is accepted, or answered
+/// COORDINATOR_LOAD_IN_PROGRESS while it still loads the offsets partition
+/// (retriable; Kafka's answer), never NOT_COORDINATOR (which sends a client
+/// back to FindCoordinator, and makes librdkafka fail a synchronous commit).
+/// On a fresh node, where FindCoordinator creates `__consumer_offsets`.
+#[test]
+fn the_broker_find_coordinator_names_serves_the_group_at_once() {
+    let node = SamsaNode::start();
+    let topic = unique_topic("coordinator-ready");
+    node.client().create_topic(&topic, 1).unwrap();
+    let group = unique_topic("coordinator-ready-group");
+    let mut coordinator = node.client().group_coordinator(&group).unwrap();
+    let standalone = MemberRef {
+        member_id: String::new(),
+        generation: -1,
+        instance_id: None,
+    };
+    let mut answers = Vec::new();
+    let done = try_wait_until(VISIBLE, || {
+        let r = coordinator
+            .offset_commit(&group, &standalone, &topic, &[(0, 4)])
+            .unwrap();
+        let code = r.first().map(|p| p.1);
+        answers.push(code);
+        (code != Some(COORDINATOR_LOAD_IN_PROGRESS)).then_some(code)
+    });
+    assert_eq!(
+        done,
+        Some(Some(NONE)),
+        "OffsetCommit answers, in order, after FindCoordinator named this broker: {answers:?}"
+    );
+    assert_eq!(coordinator.committed_offset(&group, &topic, 0).unwrap(), 4);
+}
+
 /// A member's commit to a group the coordinator does not know (it expired
 /// or was deleted): its generation cannot be valid there. OffsetCommit v9+
 /// answers GROUP_ID_NOT_FOUND, older versions and TxnOffsetCommit
