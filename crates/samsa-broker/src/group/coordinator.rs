@@ -209,8 +209,6 @@ struct Member {
     join: Option<Parked>,
     sync: Option<Parked>,
     session_deadline: i64,
-    /// Joined in the rebalance under way (not a rejoin).
-    is_new: bool,
     /// Order of joining, for picking a leader the way Kafka does (the
     /// first member to join).
     joined_seq: u64,
@@ -1522,7 +1520,6 @@ fn restore_group(name: String, p: i32, l: LoadedGroup, now_ms: i64) -> Group {
             join: None,
             sync: None,
             session_deadline: now_ms + i64::from(m.session_timeout_ms),
-            is_new: false,
             joined_seq: group.next_join_seq,
         };
         group.next_join_seq += 1;
@@ -1850,7 +1847,6 @@ fn new_member(group: &mut Group, args: &JoinArgs, id: String, now_ms: i64) -> Me
         }),
         sync: None,
         session_deadline: now_ms + i64::from(args.session_timeout_ms),
-        is_new: true,
         joined_seq: group.next_join_seq,
     }
 }
@@ -2079,7 +2075,6 @@ fn complete_join(group: &mut Group, ctx: &mut Ctx<'_>) {
             .push((parked.token, Reply::Join(response)));
         if let Some(m) = group.members.get_mut(&id) {
             m.join = None;
-            m.is_new = false;
             m.session_deadline = ctx.now_ms + i64::from(m.session_timeout_ms);
         }
     }
