@@ -688,6 +688,9 @@ fn consecutive_txn_offset_commits(transaction_version_2: bool) {
 /// (retriable; Kafka's answer), never NOT_COORDINATOR (which sends a client
 /// back to FindCoordinator, and makes librdkafka fail a synchronous commit).
 /// On a fresh node, where FindCoordinator creates `__consumer_offsets`.
+/// (Kafka registers a partition for loading in the same metadata update
+/// that makes the broker its leader, so the window in which it would name
+/// itself and still answer NOT_COORDINATOR is a thread switch wide.)
 #[test]
 fn the_broker_find_coordinator_names_serves_the_group_at_once() {
     let node = SamsaNode::start();
