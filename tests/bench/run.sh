@@ -4,7 +4,17 @@
 #   tests/bench/run.sh             single-node scenarios (a)-(d) (a few minutes)
 #   tests/bench/run.sh replication acks=all on a three-node cluster (RF=3) beside
 #                                  one node (RF=1), 1 and 6 partitions
+#   tests/bench/run.sh txn         `samsa bench txn` (transactions vs idempotent
+#                                  producing, commit latency, 16 producers) on
+#                                  one node, then on a three-node RF=3 cluster;
+#                                  TXN_SECONDS per scenario (default 10),
+#                                  TXN_RUNS repetitions (default 1), TXN_FLUSH
+#                                  the single node's log.flush (default every-ack),
+#                                  TXN_SETUPS="single" or "cluster" for one of them
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
+#   SAMSA_BIN=/path/to/samsa tests/bench/run.sh txn   use that binary, no build
+#   SAMSA_SERVER_BIN=/path/to/old/samsa tests/bench/run.sh txn
+#                                  brokers from that binary, clients from this build
 #
 # Each scenario starts a fresh release-built samsa on a free port with a fresh
 # data directory (under BENCH_DIR, default ./target/bench — on the same disk as
@@ -24,16 +34,26 @@ bench_dir=${BENCH_DIR:-$target/bench}
 mode=${1:-single}
 log() { echo "[bench] $*" >&2; }
 
-log "building release samsa"
-(cd "$root" && cargo build --release -p samsa >/dev/null)
-samsa=$target/release/samsa
-"$here/../librdkafka/run.sh" --build
-perf_tool=$target/librdkafka-suite/librdkafka/examples/rdkafka_performance
-if [ ! -x "$perf_tool" ]; then
-    log "building rdkafka_performance"
-    make -C "$target/librdkafka-suite/librdkafka/examples" rdkafka_performance >/dev/null
+if [ -n "${SAMSA_BIN:-}" ]; then
+    samsa=$SAMSA_BIN # e.g. a copy of an earlier build, for before/after figures
+else
+    log "building release samsa"
+    (cd "$root" && nice cargo build --release -p samsa >/dev/null)
+    samsa=$target/release/samsa
 fi
-export LD_LIBRARY_PATH=$target/librdkafka-suite/librdkafka/src
+# The broker processes may come from another build than the client tools
+# (before/after figures of a broker change with the same `samsa bench`).
+server=${SAMSA_SERVER_BIN:-$samsa}
+perf_tool=$target/librdkafka-suite/librdkafka/examples/rdkafka_performance
+# `samsa bench txn` is the only client of the txn mode: no rdkafka_performance.
+if [ "$mode" != txn ]; then
+    "$here/../librdkafka/run.sh" --build
+    if [ ! -x "$perf_tool" ]; then
+        log "building rdkafka_performance"
+        make -C "$target/librdkafka-suite/librdkafka/examples" rdkafka_performance >/dev/null
+    fi
+    export LD_LIBRARY_PATH=$target/librdkafka-suite/librdkafka/src
+fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -53,7 +73,8 @@ start_broker() {
     port=$(free_port)
     data=$bench_dir/data-$port
     rm -rf "$bench_dir" && mkdir -p "$data"
-    "$samsa" server --listen "127.0.0.1:$port" --data-dir "$data" --set "log.flush=$1" \
+    "$server" server --listen "127.0.0.1:$port" --data-dir "$data" --set "log.flush=$1" \
+        --set http_listen=127.0.0.1:0 \
         >"$bench_dir/broker.log" 2>&1 &
     broker_pid=$!
     for _ in $(seq 100); do
@@ -71,7 +92,7 @@ start_cluster() {
 import random, socket
 for _ in range(200):
     base = random.randrange(20000, 40000)
-    ports = [base + d for d in (0, 1, 100, 101, 200, 201)]
+    ports = [base + d for d in (0, 1, 2, 100, 101, 102, 200, 201, 202)]
     try:
         socks = []
         for p in ports:
@@ -85,7 +106,8 @@ PY
 )
     data=$bench_dir/cluster-$port
     rm -rf "$bench_dir" && mkdir -p "$data"
-    "$samsa" dev --nodes 3 --port "$port" --controller-port "$((port + 1))" --data-dir "$data" \
+    "$server" dev --nodes 3 --port "$port" --controller-port "$((port + 1))" \
+        --http-port "$((port + 2))" --data-dir "$data" \
         >"$bench_dir/broker.log" 2>&1 &
     broker_pid=$!
     for _ in $(seq 300); do
@@ -126,6 +148,34 @@ if [ "$mode" = replication ]; then
                 --records "$((records / 5))" --record-size "$size" --acks all --idempotent 2>&1 | tail -1 \
                 | grep -o '[0-9.]* ms 50th, [0-9.]* ms 99th, [0-9.]* ms 99.9th')
             echo "| $name | $partitions | ${r% msgs/s} | $l |"
+        done
+    done
+    stop_broker
+    rm -rf "$bench_dir"
+    exit 0
+fi
+
+if [ "$mode" = txn ]; then
+    seconds=${TXN_SECONDS:-10}
+    runs=${TXN_RUNS:-1}
+    for run in $(seq "$runs"); do
+        for setup in ${TXN_SETUPS:-single cluster}; do
+            if [ "$setup" = single ]; then
+                start_broker "${TXN_FLUSH:-\"every-ack\"}"; name="1 node, RF=1, log.flush=${TXN_FLUSH:-\"every-ack\"}"; rf=1
+            else
+                start_cluster; name="3 nodes (samsa dev --nodes 3), RF=3, min ISR 2"; rf=3
+            fi
+            "$samsa" topic create txn --partitions 1 --replication-factor "$rf" \
+                --bootstrap-server "127.0.0.1:$port" >/dev/null
+            echo "### $name, run $run of $runs, $(date -u +%Y-%m-%dT%H:%M:%SZ), $seconds s per scenario, $size-byte records"
+            echo
+            echo "load before: $(uptime | sed 's/.*load average: //')"
+            echo
+            "$samsa" bench txn --bootstrap-server "127.0.0.1:$port" --topic txn \
+                --seconds "$seconds" --record-size "$size"
+            echo
+            echo "load after: $(uptime | sed 's/.*load average: //')"
+            echo
         done
     done
     stop_broker

@@ -98,6 +98,8 @@ class SamsaNode:
             "--listen", listen,
             "--advertised-listener", listen,
             "--data-dir", str(self.data_dir),
+            # Any free port: these tests do not scrape /metrics.
+            "--set", "http_listen=127.0.0.1:0",
         ]
         for s in self.settings:
             args += ["--set", s]

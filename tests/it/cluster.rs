@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::MetadataResponse;
 use rdkafka::producer::Producer;
 use samsa_tests::cluster::{median_and_max, run_to_exit, SamsaCluster};
+use samsa_tests::http::http_get;
 use samsa_tests::node::samsa_bin;
 use samsa_tests::rdk::{
     acked_count, checking_producer, consume_to_end, idempotent_producer_config, send_checked,
@@ -667,6 +668,8 @@ fn bad_cluster_configuration_is_a_clear_error() {
             format!("controller_quorum_voters={voters}"),
             "--set".into(),
             format!("controller_listen=127.0.0.1:{controller}"),
+            "--set".into(),
+            "http_listen=127.0.0.1:0".into(),
         ];
         for e in extra {
             args.push("--set".into());
@@ -720,6 +723,8 @@ fn bad_cluster_configuration_is_a_clear_error() {
         format!("127.0.0.1:{}", port()),
         "--data-dir".into(),
         cluster.node(3).data_dir().display().to_string(),
+        "--set".into(),
+        "http_listen=127.0.0.1:0".into(),
     ];
     let out = run_to_exit(&bin, &single, quick);
     assert_fails_with(&out, "belongs to a cluster node");
@@ -734,11 +739,12 @@ fn bad_cluster_configuration_is_a_clear_error() {
     cluster.restart(3);
 }
 
-/// Six free ports: base, base+100, base+200 for Kafka and controllers.
+/// Nine free ports: base, base+100, base+200 for Kafka, controllers and HTTP.
 fn dev_ports() -> (u16, u16) {
     for _ in 0..200 {
         let kafka = rand::random::<u16>() % 20_000 + 20_000;
         let controller = kafka + 1;
+        let http = kafka + 2;
         let all = [
             kafka,
             kafka + 100,
@@ -746,6 +752,9 @@ fn dev_ports() -> (u16, u16) {
             controller,
             controller + 100,
             controller + 200,
+            http,
+            http + 100,
+            http + 200,
         ];
         if all
             .iter()
@@ -767,7 +776,8 @@ fn dev_three_nodes_and_cluster_status() {
     let log = std::fs::File::create(dir.path().join("dev.log")).unwrap();
     let dev = Command::new(samsa_bin())
         .args(["dev", "--nodes", "3", "--port", &kafka.to_string()])
-        .args(["--controller-port", &controller.to_string(), "--data-dir"])
+        .args(["--controller-port", &controller.to_string()])
+        .args(["--http-port", &(kafka + 2).to_string(), "--data-dir"])
         .arg(dir.path().join("data"))
         .args(["--set", "broker_session_timeout_ms=3000"])
         .env("RUST_LOG", "info,openraft=warn")
@@ -834,6 +844,24 @@ fn dev_three_nodes_and_cluster_status() {
         "{text}"
     );
     assert_eq!(text.matches("follower").count(), 2, "{text}");
+
+    // Each node's HTTP endpoint: ready, and together they lead the topic's
+    // three partitions.
+    let mut led = 0;
+    for n in 0..3u16 {
+        let http = std::net::SocketAddr::from(([127, 0, 0, 1], kafka + 2 + 100 * n));
+        wait_until(
+            &format!("dev node {} to be ready", n + 1),
+            Duration::from_secs(30),
+            || (http_get(http, "/readyz").ok()?.0 == 200).then_some(()),
+        );
+        let (_, body) = http_get(http, "/metrics").unwrap();
+        led += body
+            .lines()
+            .filter(|l| l.starts_with("samsa_partition_high_watermark{") && l.contains(&topic))
+            .count();
+    }
+    assert_eq!(led, 3, "each partition is led by exactly one node");
 
     // SIGTERM: all nodes stop cleanly.
     nix_sigterm(guard.0.id());

@@ -16,3 +16,4 @@ mod rdkafka_eos;
 mod replication;
 mod transactions;
 mod transactions_smoke;
+mod txn_tools;

@@ -115,6 +115,7 @@ start_samsa() {
     RUST_LOG=${RUST_LOG:-info} "$samsa_bin" server --node-id 1 \
         --listen "127.0.0.1:$port" --advertised-listener "127.0.0.1:$port" \
         --data-dir "$work/data" --set num_partitions=4 \
+        --set http_listen=127.0.0.1:0 \
         --set auto_create_topics_enable=$autocreate \
         >"$work/samsa.log" 2>&1 &
     samsa_pid=$!

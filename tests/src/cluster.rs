@@ -48,6 +48,8 @@ pub struct ClusterNode {
     pub node_id: i32,
     pub kafka_port: u16,
     pub controller_port: u16,
+    /// Port of the node's HTTP endpoint (`/metrics`, `/readyz`).
+    pub http_port: u16,
     dir: PathBuf,
     child: Option<Child>,
     starts: u32,
@@ -60,6 +62,11 @@ impl ClusterNode {
 
     pub fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.kafka_port)
+    }
+
+    /// `http://127.0.0.1:PORT`, the base of the node's HTTP endpoint.
+    pub fn http_base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http_port)
     }
 
     pub fn controller_addr(&self) -> String {
@@ -129,6 +136,7 @@ impl SamsaCluster {
                     node_id: id,
                     kafka_port: free_port(),
                     controller_port: free_port(),
+                    http_port: free_port(),
                     dir: node_dir,
                     child: None,
                     starts: 0,
@@ -224,6 +232,8 @@ impl SamsaCluster {
             format!("controller_quorum_voters={}", self.voters),
             "--set".into(),
             format!("controller_listen={}", node.controller_addr()),
+            "--set".into(),
+            format!("http_listen=127.0.0.1:{}", node.http_port),
         ];
         for s in &self.settings {
             args.push("--set".into());
@@ -449,9 +459,10 @@ fn command(bin: &Path) -> Command {
     cmd
 }
 
-/// Runs `bin args` to completion within `timeout` (killing it and failing
-/// the test otherwise); returns the status and stdout+stderr.
-pub fn run_to_exit(bin: &Path, args: &[String], timeout: Duration) -> (ExitStatus, String) {
+/// Runs `samsa <args>` to its exit (panics if it runs longer than
+/// `timeout`) and returns its status with stdout and stderr apart, for
+/// tests that parse what a CLI tool prints.
+pub fn run_cli(bin: &Path, args: &[String], timeout: Duration) -> CliOutput {
     let mut child = command(bin)
         .args(args)
         .stdin(Stdio::null())
@@ -476,22 +487,33 @@ pub fn run_to_exit(bin: &Path, args: &[String], timeout: Duration) -> (ExitStatu
     let Some(status) = status else {
         let _ = child.kill();
         let _ = child.wait();
-        let text = format!(
-            "{}{}",
+        panic!(
+            "`samsa {}` did not exit within {timeout:?} (a hang)\n{}{}",
+            args.join(" "),
             out.join().unwrap_or_default(),
             err.join().unwrap_or_default()
         );
-        panic!(
-            "`samsa {}` did not exit within {timeout:?} (a hang)\n{text}",
-            args.join(" ")
-        );
     };
-    let text = format!(
-        "{}{}",
-        out.join().unwrap_or_default(),
-        err.join().unwrap_or_default()
-    );
-    (status, text)
+    CliOutput {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
+/// What [`run_cli`] saw.
+#[derive(Debug)]
+pub struct CliOutput {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `bin args` to completion within `timeout` (killing it and failing
+/// the test otherwise); returns the status and stdout+stderr.
+pub fn run_to_exit(bin: &Path, args: &[String], timeout: Duration) -> (ExitStatus, String) {
+    let out = run_cli(bin, args, timeout);
+    (out.status, format!("{}{}", out.stdout, out.stderr))
 }
 
 fn tail(path: &Path, lines: usize) -> String {

@@ -10,6 +10,7 @@ pub mod checker;
 pub mod client;
 pub mod cluster;
 pub mod group;
+pub mod http;
 pub mod node;
 pub mod rdk;
 pub mod txn;

@@ -67,6 +67,8 @@ pub const TEST_NODE_SETTINGS: &[&str] = &["group_initial_rebalance_delay_ms=0"];
 pub struct SamsaNode {
     bin: PathBuf,
     port: u16,
+    /// Port of the HTTP endpoint (`/metrics`, `/healthz`, `/readyz`).
+    http_port: u16,
     node_id: i32,
     settings: Vec<String>,
     dir: TempDir,
@@ -99,6 +101,7 @@ impl SamsaNode {
         let mut node = SamsaNode {
             bin,
             port: free_port(),
+            http_port: free_port(),
             node_id: 1,
             settings: TEST_NODE_SETTINGS
                 .iter()
@@ -124,6 +127,11 @@ impl SamsaNode {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// `127.0.0.1:PORT` of the node's HTTP endpoint.
+    pub fn http_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.http_port))
     }
 
     pub fn node_id(&self) -> i32 {
@@ -227,7 +235,9 @@ impl SamsaNode {
             .arg("--advertised-listener")
             .arg(&listen)
             .arg("--data-dir")
-            .arg(self.data_dir());
+            .arg(self.data_dir())
+            .arg("--set")
+            .arg(format!("http_listen={}", self.http_addr()));
         for s in &self.settings {
             cmd.arg("--set").arg(s);
         }

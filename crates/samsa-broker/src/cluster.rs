@@ -990,6 +990,8 @@ async fn run_node(
     }
     probe_duplicate(&settings).await?;
     let listener = server::bind(config.listen).await?;
+    let http_listener = crate::http::bind(config.http_listen).await?;
+    let http_state = Arc::new(crate::http::HttpState::default());
     let cluster_id = config.cluster_id.clone().or(identity.cluster_id.clone());
     let (controller, routes) = start_controller(&config, &settings, cluster_id).await?;
     let replication = ReplicationGrpc::new();
@@ -1000,7 +1002,7 @@ async fn run_node(
         routes,
         replication.clone(),
         txn_grpc.clone(),
-        grpc_stop_rx,
+        grpc_stop_rx.clone(),
     )
     .await
     {
@@ -1015,6 +1017,10 @@ async fn run_node(
         controller_listen = %config.controller_listen,
         "controller started"
     );
+    let http = tokio::spawn(
+        crate::http::serve(http_listener, Arc::clone(&http_state), grpc_stop_rx.clone())
+            .in_current_span(),
+    );
     let result = serve(
         config,
         settings,
@@ -1023,6 +1029,7 @@ async fn run_node(
         BrokerServices {
             replication,
             txn: txn_grpc,
+            http: http_state,
         },
         listener,
         shutdown,
@@ -1033,6 +1040,7 @@ async fn run_node(
     }
     let _ = grpc_stop_tx.send(true);
     let _ = grpc.await;
+    let _ = http.await;
     result
 }
 
@@ -1041,6 +1049,8 @@ async fn run_node(
 struct BrokerServices {
     replication: ReplicationGrpc,
     txn: crate::transactions::grpc::TxnGrpc,
+    /// What `/metrics` and `/readyz` read (the HTTP server runs from start-up).
+    http: Arc<crate::http::HttpState>,
 }
 
 async fn serve(
@@ -1056,6 +1066,7 @@ async fn serve(
     let BrokerServices {
         replication,
         txn: txn_grpc,
+        http,
     } = services;
     let mut tasks = Tasks::default();
     let follower = MetadataFollower::spawn(
@@ -1122,6 +1133,7 @@ async fn serve(
             .map_err(|e| BrokerError::Cluster(format!("opening the broker failed: {e}")))??
     };
     let broker = Arc::new(broker);
+    http.attach(Arc::clone(&broker));
     let (isr_tx, isr_rx) = tokio::sync::mpsc::unbounded_channel();
     replication.attach(Arc::new(ReplicationHub {
         broker: Arc::clone(&broker),
@@ -1287,6 +1299,23 @@ async fn serve(
     );
     let maintenance =
         tokio::spawn(maintenance_loop(Arc::clone(&broker), stop_rx.clone()).in_current_span());
+    // Ready while unfenced: a fenced broker leads nothing and clients
+    // should go elsewhere.
+    {
+        let http = Arc::clone(&http);
+        let mut fenced = fenced_rx.clone();
+        let mut stop = stop_rx.clone();
+        tasks.spawn(async move {
+            loop {
+                http.set_ready(!*fenced.borrow_and_update());
+                tokio::select! {
+                    changed = fenced.changed() => if changed.is_err() { break },
+                    _ = stop.changed() => break,
+                }
+            }
+            http.set_ready(false);
+        });
+    }
     let (host, port) = broker.config.advertised_host_port();
     info!(listen = %broker.config.listen, advertised = %format!("{host}:{port}"), "broker started (cluster mode)");
 
@@ -1300,6 +1329,7 @@ async fn serve(
             BrokerError::Cluster("heartbeats stopped unexpectedly".into())
         })),
     };
+    http.set_ready(false);
     let _ = stop_tx.send(true);
     heartbeats.abort();
     let _ = accept.await;

@@ -106,6 +106,18 @@ pub struct BrokerConfig {
     /// `transactional.id.expiration.ms`: an idle transactional id unused this
     /// long is forgotten.
     pub transactional_id_expiration_ms: i64,
+    /// `transaction.partition.verification.enable` (KIP-890): a partition
+    /// leader checks with the coordinator before a producer's first
+    /// transactional write to the partition. Off, such a write is appended
+    /// unchecked, so a late write can open a transaction the coordinator
+    /// does not know (a hanging transaction); kept for parity with Kafka
+    /// and for tests that need one.
+    pub transaction_partition_verification_enable: bool,
+
+    // --- observability ---
+    /// Address of the HTTP server (`/metrics`, `/healthz`, `/readyz`).
+    /// Port 0 picks a free port (logged at start).
+    pub http_listen: SocketAddr,
 
     // --- consumer groups ---
     /// `offsets.topic.num.partitions`: partitions of `__consumer_offsets`,
@@ -159,6 +171,8 @@ impl Default for BrokerConfig {
             transaction_max_timeout_ms: 900_000,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
+            transaction_partition_verification_enable: true,
+            http_listen: SocketAddr::from(([0, 0, 0, 0], 9644)),
             offsets_topic_num_partitions: 50,
             offsets_topic_replication_factor: None,
             group_initial_rebalance_delay_ms: 3_000,

@@ -23,7 +23,8 @@
 //!   acks=all writes);
 //! - [`cluster`]: cluster mode — the embedded controller, registration,
 //!   heartbeats and the metadata stream from the controller quorum;
-//! - [`error`]: the one mapping from internal errors to Kafka error codes.
+//! - [`error`]: the one mapping from internal errors to Kafka error codes;
+//! - [`http`]: `/metrics`, `/healthz`, `/readyz` on `http_listen`.
 //!
 //! [`run`] wires them together: for a single node (no
 //! `controller_quorum_voters`), or as a cluster node ([`cluster::run`]).
@@ -39,6 +40,7 @@ mod fsutil;
 pub mod group;
 pub mod groups;
 pub mod handlers;
+pub mod http;
 pub mod metadata;
 pub mod producer_ids;
 pub mod replica;
@@ -279,6 +281,14 @@ pub async fn run(
         return cluster::run(config, shutdown).await;
     }
     let listen = config.listen;
+    let http_state = Arc::new(http::HttpState::default());
+    let http_listener = http::bind(config.http_listen).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let http_server = tokio::spawn(http::serve(
+        http_listener,
+        Arc::clone(&http_state),
+        stop_rx.clone(),
+    ));
     let broker = Arc::new(
         tokio::task::spawn_blocking(move || Broker::open(config))
             .await
@@ -287,19 +297,22 @@ pub async fn run(
                 source: std::io::Error::other(e),
             })??,
     );
+    http_state.attach(Arc::clone(&broker));
     let listener = server::bind(listen).await?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
     let maintenance = tokio::spawn(maintenance_loop(broker.clone(), stop_rx.clone()));
     let coordinator = transactions::TxnShell::start(&broker, None, stop_rx.clone());
     let group_coordinator = groups::GroupShell::start(&broker, stop_rx.clone());
     let accept = tokio::spawn(server::accept_loop(listener, broker.clone(), stop_rx));
+    http_state.set_ready(true);
     info!(node = broker.config.node_id, %listen, data_dir = %broker.config.data_dir.display(), "broker started");
 
     shutdown.await;
     info!("shutting down");
+    http_state.set_ready(false);
     let _ = stop_tx.send(true);
     let _ = accept.await;
+    let _ = http_server.await;
     let _ = maintenance.await;
     let _ = coordinator.await;
     let _ = group_coordinator.await;

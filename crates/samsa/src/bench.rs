@@ -1,5 +1,6 @@
-//! `samsa bench produce|consume`: load generators in the spirit of
-//! kafka-producer-perf-test / kafka-consumer-perf-test.
+//! `samsa bench produce|consume|txn`: load generators in the spirit of
+//! kafka-producer-perf-test / kafka-consumer-perf-test, and the transaction
+//! benchmark ([`txn`]).
 //!
 //! The producer keeps many records in flight: the sending thread only enqueues
 //! into librdkafka (retrying on a full local queue) while a `ThreadedProducer`
@@ -29,12 +30,17 @@ use crate::client::{self, CliContext, ConnectArgs, REQUEST_TIMEOUT};
 use crate::consume::{assigning_consumer, IsolationLevel};
 use crate::produce::Acks;
 
+mod txn;
+
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
     /// Produce N records of a fixed size as fast as possible; report throughput and latency.
     Produce(BenchProduceArgs),
     /// Read a topic from the beginning as fast as possible; report throughput.
     Consume(BenchConsumeArgs),
+    /// Transactional producers (10/100/1000 records per transaction, and 16 at
+    /// once) against idempotent producing in the same run; commit latency.
+    Txn(txn::BenchTxnArgs),
 }
 
 #[derive(Debug, Args)]
@@ -92,6 +98,7 @@ pub async fn run(command: BenchCommand) -> Result<ExitCode> {
             client::blocking(move || bench_produce(&args)).await
         }
         BenchCommand::Consume(args) => client::blocking(move || bench_consume(&args)).await,
+        BenchCommand::Txn(args) => txn::run(args).await,
     }
 }
 

@@ -17,8 +17,10 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// does, so an unreachable broker is reported after this long.
 pub const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Where a tool finds the cluster (shared by the librdkafka tools and
+/// `samsa txn`).
 #[derive(Debug, Clone, Args)]
-pub struct ConnectArgs {
+pub struct BootstrapArgs {
     /// Kafka bootstrap server(s), comma-separated.
     #[arg(
         long,
@@ -28,6 +30,12 @@ pub struct ConnectArgs {
         env = "SAMSA_BOOTSTRAP_SERVER"
     )]
     pub bootstrap_server: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ConnectArgs {
+    #[command(flatten)]
+    pub bootstrap: BootstrapArgs,
     /// Extra librdkafka property, applied last (repeatable), e.g. -X compression.type=lz4.
     #[arg(short = 'X', long = "property", value_name = "KEY=VALUE")]
     pub properties: Vec<String>,
@@ -39,7 +47,7 @@ impl ConnectArgs {
     pub fn client_config(&self, settings: &[(&str, &str)]) -> Result<ClientConfig> {
         let mut config = ClientConfig::new();
         config
-            .set("bootstrap.servers", &self.bootstrap_server)
+            .set("bootstrap.servers", &self.bootstrap.bootstrap_server)
             .set("client.id", "samsa-cli")
             // The CLI must not create topics as a side effect of looking them up.
             .set("allow.auto.create.topics", "false");

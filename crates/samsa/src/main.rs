@@ -15,6 +15,8 @@ mod produce;
 mod server;
 mod signals;
 mod topic;
+mod txn;
+mod wire;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -58,6 +60,10 @@ enum Command {
     /// Run a transaction experiment against a broker and print what it shows.
     #[command(subcommand)]
     Demo(demo::DemoCommand),
+    /// List, describe and abort transactions; find hanging ones
+    /// (like kafka-transactions.sh).
+    #[command(subcommand)]
+    Txn(txn::TxnCommand),
 }
 
 fn main() -> ExitCode {
@@ -92,6 +98,7 @@ fn main() -> ExitCode {
             Command::Bench(cmd) => bench::run(cmd).await,
             Command::DumpLog(args) => dump_log::run(&args),
             Command::Demo(cmd) => demo::run(cmd).await,
+            Command::Txn(cmd) => txn::run(cmd).await,
         }
     });
     // Blocking client tasks have all been joined by now; don't let a stray one

@@ -64,12 +64,13 @@ impl Acks {
     }
 }
 
-/// Delivery bookkeeping, updated from librdkafka's delivery callbacks.
+/// Delivery bookkeeping, updated from librdkafka's delivery callbacks
+/// (also the context of `samsa bench txn`'s producers).
 #[derive(Default)]
-struct DeliveryTally {
-    delivered: AtomicU64,
-    failed: AtomicU64,
-    first_error: Mutex<Option<String>>,
+pub(crate) struct DeliveryTally {
+    pub(crate) delivered: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) first_error: Mutex<Option<String>>,
 }
 
 impl ClientContext for DeliveryTally {

@@ -58,6 +58,10 @@ pub struct DevArgs {
     /// controller-port + 100 × (N − 1)).
     #[arg(long, value_name = "PORT", default_value_t = 9093)]
     controller_port: u16,
+    /// Port of the HTTP endpoint (/metrics, /healthz, /readyz) on 127.0.0.1
+    /// (node N of a cluster: http-port + 100 × (N − 1)).
+    #[arg(long, value_name = "PORT", default_value_t = 9644)]
+    http_port: u16,
     /// Override any config key, e.g. --set num_partitions=3 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
@@ -101,6 +105,7 @@ pub async fn run_dev(args: DevArgs) -> Result<ExitCode> {
         // 127.0.0.1 rather than localhost: librdkafka may resolve localhost to ::1.
         advertised_listener: Some(listen.to_string()),
         data_dir: args.data_dir,
+        http_listen: SocketAddr::from(([127, 0, 0, 1], args.http_port)),
         ..BrokerConfig::default()
     };
     let cfg = config::apply_overrides(cfg, &args.set)?;
@@ -108,12 +113,13 @@ pub async fn run_dev(args: DevArgs) -> Result<ExitCode> {
     // Fail before the banner if the port is taken, with a hint; the broker
     // would report the same, but after the banner has told the user it runs.
     // Dropping the probe listener frees the port for the broker at once.
-    drop(TcpListener::bind(cfg.listen).map_err(|err| {
-        anyhow!(
-            "cannot listen on {}: {err} (is another samsa or Kafka running? try --port)",
-            cfg.listen
-        )
-    })?);
+    for (addr, flag) in [(cfg.listen, "--port"), (cfg.http_listen, "--http-port")] {
+        drop(TcpListener::bind(addr).map_err(|err| {
+            anyhow!(
+                "cannot listen on {addr}: {err} (is another samsa or Kafka running? try {flag})"
+            )
+        })?);
+    }
     println!("{}", banner(&cfg));
     run_broker(cfg).await
 }
@@ -168,6 +174,7 @@ fn dev_cluster_configs(args: &DevArgs) -> Result<Vec<BrokerConfig>> {
                     [127, 0, 0, 1],
                     port_of(args.controller_port, n)?,
                 )),
+                http_listen: SocketAddr::from(([127, 0, 0, 1], port_of(args.http_port, n)?)),
                 ..BrokerConfig::default()
             };
             config::apply_overrides(cfg, &args.set)
@@ -179,11 +186,11 @@ fn dev_cluster_configs(args: &DevArgs) -> Result<Vec<BrokerConfig>> {
 async fn run_dev_cluster(args: DevArgs) -> Result<ExitCode> {
     let configs = dev_cluster_configs(&args)?;
     for cfg in &configs {
-        for addr in [cfg.listen, cfg.controller_listen] {
+        for addr in [cfg.listen, cfg.controller_listen, cfg.http_listen] {
             drop(TcpListener::bind(addr).map_err(|err| {
                 anyhow!(
                     "cannot listen on {addr}: {err} (is another samsa or Kafka running? \
-                     try --port / --controller-port)"
+                     try --port / --controller-port / --http-port)"
                 )
             })?);
         }
@@ -236,10 +243,11 @@ fn cluster_banner(configs: &[BrokerConfig]) -> String {
         let (host, port) = cfg.advertised_host_port();
         let data_dir = std::path::absolute(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone());
         rows.push_str(&format!(
-            "  {:<5} {:<17} {:<17} {}\n",
+            "  {:<5} {:<17} {:<17} {:<17} {}\n",
             cfg.node_id,
             format!("{host}:{port}"),
             cfg.controller_listen,
+            cfg.http_listen,
             data_dir.display()
         ));
     }
@@ -266,7 +274,7 @@ fn cluster_banner(configs: &[BrokerConfig]) -> String {
         "\
 samsa {version} - development cluster ({n} nodes, each a controller and a broker)
 
-  Node  Kafka             Controller        Data directory
+  Node  Kafka             Controller        HTTP (/metrics)   Data directory
 {rows}
   Bootstrap       {bootstrap}
 
@@ -274,6 +282,7 @@ samsa {version} - development cluster ({n} nodes, each a controller and a broker
   Produce         seq 10 | samsa produce demo -b {bootstrap}
   Consume         samsa consume demo --from-beginning --print-offsets -b {bootstrap}
   Cluster status  samsa cluster status{status_flags}
+  Transactions    samsa txn list -b {bootstrap}
 
   Press Ctrl-C to stop all nodes (data is kept in the data directories).
 ",
@@ -296,6 +305,7 @@ fn banner(cfg: &BrokerConfig) -> String {
 samsa {version} - development broker (single node)
 
   Kafka address   {addr}
+  Metrics         http://{http}/metrics  (/healthz, /readyz)
   Data directory  {data_dir}
 
   Create a topic  samsa topic create demo --partitions 3{bs}
@@ -309,6 +319,7 @@ samsa {version} - development broker (single node)
 ",
         version = env!("CARGO_PKG_VERSION"),
         data_dir = data_dir.display(),
+        http = cfg.http_listen,
     )
 }
 
@@ -357,14 +368,24 @@ mod tests {
             port: 9092,
             nodes: 3,
             controller_port: 9093,
+            http_port: 9644,
             set: vec!["broker_session_timeout_ms=3000".into()],
         };
         let configs = dev_cluster_configs(&args).unwrap();
-        let ports: Vec<(u16, u16)> = configs
+        let ports: Vec<(u16, u16, u16)> = configs
             .iter()
-            .map(|c| (c.listen.port(), c.controller_listen.port()))
+            .map(|c| {
+                (
+                    c.listen.port(),
+                    c.controller_listen.port(),
+                    c.http_listen.port(),
+                )
+            })
             .collect();
-        assert_eq!(ports, vec![(9092, 9093), (9192, 9193), (9292, 9293)]);
+        assert_eq!(
+            ports,
+            vec![(9092, 9093, 9644), (9192, 9193, 9744), (9292, 9293, 9844)]
+        );
         assert_eq!(
             configs[2].controller_quorum_voters.as_deref(),
             Some("1@127.0.0.1:9093,2@127.0.0.1:9193,3@127.0.0.1:9293")

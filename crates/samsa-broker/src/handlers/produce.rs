@@ -126,7 +126,11 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                         Ok(needs) => needs,
                         Err(e) => break 'partition Some((partition_error_code(&e), e.to_string())),
                     };
-                    if needs {
+                    if needs && !broker.config.transaction_partition_verification_enable {
+                        // Verification off: the write opens its transaction
+                        // on trust, as Kafka does with the same setting.
+                        partition.mark_txn_verified(producer_id, producer_epoch);
+                    } else if needs {
                         let verified = verify_partition(
                             broker,
                             transactional_id.0.as_str(),

@@ -8,8 +8,15 @@
 //! for the write it asks for (`TxnShell::respond`), and converts back.
 //! Every coordinator call runs in a span carrying the transactional id and
 //! producer id.
+//!
+//! AddPartitionsToTxn, AddOffsetsToTxn and EndTxn that the coordinator
+//! answers CONCURRENT_TRANSACTIONS (the id's previous transaction is still
+//! writing its markers or its `Complete*` record) are asked again each time
+//! a state write completes, for up to [`CONCURRENT_WAIT`], and only then
+//! answered CONCURRENT_TRANSACTIONS ([`unless_concurrent`]).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
@@ -37,11 +44,53 @@ use tracing::{info_span, Instrument};
 use super::{str_bytes, topic_name};
 use crate::error::partition_error_code;
 use crate::transactions::markers::write_markers;
-use crate::txn::{self, TopicPartition, TxnResult};
+use crate::txn::{self, Outcome, TopicPartition, TxnResult};
 use crate::{now_ms, Broker};
+
+/// How long a request the coordinator answers CONCURRENT_TRANSACTIONS
+/// waits on the broker for the conflicting write to finish. The client
+/// would retry anyway after a backoff (librdkafka: 20 ms for
+/// AddPartitionsToTxn, `retry.backoff.ms` otherwise); back-to-back
+/// transactions meet this on every first AddPartitionsToTxn, because EndTxn
+/// is answered once `Prepare*` is durable and the markers and `Complete*`
+/// follow. Short, so a transaction whose markers cannot be written still
+/// gets its answer and the client's own retry loop as before.
+const CONCURRENT_WAIT: Duration = Duration::from_millis(100);
 
 fn code(error: Option<ResponseError>) -> i16 {
     error.map_or(0, |e| e.code())
+}
+
+/// Runs `attempt` (a coordinator handler) and, while it plans no write and
+/// its response is `concurrent`, runs it again after each completed state
+/// write, until [`CONCURRENT_WAIT`] has passed. The same answer a client
+/// retry would get, without the client's backoff.
+async fn unless_concurrent<R>(
+    broker: &Broker,
+    mut attempt: impl FnMut() -> Outcome<R>,
+    concurrent: impl Fn(&R) -> bool,
+) -> Outcome<R> {
+    let deadline = tokio::time::Instant::now() + CONCURRENT_WAIT;
+    loop {
+        let settled = broker.txn.settled();
+        tokio::pin!(settled);
+        // Registered before the attempt: a write completing in between
+        // still wakes this wait.
+        settled.as_mut().enable();
+        let outcome = attempt();
+        if outcome.write.is_some()
+            || !concurrent(&outcome.response)
+            || tokio::time::Instant::now() >= deadline
+        {
+            return outcome;
+        }
+        // On timeout the loop asks once more and returns that answer.
+        let _ = tokio::time::timeout_at(deadline, settled).await;
+    }
+}
+
+fn is_concurrent(error: Option<ResponseError>) -> bool {
+    error == Some(ResponseError::ConcurrentTransactions)
 }
 
 /// `InitProducerId` with a transactional id (the idempotent path stays in
@@ -172,7 +221,12 @@ async fn add_partitions_one(
             verify_only,
             version,
         };
-        let outcome = broker.txn.lock().add_partitions_to_txn(&req, now_ms());
+        let outcome = unless_concurrent(
+            broker,
+            || broker.txn.lock().add_partitions_to_txn(&req, now_ms()),
+            |r: &txn::AddPartitionsResponse| r.results.iter().any(|(_, e)| is_concurrent(*e)),
+        )
+        .await;
         broker.txn.respond(broker, outcome).await.results
     }
     .instrument(span)
@@ -254,7 +308,12 @@ pub async fn add_offsets_to_txn(
             group_id: request.group_id.0.as_str().to_string(),
             version,
         };
-        let outcome = broker.txn.lock().add_offsets_to_txn(&req, now_ms());
+        let outcome = unless_concurrent(
+            broker,
+            || broker.txn.lock().add_offsets_to_txn(&req, now_ms()),
+            |r: &txn::AddOffsetsResponse| is_concurrent(r.error),
+        )
+        .await;
         let response = broker.txn.respond(broker, outcome).await;
         AddOffsetsToTxnResponse::default().with_error_code(code(response.error))
     }
@@ -280,9 +339,16 @@ pub async fn end_txn(broker: &Broker, request: EndTxnRequest, version: i16) -> E
             version,
         };
         broker.txn.prepare_ids(broker).await;
-        let outcome = broker
-            .txn
-            .with_ids(broker, |c, ids| c.end_txn(&req, now_ms(), ids));
+        let outcome = unless_concurrent(
+            broker,
+            || {
+                broker
+                    .txn
+                    .with_ids(broker, |c, ids| c.end_txn(&req, now_ms(), ids))
+            },
+            |r: &txn::EndTxnResponse| is_concurrent(r.error),
+        )
+        .await;
         let response = broker.txn.respond(broker, outcome).await;
         let mut out = EndTxnResponse::default().with_error_code(code(response.error));
         if version >= 5 {

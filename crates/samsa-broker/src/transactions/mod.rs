@@ -92,6 +92,8 @@ pub struct TxnShell {
     clients: Mutex<HashMap<i32, TxnServiceClient<Channel>>>,
     topic: InternalTopic,
     wake: Notify,
+    /// Notified after every state write completes (see [`Self::settled`]).
+    settled: Notify,
 }
 
 pub(crate) fn txn_config(config: &BrokerConfig) -> TxnConfig {
@@ -116,6 +118,7 @@ impl TxnShell {
                 config.transaction_state_log_replication_factor,
             ),
             wake: Notify::new(),
+            settled: Notify::new(),
         }
     }
 
@@ -210,7 +213,16 @@ impl TxnShell {
             }
         });
         self.run_effects(completion.effects.clone());
+        self.settled.notify_waiters();
         completion
+    }
+
+    /// Resolves after the next state write of any transactional id
+    /// completes: a request answered CONCURRENT_TRANSACTIONS may succeed
+    /// now. Enable it before asking the coordinator, so no completion is
+    /// missed between the answer and the wait.
+    pub(crate) fn settled(&self) -> tokio::sync::futures::Notified<'_> {
+        self.settled.notified()
     }
 
     /// The response of a handler's [`Outcome`]: at once without a write,

@@ -252,7 +252,7 @@ impl Demo {
         let exe = std::env::current_exe().context("cannot find the samsa binary")?;
         let mut cmd = Command::new(exe);
         cmd.args(["demo", "eos-attempt", "--bootstrap-server"])
-            .arg(&self.connect.bootstrap_server);
+            .arg(&self.connect.bootstrap.bootstrap_server);
         for p in &self.connect.properties {
             cmd.arg("-X").arg(p);
         }
