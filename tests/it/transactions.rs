@@ -26,8 +26,8 @@ use samsa_tests::node::samsa_bin;
 use samsa_tests::txn::{
     create_topic_default_rf, error_code, is_fatal, partition_leaders, plain_producer_config,
     read_topic, read_values, requires_abort, retry_coordinator, transaction_state_leader,
-    transaction_state_partition, transactional_producer_config, Isolation, Seen, TxnProducer,
-    TRANSACTION_STATE_PARTITIONS, TRANSACTION_STATE_TOPIC,
+    transaction_state_partition, transactional_producer_config, wait_values, Isolation, Seen,
+    TxnProducer, TRANSACTION_STATE_PARTITIONS, TRANSACTION_STATE_TOPIC,
 };
 use samsa_tests::wait::try_wait_until;
 use samsa_tests::{unique_topic, wait_until, BatchBuilder, SamsaNode};
@@ -47,30 +47,6 @@ use Isolation::{ReadCommitted, ReadUncommitted};
 
 fn strs(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
-}
-
-/// Waits until a librdkafka reader at `isolation` sees exactly `expected`
-/// (values in (partition, offset) order); panics with the last read.
-fn wait_values(
-    bootstrap: &str,
-    topic: &str,
-    partitions: i32,
-    isolation: Isolation,
-    expected: &[String],
-) {
-    let mut last = None;
-    let ok = try_wait_until(VISIBLE, || {
-        match read_values(bootstrap, topic, partitions, isolation) {
-            Ok(v) if v == expected => return Some(()),
-            Ok(v) => last = Some(Ok(v)),
-            Err(e) => last = Some(Err(format!("{e:#}"))),
-        }
-        None
-    });
-    assert!(
-        ok.is_some(),
-        "{topic} ({isolation:?}): expected {expected:?} within {VISIBLE:?}, last read {last:?}"
-    );
 }
 
 /// Waits until partition `p` of `topic` on `client`'s broker has no open

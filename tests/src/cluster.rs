@@ -26,7 +26,7 @@ use samsa_proto::controller::DescribeQuorumResponse;
 use tempfile::TempDir;
 
 use crate::client::KafkaClient;
-use crate::node::{free_port, samsa_bin};
+use crate::node::{free_port, has_setpriv, samsa_bin};
 use crate::wait::try_wait_until;
 
 /// How long a node may take to become ready after it was spawned.
@@ -457,18 +457,6 @@ fn command(bin: &Path) -> Command {
         cmd.env("RUST_LOG", "info,openraft=warn");
     }
     cmd
-}
-
-fn has_setpriv() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        Command::new("setpriv")
-            .arg("--help")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    })
 }
 
 /// Runs `samsa <args>` to its exit (panics if it runs longer than

@@ -9,6 +9,7 @@ pub mod batch;
 pub mod checker;
 pub mod client;
 pub mod cluster;
+pub mod group;
 pub mod http;
 pub mod node;
 pub mod rdk;
@@ -45,8 +46,13 @@ pub mod codes {
     pub const PRODUCER_FENCED: i16 = 90;
     pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
     pub const TRANSACTION_ABORTABLE: i16 = 120;
-    pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+    pub const ILLEGAL_GENERATION: i16 = 22;
     pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    pub const MEMBER_ID_REQUIRED: i16 = 79;
+    pub const FENCED_INSTANCE_ID: i16 = 82;
+    pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+    pub const GROUP_ID_NOT_FOUND: i16 = 69;
 }
 
 /// A topic name unique within this process (tests in one binary may share a

@@ -320,7 +320,8 @@ impl Drop for SamsaNode {
     }
 }
 
-fn has_setpriv() -> bool {
+/// Whether `setpriv` (util-linux) is available to set `PR_SET_PDEATHSIG`.
+pub fn has_setpriv() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {
         Command::new("setpriv")

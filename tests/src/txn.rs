@@ -331,6 +331,34 @@ pub fn read_values(
         .collect())
 }
 
+/// How long a transaction's outcome may take to become visible to readers
+/// after EndTxn (the coordinator answers before every marker is written).
+pub const VISIBLE: Duration = Duration::from_secs(30);
+
+/// Waits until a librdkafka reader at `isolation` sees exactly `expected`
+/// (values in (partition, offset) order); panics with the last read.
+pub fn wait_values(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    isolation: Isolation,
+    expected: &[String],
+) {
+    let mut last = None;
+    let ok = crate::wait::try_wait_until(VISIBLE, || {
+        match read_values(bootstrap, topic, partitions, isolation) {
+            Ok(v) if v == expected => return Some(()),
+            Ok(v) => last = Some(Ok(v)),
+            Err(e) => last = Some(Err(format!("{e:#}"))),
+        }
+        None
+    });
+    assert!(
+        ok.is_some(),
+        "{topic} ({isolation:?}): expected {expected:?} within {VISIBLE:?}, last read {last:?}"
+    );
+}
+
 /// Creates `topic` with the broker's default replication factor (-1: on a
 /// three-node cluster, 3 with min.insync.replicas 2) and fails unless the
 /// broker answers NONE.

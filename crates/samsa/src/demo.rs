@@ -1,6 +1,7 @@
 //! `samsa demo <name>`: the transaction experiments samsa reproduces (the
 //! seed experiments of the design notes), run with librdkafka against a
-//! live broker such as `samsa dev`. Each demo creates its own topics and
+//! live broker such as `samsa dev`. The consumer-group ones (offsets in
+//! the transaction, zombie members, lag) are in [`groups`]. Each demo creates its own topics and
 //! transactional ids (a unique suffix per run), prints every step and what a
 //! reader sees, and exits with failure when the broker does not behave as
 //! Kafka does.
@@ -24,6 +25,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::client::{self, CliContext, ConnectArgs, REQUEST_TIMEOUT};
 use crate::consume::{assigning_consumer, IsolationLevel};
 
+mod groups;
+
 #[derive(Debug, Subcommand)]
 pub enum DemoCommand {
     /// Three batches of 5: A commits, B fails after 3 sends and aborts, B is
@@ -37,6 +40,20 @@ pub enum DemoCommand {
     Lso(DemoArgs),
     /// A second producer with the same transactional.id fences the first.
     Fencing(DemoArgs),
+    /// Seed experiment 2: a consume-transform-produce process is SIGKILLed
+    /// between produce and commit; the retry with the same transactional.id
+    /// and group writes every output exactly once and moves the offset to 10.
+    Sigkill(DemoArgs),
+    /// A group member stopped past its session timeout loses its partition;
+    /// when it continues, its offsets and outputs are refused.
+    Zombie(DemoArgs),
+    /// A read_committed group consumer at the end of a transactional topic
+    /// has lag 0: transaction markers leave no phantom lag.
+    ConsumerLag(DemoArgs),
+    /// One consume-transform-produce transaction (what `sigkill` and
+    /// `zombie` run as child processes): consume through the group, write
+    /// the outputs synchronously, send the offsets to the transaction, commit.
+    EosAttempt(groups::EosAttemptArgs),
 }
 
 #[derive(Debug, Args)]
@@ -50,6 +67,9 @@ pub struct DemoArgs {
 }
 
 pub async fn run(command: DemoCommand) -> Result<ExitCode> {
+    if let DemoCommand::EosAttempt(args) = command {
+        return groups::run_attempt(args).await;
+    }
     let handle = tokio::runtime::Handle::current();
     client::blocking(move || {
         let (args, demo): (&DemoArgs, fn(&Demo) -> Result<()>) = match &command {
@@ -57,6 +77,10 @@ pub async fn run(command: DemoCommand) -> Result<ExitCode> {
             DemoCommand::TwoTopics(a) => (a, two_topics),
             DemoCommand::Lso(a) => (a, lso),
             DemoCommand::Fencing(a) => (a, fencing),
+            DemoCommand::Sigkill(a) => (a, groups::sigkill),
+            DemoCommand::Zombie(a) => (a, groups::zombie),
+            DemoCommand::ConsumerLag(a) => (a, groups::consumer_lag),
+            DemoCommand::EosAttempt(_) => bail!("eos-attempt is run above"),
         };
         let d = Demo {
             connect: args.connect.clone(),
