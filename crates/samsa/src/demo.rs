@@ -37,6 +37,10 @@ pub enum DemoCommand {
     Lso(DemoArgs),
     /// A second producer with the same transactional.id fences the first.
     Fencing(DemoArgs),
+    /// Exactly-once consume-transform-produce: two transactional stages of
+    /// stage processes, one process of each SIGKILLed half-way; every input
+    /// key reaches the output exactly once.
+    Pipeline(crate::pipeline::driver::DemoArgs),
 }
 
 #[derive(Debug, Args)]
@@ -57,6 +61,11 @@ pub async fn run(command: DemoCommand) -> Result<ExitCode> {
             DemoCommand::TwoTopics(a) => (a, two_topics),
             DemoCommand::Lso(a) => (a, lso),
             DemoCommand::Fencing(a) => (a, fencing),
+            DemoCommand::Pipeline(a) => {
+                crate::pipeline::driver::demo(a, &handle)?;
+                println!("OK: every key exactly once, offsets committed to the end.");
+                return Ok(ExitCode::SUCCESS);
+            }
         };
         let d = Demo {
             connect: args.connect.clone(),

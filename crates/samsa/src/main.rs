@@ -11,6 +11,7 @@ mod config;
 mod consume;
 mod demo;
 mod dump_log;
+mod pipeline;
 mod produce;
 mod server;
 mod signals;
@@ -58,6 +59,9 @@ enum Command {
     /// Run a transaction experiment against a broker and print what it shows.
     #[command(subcommand)]
     Demo(demo::DemoCommand),
+    /// Exactly-once consume-transform-produce stage processes and their benchmark.
+    #[command(subcommand)]
+    Pipeline(pipeline::PipelineCommand),
 }
 
 fn main() -> ExitCode {
@@ -92,6 +96,7 @@ fn main() -> ExitCode {
             Command::Bench(cmd) => bench::run(cmd).await,
             Command::DumpLog(args) => dump_log::run(&args),
             Command::Demo(cmd) => demo::run(cmd).await,
+            Command::Pipeline(cmd) => pipeline::run(cmd).await,
         }
     });
     // Blocking client tasks have all been joined by now; don't let a stray one
