@@ -10,6 +10,7 @@ mod failover;
 mod idempotence;
 mod offsets;
 mod persistence;
+mod pipeline;
 mod rdkafka_eos;
 mod replication;
 mod transactions;

@@ -10,12 +10,13 @@ pub mod checker;
 pub mod client;
 pub mod cluster;
 pub mod node;
+pub mod pipeline;
 pub mod rdk;
 pub mod txn;
 pub mod wait;
 
 pub use batch::{BatchBuilder, FetchedRecord};
-pub use checker::{EosChecker, EosReport};
+pub use checker::{EosChecker, EosReport, KeyChecker, KeyReport};
 pub use client::{is_connection_closed, KafkaClient};
 pub use node::SamsaNode;
 pub use wait::wait_until;

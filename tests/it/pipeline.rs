@@ -1,0 +1,405 @@
+//! The exactly-once pipeline under chaos (issue 6, item 4): 100,000 input
+//! records with unique keys go through two transactional
+//! consume-transform-produce stages (input → mid → final), each a consumer
+//! group of `samsa pipeline stage` processes, on a three-node cluster
+//! (RF 3, min.insync.replicas 2). Meanwhile the test SIGKILLs, round by
+//! round, a random stage process and the brokers that lead a stage's group
+//! coordinator, a stage slot's transaction coordinator and a data
+//! partition, and restarts each. At the end the final topic, read with
+//! read_committed, holds every input key exactly once, and each group's
+//! committed offsets equal its input topic's end offsets (the LSO).
+//!
+//! Rounds are paced by progress, not by time: before each kill the final
+//! topic's stable end offsets must have moved on by a step, and while a
+//! broker is down the pipeline must make progress before it is restarted.
+//! `SAMSA_TEST_SEED` replays a run's choice of victims.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use samsa_tests::client::KafkaClient;
+use samsa_tests::cluster::SamsaCluster;
+use samsa_tests::codes::NONE;
+use samsa_tests::pipeline::{
+    committed_offsets, read_keyed, stable_end_offsets, Stage, StageProcesses,
+};
+use samsa_tests::rdk::idempotent_producer_config;
+use samsa_tests::txn::{create_topic_default_rf, partition_leaders, transaction_state_leader};
+use samsa_tests::wait::try_wait_until;
+use samsa_tests::{unique_topic, KeyChecker};
+
+const RECORDS: u64 = 100_000;
+const PARTITIONS: i32 = 3;
+/// Kill rounds; each kills one stage process or one broker.
+const ROUNDS: u32 = 8;
+/// How long one step of progress may take (a broker failover, a group
+/// rebalance after a session timeout, a fenced transaction's abort).
+const PROGRESS_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long the pipeline may take to drain once the chaos is over.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
+/// Session timeout of the stage processes' consumers: how soon a killed
+/// member's partitions move (Kafka's lowest allowed by default).
+const SESSION_TIMEOUT_MS: &str = "6000";
+
+/// What a chaos round kills.
+#[derive(Debug, Clone, Copy)]
+enum Victim {
+    /// A random stage process, restarted at once (its restart fences it).
+    StageProcess,
+    /// A random stage process, restarted only after the rest of its group
+    /// made progress without it (its partitions moved in a rebalance).
+    StageProcessLate,
+    /// The broker leading a random stage's group coordinator.
+    GroupCoordinator,
+    /// The broker leading a random stage slot's transaction coordinator.
+    TransactionCoordinator,
+    /// The broker leading a random partition of the mid topic.
+    DataLeader,
+}
+
+const VICTIMS: [Victim; 5] = [
+    Victim::StageProcess,
+    Victim::GroupCoordinator,
+    Victim::TransactionCoordinator,
+    Victim::StageProcessLate,
+    Victim::DataLeader,
+];
+
+fn quick_client(cluster: &mut SamsaCluster) -> Option<KafkaClient> {
+    cluster.running().into_iter().find_map(|id| {
+        let mut c =
+            KafkaClient::connect_with_timeout(cluster.node(id).addr(), Duration::from_secs(1))
+                .ok()?;
+        c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        c.api_versions().ok()?;
+        Some(c)
+    })
+}
+
+/// Writes the input: keys `k000000000…`, value = key, idempotent acks=all.
+fn fill_input(bootstrap: &str, topic: &str) -> Vec<String> {
+    let producer: ThreadedProducer<DefaultProducerContext> = idempotent_producer_config(bootstrap)
+        .set("queue.buffering.max.messages", "200000")
+        .create()
+        .expect("create producer");
+    let keys: Vec<String> = (0..RECORDS).map(|i| format!("k{i:09}")).collect();
+    for k in &keys {
+        producer
+            .send(BaseRecord::to(topic).key(k).payload(k))
+            .map_err(|(e, _)| e)
+            .expect("enqueue input record");
+    }
+    producer
+        .flush(Duration::from_secs(120))
+        .expect("every input record acknowledged");
+    keys
+}
+
+fn total(offsets: &BTreeMap<i32, i64>) -> i64 {
+    offsets.values().sum()
+}
+
+/// Sum of the final topic's stable end offsets (`None` while it cannot
+/// be read, e.g. a leader is moving).
+fn final_progress(bootstrap: &str, topic: &str) -> Option<i64> {
+    stable_end_offsets(bootstrap, topic, PARTITIONS)
+        .ok()
+        .map(|e| total(&e))
+}
+
+struct Chaos {
+    cluster: SamsaCluster,
+    procs: StageProcesses,
+    stages: Vec<Stage>,
+    bootstrap: String,
+    final_topic: String,
+    rng: StdRng,
+    kills: BTreeMap<&'static str, u32>,
+    log: Vec<String>,
+    started: Instant,
+}
+
+impl Chaos {
+    fn note(&mut self, what: String) {
+        eprintln!("[chaos {:>6.1}s] {what}", self.started_secs());
+        self.log.push(what);
+    }
+
+    fn started_secs(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Waits until the final topic's stable end offsets grew by `step`,
+    /// restarting stage processes that exited by themselves meanwhile.
+    fn wait_progress(&mut self, step: i64, why: &str) {
+        let from = final_progress(&self.bootstrap, &self.final_topic).unwrap_or(0);
+        let (bootstrap, topic) = (self.bootstrap.clone(), self.final_topic.clone());
+        let mut exited = Vec::new();
+        let mut last = from;
+        let ok = try_wait_until(PROGRESS_TIMEOUT, || {
+            exited.extend(self.procs.restart_exited());
+            last = final_progress(&bootstrap, &topic).unwrap_or(last);
+            (last >= from + step).then_some(())
+        });
+        for (stage, slot, status) in exited {
+            self.note(format!("{stage}/{slot} exited by itself ({status}); restarted"));
+        }
+        assert!(
+            ok.is_some(),
+            "no progress {why}: the final topic's stable end offsets moved from {from} to {last} \
+             (wanted +{step}) within {PROGRESS_TIMEOUT:?}\nchaos so far: {:#?}\n{}",
+            self.log,
+            self.procs.log_tails(40)
+        );
+    }
+
+    fn kill_broker(&mut self, node: i32, why: &str, step: i64) {
+        self.note(format!("SIGKILL broker {node} ({why})"));
+        self.cluster.sigkill(node);
+        *self.kills.entry("brokers").or_default() += 1;
+        self.wait_progress(step / 2, &format!("while broker {node} was down"));
+        self.cluster.restart(node);
+        self.note(format!("broker {node} restarted"));
+    }
+
+    fn random_stage(&mut self) -> Stage {
+        let i = self.rng.gen_range(0..self.stages.len());
+        self.stages[i].clone()
+    }
+
+    fn round(&mut self, victim: Victim, step: i64) {
+        match victim {
+            Victim::StageProcess | Victim::StageProcessLate => {
+                let stage = self.random_stage();
+                let slot = self.rng.gen_range(0..stage.processes);
+                self.note(format!("SIGKILL stage process {}/{slot} ({victim:?})", stage.name));
+                // (If it had just exited by itself, this only reaps it.)
+                self.procs.sigkill(&stage.name, slot);
+                *self.kills.entry("stage processes").or_default() += 1;
+                if matches!(victim, Victim::StageProcessLate) {
+                    self.wait_progress(step / 2, "with a stage process down");
+                }
+                self.procs.start(&stage.name, slot);
+            }
+            Victim::GroupCoordinator => {
+                let stage = self.random_stage();
+                let Some(node) = self.group_coordinator(&stage.group) else {
+                    self.note(format!("no coordinator found for group {}", stage.group));
+                    return;
+                };
+                self.kill_broker(node, &format!("group coordinator of {}", stage.group), step);
+            }
+            Victim::TransactionCoordinator => {
+                let stage = self.random_stage();
+                let slot = self.rng.gen_range(0..stage.processes);
+                let id = stage.transactional_id(slot);
+                let node = quick_client(&mut self.cluster)
+                    .and_then(|mut c| transaction_state_leader(&mut c, &id));
+                let Some(node) = node else {
+                    self.note(format!("no transaction coordinator found for {id}"));
+                    return;
+                };
+                self.kill_broker(node, &format!("transaction coordinator of {id}"), step);
+            }
+            Victim::DataLeader => {
+                let topic = self.stages[0].output.clone();
+                let p = self.rng.gen_range(0..PARTITIONS);
+                let node = quick_client(&mut self.cluster)
+                    .and_then(|mut c| partition_leaders(&mut c, &topic))
+                    .and_then(|l| l.get(&p).copied());
+                let Some(node) = node else {
+                    self.note(format!("no leader found for {topic}[{p}]"));
+                    return;
+                };
+                self.kill_broker(node, &format!("leader of {topic}[{p}]"), step);
+            }
+        }
+    }
+
+    /// The broker FindCoordinator (key type GROUP) names for `group`.
+    fn group_coordinator(&mut self, group: &str) -> Option<i32> {
+        let mut c = quick_client(&mut self.cluster)?;
+        try_wait_until(Duration::from_secs(30), || match c.find_coordinator(0, group) {
+            Ok((NONE, node)) => Some(node),
+            _ => None,
+        })
+    }
+}
+
+#[test]
+fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
+    let started = Instant::now();
+    let seed = std::env::var("SAMSA_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random::<u64>);
+    eprintln!("SAMSA_TEST_SEED={seed}");
+
+    let cluster = SamsaCluster::start(3, &[]);
+    let bootstrap = cluster.bootstrap();
+    let [input, mid, final_topic] = ["pipe-input", "pipe-mid", "pipe-final"].map(unique_topic);
+    for t in [&input, &mid, &final_topic] {
+        create_topic_default_rf(&mut cluster.client(1), t, PARTITIONS).unwrap();
+    }
+    let keys = fill_input(&bootstrap, &input);
+    let input_ends = stable_end_offsets(&bootstrap, &input, PARTITIONS).unwrap();
+    assert_eq!(
+        total(&input_ends),
+        i64::try_from(RECORDS).unwrap(),
+        "the idempotent input producer wrote {input_ends:?}"
+    );
+    eprintln!(
+        "input: {RECORDS} records in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let stages = vec![
+        Stage {
+            name: "mid".into(),
+            group: unique_topic("pipe-mid-group"),
+            input: input.clone(),
+            output: mid.clone(),
+            processes: 3,
+        },
+        Stage {
+            name: "final".into(),
+            group: unique_topic("pipe-final-group"),
+            input: mid.clone(),
+            output: final_topic.clone(),
+            processes: 2,
+        },
+    ];
+    let mut procs = StageProcesses::new(&bootstrap, &["--session-timeout-ms", SESSION_TIMEOUT_MS]);
+    for s in &stages {
+        procs.start_stage(s);
+    }
+    let pipeline_started = Instant::now();
+
+    let mut chaos = Chaos {
+        cluster,
+        procs,
+        stages: stages.clone(),
+        bootstrap: bootstrap.clone(),
+        final_topic: final_topic.clone(),
+        rng: StdRng::seed_from_u64(seed),
+        kills: BTreeMap::new(),
+        log: Vec::new(),
+        started,
+    };
+    // The final topic's offsets hold the records plus a control record
+    // per transaction and partition: each step is a slice of the records.
+    let step = i64::try_from(RECORDS).unwrap() / i64::from(ROUNDS + 3);
+    chaos.wait_progress(step / 2, "before the first kill");
+    for round in 0..ROUNDS {
+        let victim = VICTIMS[usize::try_from(round).unwrap() % VICTIMS.len()];
+        chaos.round(victim, step);
+        chaos.wait_progress(step, &format!("after round {round} ({victim:?})"));
+    }
+    chaos.note("chaos over; waiting for the pipeline to drain".into());
+
+    // Done when each group's committed offsets reach its input's stable
+    // end and nothing is open on the mid and final topics (LSO = HW).
+    let mut last = String::new();
+    let drained = try_wait_until(DRAIN_TIMEOUT, || {
+        for (stage, slot, status) in chaos.procs.restart_exited() {
+            chaos.note(format!("{stage}/{slot} exited by itself ({status}); restarted"));
+        }
+        for s in &stages {
+            let ends = stable_end_offsets(&bootstrap, &s.input, PARTITIONS).ok()?;
+            let committed = committed_offsets(&bootstrap, &s.group, &s.input, PARTITIONS).ok()?;
+            if committed != ends {
+                last = format!("group {}: committed {committed:?}, ends {ends:?}", s.group);
+                return None;
+            }
+        }
+        let final_ends = stable_end_offsets(&bootstrap, &final_topic, PARTITIONS).ok()?;
+        let mid_ends = stable_end_offsets(&bootstrap, &mid, PARTITIONS).ok()?;
+        let mut c = quick_client(&mut chaos.cluster)?;
+        for (topic, ends) in [(&mid, &mid_ends), (&final_topic, &final_ends)] {
+            for (p, lso) in ends {
+                let leo = c.log_end_offset(topic, *p).ok()?;
+                if leo != *lso {
+                    last = format!("{topic}[{p}]: LSO {lso} < log end {leo}");
+                    return None;
+                }
+            }
+        }
+        Some(())
+    });
+    let pipeline_secs = pipeline_started.elapsed().as_secs_f64();
+    chaos.procs.kill_all();
+    assert!(
+        drained.is_some(),
+        "the pipeline did not drain within {DRAIN_TIMEOUT:?}: {last}\nchaos: {:#?}\n{}",
+        chaos.log,
+        chaos.procs.log_tails(60)
+    );
+
+    // With every stage process gone, the offsets must still be the ends.
+    for s in &stages {
+        let ends = stable_end_offsets(&bootstrap, &s.input, PARTITIONS).unwrap();
+        let committed = committed_offsets(&bootstrap, &s.group, &s.input, PARTITIONS).unwrap();
+        assert_eq!(
+            committed, ends,
+            "group {} committed offsets differ from the end offsets of {}",
+            s.group, s.input
+        );
+        eprintln!(
+            "group {}: committed offsets {committed:?} = end offsets of {}",
+            s.group, s.input
+        );
+    }
+
+    let records = read_keyed(
+        &bootstrap,
+        &final_topic,
+        PARTITIONS,
+        "read_committed",
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    let mut checker = KeyChecker::new();
+    for k in &keys {
+        checker.expect(k.as_bytes());
+    }
+    let mut untagged = Vec::new();
+    for (p, o, key, value) in &records {
+        checker.read(*p, *o, key);
+        // The stages keep the key and append `|mid/<slot>|final/<slot>`.
+        let v = String::from_utf8_lossy(value);
+        let expected_prefix = format!("{}|mid/", String::from_utf8_lossy(key));
+        if !(v.starts_with(&expected_prefix) && v.contains("|final/")) && untagged.len() < 10 {
+            untagged.push(v.into_owned());
+        }
+    }
+    let report = checker.check();
+    let uncommitted = read_keyed(
+        &bootstrap,
+        &final_topic,
+        PARTITIONS,
+        "read_uncommitted",
+        Duration::from_secs(120),
+    )
+    .unwrap()
+    .len();
+    eprintln!(
+        "PIPELINE: {RECORDS} records, 2 stages (3 + 2 processes), {} kills ({:?}), \
+         {} stage process starts, {} exits by themselves, pipeline {pipeline_secs:.1} s, \
+         test {:.1} s; read_committed {} records, duplicates {}, missing {}; \
+         read_uncommitted {uncommitted} (aborted attempts included)",
+        chaos.kills.values().sum::<u32>(),
+        chaos.kills,
+        chaos.procs.starts,
+        chaos.procs.exits.len(),
+        started.elapsed().as_secs_f64(),
+        records.len(),
+        report.duplicates.len(),
+        report.missing.len()
+    );
+    assert!(untagged.is_empty(), "records not transformed by both stages: {untagged:?}");
+    report.assert_ok();
+    assert_eq!(records.len(), keys.len(), "{report}");
+}
