@@ -4,6 +4,12 @@
 #   tests/bench/run.sh             single-node scenarios (a)-(d) (a few minutes)
 #   tests/bench/run.sh replication acks=all on a three-node cluster (RF=3) beside
 #                                  one node (RF=1), 1 and 6 partitions
+#   tests/bench/run.sh pipeline    consume-transform-produce on a three-node
+#                                  cluster: transactional stage (a transaction
+#                                  every 100 ms) vs the plain one (no
+#                                  transactions, auto-commit), same run;
+#                                  PIPELINE_RECORDS (default 200000) of
+#                                  RECORD_SIZE bytes, PIPELINE_ROUNDS (2)
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
 #
 # Each scenario starts a fresh release-built samsa on a free port with a fresh
@@ -27,15 +33,16 @@ log() { echo "[bench] $*" >&2; }
 log "building release samsa"
 (cd "$root" && cargo build --release -p samsa >/dev/null)
 samsa=$target/release/samsa
-"$here/../librdkafka/run.sh" --build
-perf_tool=$target/librdkafka-suite/librdkafka/examples/rdkafka_performance
-if [ ! -x "$perf_tool" ]; then
-    log "building rdkafka_performance"
-    make -C "$target/librdkafka-suite/librdkafka/examples" rdkafka_performance >/dev/null
-fi
-export LD_LIBRARY_PATH=$target/librdkafka-suite/librdkafka/src
-
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+perf_tool=$target/librdkafka-suite/librdkafka/examples/rdkafka_performance
+build_perf_tool() {
+    "$here/../librdkafka/run.sh" --build
+    if [ ! -x "$perf_tool" ]; then
+        log "building rdkafka_performance"
+        make -C "$target/librdkafka-suite/librdkafka/examples" rdkafka_performance >/dev/null
+    fi
+    export LD_LIBRARY_PATH=$target/librdkafka-suite/librdkafka/src
+}
 
 broker_pid=
 stop_broker() {
@@ -112,6 +119,26 @@ consume() {
 }
 
 rss_peak_mib() { awk '/VmHWM/ {printf "%d", $2/1024}' "/proc/$broker_pid/status"; }
+
+if [ "$mode" = pipeline ]; then
+    # samsa pipeline bench drives `samsa pipeline stage` processes (the same
+    # release binary) against `samsa dev --nodes 3`; it prints the 1-minute
+    # load average beside each figure (the machine may be shared).
+    start_cluster
+    bootstrap="127.0.0.1:$port,127.0.0.1:$((port + 100)),127.0.0.1:$((port + 200))"
+    echo "## samsa pipeline benchmark $(date -u +%Y-%m-%dT%H:%MZ), ${PIPELINE_RECORDS:-200000} records of $size bytes, 3 nodes (RF=3, min ISR 2)"
+    echo
+    echo "load before: $(uptime)"
+    "$samsa" pipeline bench --bootstrap-server "$bootstrap" --records "${PIPELINE_RECORDS:-200000}" \
+        --record-size "$size" --partitions "${PIPELINE_PARTITIONS:-6}" --processes "${PIPELINE_PROCESSES:-2}" \
+        --txn-interval-ms 100 --rounds "${PIPELINE_ROUNDS:-2}" --log-dir "$bench_dir/stages" 2>"$bench_dir/pipeline-bench.err"
+    echo "load after: $(uptime)"
+    stop_broker
+    rm -rf "$bench_dir"
+    exit 0
+fi
+
+build_perf_tool
 
 if [ "$mode" = replication ]; then
     echo "## samsa replication benchmark $(date -u +%Y-%m-%dT%H:%MZ), $records records of $size bytes, acks=all, idempotent"

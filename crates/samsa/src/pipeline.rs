@@ -218,10 +218,16 @@ impl ProducerContext for StageProducerContext {
 
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         if let Err((err, _)) = result {
-            self.counters
+            let failed = self
+                .counters
                 .delivery_failures
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!("delivery failed: {err}");
+                .fetch_add(1, Ordering::Relaxed)
+                + 1;
+            // A broker failover fails whole batches at once: log the 1st,
+            // 2nd, 4th, … failure, the progress line has the count.
+            if failed.is_power_of_two() {
+                tracing::warn!("delivery failed ({failed} so far): {err}");
+            }
         }
     }
 }
@@ -561,7 +567,10 @@ fn consumer_settings(args: &StageArgs) -> Vec<(&'static str, String)> {
     let session = args.session_timeout_ms;
     vec![
         ("group.id", args.group.clone()),
-        ("client.id", format!("samsa-stage-{}", args.stage_name())),
+        (
+            "client.id",
+            format!("samsa-stage-{}-{}", args.stage_name(), args.slot),
+        ),
         ("auto.offset.reset", "earliest".to_string()),
         ("isolation.level", "read_committed".to_string()),
         ("session.timeout.ms", session.to_string()),
@@ -573,7 +582,7 @@ fn consumer_settings(args: &StageArgs) -> Vec<(&'static str, String)> {
 
 fn producer_settings(args: &StageArgs) -> Vec<(&'static str, String)> {
     vec![
-        ("client.id", format!("samsa-stage-{}", args.stage_name())),
+        ("client.id", format!("samsa-stage-{}-{}", args.stage_name(), args.slot)),
         ("acks", "all".to_string()),
         ("enable.idempotence", "true".to_string()),
         ("linger.ms", "5".to_string()),
@@ -635,7 +644,7 @@ fn transactional_stage(args: &StageArgs, stop: &AtomicBool) -> Result<ExitCode> 
         let step = match consumer.poll(MAX_POLL.min(interval)) {
             Some(Ok(msg)) => transactor.process(&msg),
             Some(Err(err)) => {
-                tracing::warn!(stage = %label, "consumer error: {err}");
+                log_consumer_error(&label, &err);
                 Ok(())
             }
             None => Ok(()),
@@ -676,6 +685,17 @@ fn transactional_stage(args: &StageArgs, stop: &AtomicBool) -> Result<ExitCode> 
         }
         Err(TxnError::Fatal(err)) => Err(err.context(format!("stage {label}"))),
         Err(TxnError::Abortable(err)) => Err(anyhow!("stage {label}: cannot recover from {err}")),
+    }
+}
+
+/// Consumer errors are informational (librdkafka recovers by itself); a
+/// lost broker connection, common while brokers restart, is not a warning.
+fn log_consumer_error(label: &str, err: &KafkaError) {
+    match err {
+        KafkaError::MessageConsumption(
+            RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown,
+        ) => tracing::debug!(stage = label, "consumer: {err}"),
+        _ => tracing::warn!(stage = label, "consumer error: {err}"),
     }
 }
 
@@ -720,7 +740,7 @@ fn plain_stage(args: &StageArgs, stop: &AtomicBool) -> Result<ExitCode> {
                     .with_context(|| format!("produce to {}", args.output))?;
                 counters.records_in.fetch_add(1, Ordering::Relaxed);
             }
-            Some(Err(err)) => tracing::warn!(stage = %label, "consumer error: {err}"),
+            Some(Err(err)) => log_consumer_error(&label, &err),
             None => {}
         }
         if let Some((code, reason)) = producer.client().fatal_error() {
