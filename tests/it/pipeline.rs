@@ -9,22 +9,26 @@
 //! read_committed, holds every input key exactly once, and each group's
 //! committed offsets equal its input topic's end offsets (the LSO).
 //!
-//! Rounds are paced by progress, not by time: before each kill the final
-//! topic's stable end offsets must have moved on by a step, and while a
+//! Rounds are paced by progress, not by time: before each kill a step of
+//! records must have been committed to the final topic, and while a
 //! broker is down the pipeline must make progress before it is restarted.
-//! `SAMSA_TEST_SEED` replays a run's choice of victims.
+//! The input is written during the run (paced over ~75 s), so the kills
+//! hit a pipeline in full flow. `SAMSA_TEST_SEED` replays a run's choice of
+//! victims; `SAMSA_TEST_KEEP_LOGS=<dir>` keeps node and stage logs of a
+//! failed run.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use samsa_tests::client::KafkaClient;
 use samsa_tests::cluster::SamsaCluster;
 use samsa_tests::codes::NONE;
 use samsa_tests::pipeline::{
-    committed_offsets, read_keyed, stable_end_offsets, Stage, StageProcesses,
+    committed_offsets, read_keyed, stable_end_offsets, CommittedCounter, Stage, StageProcesses,
 };
 use samsa_tests::rdk::idempotent_producer_config;
 use samsa_tests::txn::{create_topic_default_rf, partition_leaders, transaction_state_leader};
@@ -79,44 +83,61 @@ fn quick_client(cluster: &mut SamsaCluster) -> Option<KafkaClient> {
     })
 }
 
-/// Writes the input: keys `k000000000…`, value = key, idempotent acks=all.
-fn fill_input(bootstrap: &str, topic: &str) -> Vec<String> {
-    let producer: ThreadedProducer<DefaultProducerContext> = idempotent_producer_config(bootstrap)
-        .set("queue.buffering.max.messages", "200000")
-        .create()
-        .expect("create producer");
-    let keys: Vec<String> = (0..RECORDS).map(|i| format!("k{i:09}")).collect();
-    for k in &keys {
+/// How long the input producer spreads the records over, so that the
+/// chaos rounds hit a pipeline in full flow rather than one draining a
+/// backlog.
+const INPUT_SPREAD: Duration = Duration::from_secs(75);
+
+/// Writes the input on its own thread: keys `k000000000…`, value = key,
+/// idempotent acks=all, paced to take about [`INPUT_SPREAD`] (the pacing
+/// shapes the load; nothing waits on it). The thread returns once every
+/// record is acknowledged.
+fn spawn_input(bootstrap: &str, topic: &str) -> std::thread::JoinHandle<()> {
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        idempotent_producer_config(bootstrap).create().expect("create producer");
+    let topic = topic.to_string();
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        let per_ms = RECORDS as f64 / INPUT_SPREAD.as_millis() as f64;
+        for i in 0..RECORDS {
+            let k = key_of(i);
+            let due = Duration::from_millis((i as f64 / per_ms) as u64);
+            if let Some(ahead) = due.checked_sub(started.elapsed()) {
+                std::thread::sleep(ahead);
+            }
+            let mut record = BaseRecord::to(&topic).key(&k).payload(&k);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                        record = r;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err((e, _)) => panic!("enqueue input record {k}: {e}"),
+                }
+            }
+        }
         producer
-            .send(BaseRecord::to(topic).key(k).payload(k))
-            .map_err(|(e, _)| e)
-            .expect("enqueue input record");
-    }
-    producer
-        .flush(Duration::from_secs(120))
-        .expect("every input record acknowledged");
-    keys
+            .flush(Duration::from_secs(180))
+            .expect("every input record acknowledged");
+    })
+}
+
+fn key_of(i: u64) -> String {
+    format!("k{i:09}")
 }
 
 fn total(offsets: &BTreeMap<i32, i64>) -> i64 {
     offsets.values().sum()
 }
 
-/// Sum of the final topic's stable end offsets (`None` while it cannot
-/// be read, e.g. a leader is moving).
-fn final_progress(bootstrap: &str, topic: &str) -> Option<i64> {
-    stable_end_offsets(bootstrap, topic, PARTITIONS)
-        .ok()
-        .map(|e| total(&e))
-}
-
 struct Chaos {
     cluster: SamsaCluster,
     procs: StageProcesses,
     stages: Vec<Stage>,
-    bootstrap: String,
-    final_topic: String,
     rng: StdRng,
+    /// Committed records of the final topic so far.
+    progress: CommittedCounter,
     kills: BTreeMap<&'static str, u32>,
     log: Vec<String>,
     started: Instant,
@@ -132,31 +153,32 @@ impl Chaos {
         self.started.elapsed().as_secs_f64()
     }
 
-    /// Waits until the final topic's stable end offsets grew by `step`,
-    /// restarting stage processes that exited by themselves meanwhile.
-    fn wait_progress(&mut self, step: i64, why: &str) {
-        let from = final_progress(&self.bootstrap, &self.final_topic).unwrap_or(0);
-        let (bootstrap, topic) = (self.bootstrap.clone(), self.final_topic.clone());
+    /// Waits until `step` more records are committed to the final topic
+    /// (or all of them are), restarting stage processes that exited by
+    /// themselves meanwhile.
+    fn wait_progress(&mut self, step: u64, why: &str) {
+        let from = self.progress.poll(Duration::ZERO);
+        let target = (from + step).min(RECORDS);
         let mut exited = Vec::new();
         let mut last = from;
         let ok = try_wait_until(PROGRESS_TIMEOUT, || {
             exited.extend(self.procs.restart_exited());
-            last = final_progress(&bootstrap, &topic).unwrap_or(last);
-            (last >= from + step).then_some(())
+            last = self.progress.poll(Duration::from_millis(200));
+            (last >= target).then_some(())
         });
         for (stage, slot, status) in exited {
             self.note(format!("{stage}/{slot} exited by itself ({status}); restarted"));
         }
         assert!(
             ok.is_some(),
-            "no progress {why}: the final topic's stable end offsets moved from {from} to {last} \
-             (wanted +{step}) within {PROGRESS_TIMEOUT:?}\nchaos so far: {:#?}\n{}",
+            "no progress {why}: committed records in the final topic went from {from} to {last} \
+             (wanted {target}) within {PROGRESS_TIMEOUT:?}\nchaos so far: {:#?}\n{}",
             self.log,
             self.procs.log_tails(40)
         );
     }
 
-    fn kill_broker(&mut self, node: i32, why: &str, step: i64) {
+    fn kill_broker(&mut self, node: i32, why: &str, step: u64) {
         self.note(format!("SIGKILL broker {node} ({why})"));
         self.cluster.sigkill(node);
         *self.kills.entry("brokers").or_default() += 1;
@@ -170,7 +192,7 @@ impl Chaos {
         self.stages[i].clone()
     }
 
-    fn round(&mut self, victim: Victim, step: i64) {
+    fn round(&mut self, victim: Victim, step: u64) {
         match victim {
             Victim::StageProcess | Victim::StageProcessLate => {
                 let stage = self.random_stage();
@@ -244,17 +266,7 @@ fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
     for t in [&input, &mid, &final_topic] {
         create_topic_default_rf(&mut cluster.client(1), t, PARTITIONS).unwrap();
     }
-    let keys = fill_input(&bootstrap, &input);
-    let input_ends = stable_end_offsets(&bootstrap, &input, PARTITIONS).unwrap();
-    assert_eq!(
-        total(&input_ends),
-        i64::try_from(RECORDS).unwrap(),
-        "the idempotent input producer wrote {input_ends:?}"
-    );
-    eprintln!(
-        "input: {RECORDS} records in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    let keys: Vec<String> = (0..RECORDS).map(key_of).collect();
 
     let stages = vec![
         Stage {
@@ -277,28 +289,33 @@ fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
         procs.start_stage(s);
     }
     let pipeline_started = Instant::now();
+    let input_producer = spawn_input(&bootstrap, &input);
 
     let mut chaos = Chaos {
         cluster,
         procs,
         stages: stages.clone(),
-        bootstrap: bootstrap.clone(),
-        final_topic: final_topic.clone(),
         rng: StdRng::seed_from_u64(seed),
+        progress: CommittedCounter::new(&bootstrap, &final_topic, PARTITIONS).unwrap(),
         kills: BTreeMap::new(),
         log: Vec::new(),
         started,
     };
-    // The final topic's offsets hold the records plus a control record
-    // per transaction and partition: each step is a slice of the records.
-    let step = i64::try_from(RECORDS).unwrap() / i64::from(ROUNDS + 3);
+    let step = RECORDS / u64::from(ROUNDS + 3);
     chaos.wait_progress(step / 2, "before the first kill");
     for round in 0..ROUNDS {
         let victim = VICTIMS[usize::try_from(round).unwrap() % VICTIMS.len()];
         chaos.round(victim, step);
         chaos.wait_progress(step, &format!("after round {round} ({victim:?})"));
     }
-    chaos.note("chaos over; waiting for the pipeline to drain".into());
+    chaos.note("chaos over; waiting for the input and the pipeline to drain".into());
+    input_producer.join().expect("input producer");
+    let input_ends = stable_end_offsets(&bootstrap, &input, PARTITIONS).unwrap();
+    assert_eq!(
+        total(&input_ends),
+        i64::try_from(RECORDS).unwrap(),
+        "the idempotent input producer wrote {input_ends:?}"
+    );
 
     // Done when each group's committed offsets reach its input's stable
     // end and nothing is open on the mid and final topics (LSO = HW).
@@ -331,26 +348,22 @@ fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
     });
     let pipeline_secs = pipeline_started.elapsed().as_secs_f64();
     chaos.procs.kill_all();
-    assert!(
-        drained.is_some(),
-        "the pipeline did not drain within {DRAIN_TIMEOUT:?}: {last}\nchaos: {:#?}\n{}",
-        chaos.log,
-        chaos.procs.log_tails(60)
-    );
 
     // With every stage process gone, the offsets must still be the ends.
+    let mut offset_mismatches = Vec::new();
     for s in &stages {
         let ends = stable_end_offsets(&bootstrap, &s.input, PARTITIONS).unwrap();
         let committed = committed_offsets(&bootstrap, &s.group, &s.input, PARTITIONS).unwrap();
-        assert_eq!(
-            committed, ends,
-            "group {} committed offsets differ from the end offsets of {}",
-            s.group, s.input
-        );
         eprintln!(
-            "group {}: committed offsets {committed:?} = end offsets of {}",
+            "group {}: committed offsets {committed:?}, end offsets of {} {ends:?}",
             s.group, s.input
         );
+        if committed != ends {
+            offset_mismatches.push(format!(
+                "group {}: committed {committed:?} != end offsets of {} {ends:?}",
+                s.group, s.input
+            ));
+        }
     }
 
     let records = read_keyed(
@@ -399,6 +412,21 @@ fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
         report.duplicates.len(),
         report.missing.len()
     );
+    let failed = drained.is_none()
+        || !offset_mismatches.is_empty()
+        || !untagged.is_empty()
+        || !report.is_ok()
+        || records.len() != keys.len();
+    if failed {
+        chaos.procs.keep_logs();
+        chaos.cluster.keep_logs();
+    }
+    assert!(
+        drained.is_some(),
+        "the pipeline did not drain within {DRAIN_TIMEOUT:?}: {last}\n{report}\nchaos: {:#?}",
+        chaos.log
+    );
+    assert!(offset_mismatches.is_empty(), "{offset_mismatches:#?}\n{report}");
     assert!(untagged.is_empty(), "records not transformed by both stages: {untagged:?}");
     report.assert_ok();
     assert_eq!(records.len(), keys.len(), "{report}");

@@ -194,12 +194,77 @@ impl StageProcesses {
     }
 }
 
+impl StageProcesses {
+    /// With `SAMSA_TEST_KEEP_LOGS=<dir>` set, copies every stage log into
+    /// `<dir>/stages-<pid>/` (called for a failed test, whose temporary
+    /// directory is about to be removed).
+    pub fn keep_logs(&self) {
+        let Some(dir) = std::env::var_os("SAMSA_TEST_KEEP_LOGS") else {
+            return;
+        };
+        let dest = PathBuf::from(dir).join(format!("stages-{}", std::process::id()));
+        if let Err(e) = std::fs::create_dir_all(&dest) {
+            eprintln!("could not keep stage logs in {}: {e}", dest.display());
+            return;
+        }
+        for s in self.stages.values() {
+            for slot in 0..s.processes {
+                let from = self.log_path(&s.name, slot);
+                if let Some(name) = from.file_name() {
+                    let _ = std::fs::copy(&from, dest.join(name));
+                }
+            }
+        }
+        eprintln!("stage logs kept in {}", dest.display());
+    }
+}
+
 impl Drop for StageProcesses {
     fn drop(&mut self) {
         self.kill_all();
         if std::thread::panicking() {
             eprintln!("{}", self.log_tails(60));
+            self.keep_logs();
         }
+    }
+}
+
+/// A read_committed reader of a whole topic from the beginning (assign(),
+/// no group) that counts the records it was given: how far a pipeline's
+/// committed output got. Aborted records and control records, which also
+/// advance offsets, are not counted.
+pub struct CommittedCounter {
+    consumer: BaseConsumer,
+    pub records: u64,
+}
+
+impl CommittedCounter {
+    pub fn new(bootstrap: &str, topic: &str, partitions: i32) -> Result<CommittedCounter> {
+        let mut config = assign_consumer_config(bootstrap);
+        config.set("isolation.level", "read_committed");
+        let consumer: BaseConsumer = config.create()?;
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+        }
+        consumer.assign(&tpl)?;
+        Ok(CommittedCounter {
+            consumer,
+            records: 0,
+        })
+    }
+
+    /// Reads what is available (up to `for_at_most`); returns the count.
+    pub fn poll(&mut self, for_at_most: Duration) -> u64 {
+        let until = Instant::now() + for_at_most;
+        while Instant::now() < until {
+            match self.consumer.poll(Duration::from_millis(10)) {
+                Some(Ok(_)) => self.records += 1,
+                Some(Err(_)) => {}
+                None => break,
+            }
+        }
+        self.records
     }
 }
 
