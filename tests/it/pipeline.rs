@@ -28,7 +28,7 @@ use samsa_tests::client::KafkaClient;
 use samsa_tests::cluster::SamsaCluster;
 use samsa_tests::codes::NONE;
 use samsa_tests::pipeline::{
-    committed_offsets, read_keyed, stable_end_offsets, CommittedCounter, Stage, StageProcesses,
+    committed_offsets, high_watermarks, read_keyed, stable_end_offsets, CommittedCounter, Stage, StageProcesses,
 };
 use samsa_tests::rdk::idempotent_producer_config;
 use samsa_tests::txn::{create_topic_default_rf, partition_leaders, transaction_state_leader};
@@ -324,27 +324,37 @@ fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
         for (stage, slot, status) in chaos.procs.restart_exited() {
             chaos.note(format!("{stage}/{slot} exited by itself ({status}); restarted"));
         }
-        for s in &stages {
-            let ends = stable_end_offsets(&bootstrap, &s.input, PARTITIONS).ok()?;
-            let committed = committed_offsets(&bootstrap, &s.group, &s.input, PARTITIONS).ok()?;
-            if committed != ends {
-                last = format!("group {}: committed {committed:?}, ends {ends:?}", s.group);
-                return None;
-            }
-        }
-        let final_ends = stable_end_offsets(&bootstrap, &final_topic, PARTITIONS).ok()?;
-        let mid_ends = stable_end_offsets(&bootstrap, &mid, PARTITIONS).ok()?;
-        let mut c = quick_client(&mut chaos.cluster)?;
-        for (topic, ends) in [(&mid, &mid_ends), (&final_topic, &final_ends)] {
-            for (p, lso) in ends {
-                let leo = c.log_end_offset(topic, *p).ok()?;
-                if leo != *lso {
-                    last = format!("{topic}[{p}]: LSO {lso} < log end {leo}");
-                    return None;
+        let result = (|| -> anyhow::Result<Option<String>> {
+            for s in &stages {
+                let ends = stable_end_offsets(&bootstrap, &s.input, PARTITIONS)?;
+                let committed = committed_offsets(&bootstrap, &s.group, &s.input, PARTITIONS)?;
+                if committed != ends {
+                    return Ok(Some(format!(
+                        "group {}: committed {committed:?}, ends {ends:?}",
+                        s.group
+                    )));
                 }
             }
+            for topic in [&mid, &final_topic] {
+                let lso = stable_end_offsets(&bootstrap, topic, PARTITIONS)?;
+                let hw = high_watermarks(&bootstrap, topic, PARTITIONS)?;
+                if lso != hw {
+                    return Ok(Some(format!("{topic}: LSO {lso:?} < HW {hw:?}")));
+                }
+            }
+            Ok(None)
+        })();
+        match result {
+            Ok(None) => Some(()),
+            Ok(Some(why)) => {
+                last = why;
+                None
+            }
+            Err(e) => {
+                last = format!("{e:#}");
+                None
+            }
         }
-        Some(())
     });
     let pipeline_secs = pipeline_started.elapsed().as_secs_f64();
     chaos.procs.kill_all();

@@ -268,10 +268,10 @@ impl CommittedCounter {
     }
 }
 
-/// A read_committed consumer for offset lookups (assign(), never joins).
-fn lookup_consumer(bootstrap: &str, group: Option<&str>) -> Result<BaseConsumer> {
+/// A consumer for offset lookups at `isolation` (assign(), never joins).
+fn lookup_consumer(bootstrap: &str, group: Option<&str>, isolation: &str) -> Result<BaseConsumer> {
     let mut config = assign_consumer_config(bootstrap);
-    config.set("isolation.level", "read_committed");
+    config.set("isolation.level", isolation);
     if let Some(g) = group {
         config.set("group.id", g);
     }
@@ -288,7 +288,7 @@ pub fn committed_offsets(
     topic: &str,
     partitions: i32,
 ) -> Result<BTreeMap<i32, i64>> {
-    let consumer = lookup_consumer(bootstrap, Some(group))?;
+    let consumer = lookup_consumer(bootstrap, Some(group), "read_committed")?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition(topic, p);
@@ -316,12 +316,30 @@ pub fn stable_end_offsets(
     topic: &str,
     partitions: i32,
 ) -> Result<BTreeMap<i32, i64>> {
-    let consumer = lookup_consumer(bootstrap, None)?;
+    end_offsets(bootstrap, topic, partitions, "read_committed")
+}
+
+/// The high watermarks of partitions `0..partitions` of `topic`.
+pub fn high_watermarks(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<BTreeMap<i32, i64>> {
+    end_offsets(bootstrap, topic, partitions, "read_uncommitted")
+}
+
+fn end_offsets(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    isolation: &str,
+) -> Result<BTreeMap<i32, i64>> {
+    let consumer = lookup_consumer(bootstrap, None, isolation)?;
     let mut ends = BTreeMap::new();
     for p in 0..partitions {
         let (_, high) = consumer
             .fetch_watermarks(topic, p, Duration::from_secs(10))
-            .with_context(|| format!("end offset of {topic}[{p}]"))?;
+            .with_context(|| format!("end offset of {topic}[{p}] ({isolation})"))?;
         ends.insert(p, high);
     }
     Ok(ends)
