@@ -108,7 +108,11 @@ impl StageProcesses {
             let mut l = &log;
             let _ = writeln!(l, "===== {stage}/{slot} start (#{} overall) =====", self.starts);
         }
-        let child = command(&samsa_bin())
+        let mut cmd = command(&samsa_bin());
+        if std::env::var_os("SAMSA_TEST_RDKAFKA_DEBUG").is_some() {
+            cmd.env("RUST_LOG", "info,librdkafka=debug");
+        }
+        let child = cmd
             .args([
                 "pipeline",
                 "stage",
@@ -126,6 +130,7 @@ impl StageProcesses {
                 &self.bootstrap,
             ])
             .args(&self.extra)
+            .args(rdkafka_debug_args())
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone().expect("clone log fd")))
             .stderr(Stdio::from(log))
@@ -216,6 +221,15 @@ impl StageProcesses {
             }
         }
         eprintln!("stage logs kept in {}", dest.display());
+    }
+}
+
+/// `SAMSA_TEST_RDKAFKA_DEBUG=eos,broker,…` turns on librdkafka's debug
+/// contexts in the stage processes too (their logs then show them).
+fn rdkafka_debug_args() -> Vec<String> {
+    match std::env::var("SAMSA_TEST_RDKAFKA_DEBUG") {
+        Ok(contexts) => vec!["-X".into(), format!("debug={contexts}")],
+        Err(_) => Vec::new(),
     }
 }
 

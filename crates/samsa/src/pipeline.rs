@@ -151,6 +151,8 @@ async fn run_stage(args: StageArgs) -> Result<ExitCode> {
 const TXN_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How many times a call that failed with a retriable error is tried again.
 const TXN_CALL_RETRIES: u32 = 4;
+/// A transactional call slower than this is logged.
+const SLOW_CALL: Duration = Duration::from_secs(5);
 /// How often the stage logs its counters.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// Longest single consumer poll: bounds how late a stop or a commit can be.
@@ -260,7 +262,18 @@ fn classify(what: &str, err: KafkaError) -> TxnError {
 fn with_retries(what: &str, mut call: impl FnMut() -> KafkaResult<()>) -> Result<(), TxnError> {
     let mut attempt = 0;
     loop {
-        match call() {
+        let started = Instant::now();
+        let result = call();
+        // A call that blocks this long stalls the whole stage (no polls,
+        // no rejoin in a rebalance): say so, it is where time goes.
+        if started.elapsed() >= SLOW_CALL {
+            tracing::warn!(
+                "{what} took {} ms ({})",
+                started.elapsed().as_millis(),
+                if result.is_ok() { "ok" } else { "failed" }
+            );
+        }
+        match result {
             Ok(()) => return Ok(()),
             Err(KafkaError::Transaction(e)) if e.is_retriable() && attempt < TXN_CALL_RETRIES => {
                 attempt += 1;
