@@ -260,7 +260,12 @@ fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
         .unwrap_or_else(rand::random::<u64>);
     eprintln!("SAMSA_TEST_SEED={seed}");
 
-    let cluster = SamsaCluster::start(3, &[]);
+    // Brokers heartbeat every 500 ms; with the harness's 3 s session a live
+    // broker starved of CPU by this test (3 nodes, 5 stage processes, the
+    // test's clients on 2 cores) was fenced, even by its own controller,
+    // and left out of Metadata. Kafka's default is 9 s; 6 s keeps kill
+    // detection quick without fencing live brokers.
+    let cluster = SamsaCluster::start(3, &["broker_session_timeout_ms=6000"]);
     let bootstrap = cluster.bootstrap();
     let [input, mid, final_topic] = ["pipe-input", "pipe-mid", "pipe-final"].map(unique_topic);
     for t in [&input, &mid, &final_topic] {

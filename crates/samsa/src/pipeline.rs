@@ -151,6 +151,9 @@ async fn run_stage(args: StageArgs) -> Result<ExitCode> {
 const TXN_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How many times a call that failed with a retriable error is tried again.
 const TXN_CALL_RETRIES: u32 = 4;
+/// A transactional call that has not returned this long after its own
+/// timeout is taken as hung: the process exits for the supervisor.
+const HUNG_CALL: Duration = Duration::from_secs(15);
 /// A transactional call slower than this is logged.
 const SLOW_CALL: Duration = Duration::from_secs(5);
 /// How often the stage logs its counters.
@@ -263,7 +266,7 @@ fn with_retries(what: &str, mut call: impl FnMut() -> KafkaResult<()>) -> Result
     let mut attempt = 0;
     loop {
         let started = Instant::now();
-        let result = call();
+        let result = watchdog::watch(&mut call);
         // A call that blocks this long stalls the whole stage (no polls,
         // no rejoin in a rebalance): say so, it is where time goes.
         if started.elapsed() >= SLOW_CALL {
@@ -280,6 +283,59 @@ fn with_retries(what: &str, mut call: impl FnMut() -> KafkaResult<()>) -> Result
                 tracing::warn!("{what}: retriable error, trying again ({attempt}): {e}");
             }
             Err(err) => return Err(classify(what, err)),
+        }
+    }
+}
+
+/// Exits the process when a blocking librdkafka call outlives its own
+/// timeout by far. librdkafka 2.12 can hang inside a transactional call
+/// (seen as an endless "Handle is terminating" loop after a live broker
+/// was left out of a Metadata answer and decommissioned); a stage stuck
+/// there holds its partitions and stalls its group's rebalance forever,
+/// while a restarted slot fences it and resumes from committed offsets.
+mod watchdog {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    /// Milliseconds since [`EPOCH`] when the running call started, plus
+    /// one (0: no call running).
+    static RUNNING_SINCE: AtomicU64 = AtomicU64::new(0);
+
+    fn now_ms() -> u64 {
+        let epoch = EPOCH.get_or_init(Instant::now);
+        u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Runs `call` under the watchdog.
+    pub fn watch<T>(call: &mut impl FnMut() -> T) -> T {
+        RUNNING_SINCE.store(now_ms() + 1, Ordering::Relaxed);
+        let out = call();
+        RUNNING_SINCE.store(0, Ordering::Relaxed);
+        out
+    }
+
+    /// Starts the thread that exits the process (status 3) once a call has
+    /// been running longer than `limit`.
+    pub fn start(limit: Duration, label: String) {
+        now_ms();
+        let limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
+        let spawned = std::thread::Builder::new()
+            .name("txn-watchdog".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_secs(1));
+                let since = RUNNING_SINCE.load(Ordering::Relaxed);
+                if since != 0 && now_ms().saturating_sub(since - 1) > limit_ms {
+                    tracing::error!(
+                        stage = %label,
+                        "a transactional call has not returned for {limit:?}: exiting for a restart"
+                    );
+                    std::process::exit(3);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the transaction watchdog: {e}");
         }
     }
 }
@@ -620,6 +676,7 @@ fn transactional_stage(args: &StageArgs, stop: &AtomicBool) -> Result<ExitCode> 
     let producer: StageProducer = config(&args.connect, &producer_settings)?
         .create_with_context(StageProducerContext::new(&counters))
         .context("cannot create the transactional producer")?;
+    watchdog::start(TXN_CALL_TIMEOUT + HUNG_CALL, label.clone());
     // Fences every earlier producer of this slot and aborts its open
     // transaction, so the committed offsets we start from are final.
     producer
