@@ -28,7 +28,8 @@ use samsa_tests::client::KafkaClient;
 use samsa_tests::cluster::SamsaCluster;
 use samsa_tests::codes::NONE;
 use samsa_tests::pipeline::{
-    committed_offsets, high_watermarks, read_keyed, stable_end_offsets, CommittedCounter, Stage, StageProcesses,
+    committed_offsets, high_watermarks, read_keyed, stable_end_offsets, CommittedCounter, Stage,
+    StageProcesses,
 };
 use samsa_tests::rdk::idempotent_producer_config;
 use samsa_tests::txn::{create_topic_default_rf, partition_leaders, transaction_state_leader};
@@ -93,8 +94,9 @@ const INPUT_SPREAD: Duration = Duration::from_secs(75);
 /// shapes the load; nothing waits on it). The thread returns once every
 /// record is acknowledged.
 fn spawn_input(bootstrap: &str, topic: &str) -> std::thread::JoinHandle<()> {
-    let producer: ThreadedProducer<DefaultProducerContext> =
-        idempotent_producer_config(bootstrap).create().expect("create producer");
+    let producer: ThreadedProducer<DefaultProducerContext> = idempotent_producer_config(bootstrap)
+        .create()
+        .expect("create producer");
     let topic = topic.to_string();
     std::thread::spawn(move || {
         let started = Instant::now();
@@ -167,7 +169,9 @@ impl Chaos {
             (last >= target).then_some(())
         });
         for (stage, slot, status) in exited {
-            self.note(format!("{stage}/{slot} exited by itself ({status}); restarted"));
+            self.note(format!(
+                "{stage}/{slot} exited by itself ({status}); restarted"
+            ));
         }
         assert!(
             ok.is_some(),
@@ -197,7 +201,10 @@ impl Chaos {
             Victim::StageProcess | Victim::StageProcessLate => {
                 let stage = self.random_stage();
                 let slot = self.rng.gen_range(0..stage.processes);
-                self.note(format!("SIGKILL stage process {}/{slot} ({victim:?})", stage.name));
+                self.note(format!(
+                    "SIGKILL stage process {}/{slot} ({victim:?})",
+                    stage.name
+                ));
                 // (If it had just exited by itself, this only reaps it.)
                 self.procs.sigkill(&stage.name, slot);
                 *self.kills.entry("stage processes").or_default() += 1;
@@ -244,9 +251,11 @@ impl Chaos {
     /// The broker FindCoordinator (key type GROUP) names for `group`.
     fn group_coordinator(&mut self, group: &str) -> Option<i32> {
         let mut c = quick_client(&mut self.cluster)?;
-        try_wait_until(Duration::from_secs(30), || match c.find_coordinator(0, group) {
-            Ok((NONE, node)) => Some(node),
-            _ => None,
+        try_wait_until(Duration::from_secs(30), || {
+            match c.find_coordinator(0, group) {
+                Ok((NONE, node)) => Some(node),
+                _ => None,
+            }
         })
     }
 }
@@ -327,7 +336,9 @@ fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
     let mut last = String::new();
     let drained = try_wait_until(DRAIN_TIMEOUT, || {
         for (stage, slot, status) in chaos.procs.restart_exited() {
-            chaos.note(format!("{stage}/{slot} exited by itself ({status}); restarted"));
+            chaos.note(format!(
+                "{stage}/{slot} exited by itself ({status}); restarted"
+            ));
         }
         let result = (|| -> anyhow::Result<Option<String>> {
             for s in &stages {
@@ -441,8 +452,14 @@ fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
         "the pipeline did not drain within {DRAIN_TIMEOUT:?}: {last}\n{report}\nchaos: {:#?}",
         chaos.log
     );
-    assert!(offset_mismatches.is_empty(), "{offset_mismatches:#?}\n{report}");
-    assert!(untagged.is_empty(), "records not transformed by both stages: {untagged:?}");
+    assert!(
+        offset_mismatches.is_empty(),
+        "{offset_mismatches:#?}\n{report}"
+    );
+    assert!(
+        untagged.is_empty(),
+        "records not transformed by both stages: {untagged:?}"
+    );
     report.assert_ok();
     assert_eq!(records.len(), keys.len(), "{report}");
 }

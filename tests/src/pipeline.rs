@@ -106,7 +106,11 @@ impl StageProcesses {
         {
             use std::io::Write;
             let mut l = &log;
-            let _ = writeln!(l, "===== {stage}/{slot} start (#{} overall) =====", self.starts);
+            let _ = writeln!(
+                l,
+                "===== {stage}/{slot} start (#{} overall) =====",
+                self.starts
+            );
         }
         let mut cmd = command(&samsa_bin());
         if std::env::var_os("SAMSA_TEST_RDKAFKA_DEBUG").is_some() {

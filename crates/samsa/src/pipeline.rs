@@ -545,7 +545,10 @@ fn rewind(consumer: &StageConsumer) -> Result<()> {
             );
         }
     }
-    tracing::info!("rewound {} partition(s) to the committed offsets", result.count());
+    tracing::info!(
+        "rewound {} partition(s) to the committed offsets",
+        result.count()
+    );
     Ok(())
 }
 
@@ -651,7 +654,10 @@ fn consumer_settings(args: &StageArgs) -> Vec<(&'static str, String)> {
 
 fn producer_settings(args: &StageArgs) -> Vec<(&'static str, String)> {
     vec![
-        ("client.id", format!("samsa-stage-{}-{}", args.stage_name(), args.slot)),
+        (
+            "client.id",
+            format!("samsa-stage-{}-{}", args.stage_name(), args.slot),
+        ),
         ("acks", "all".to_string()),
         ("enable.idempotence", "true".to_string()),
         ("linger.ms", "5".to_string()),

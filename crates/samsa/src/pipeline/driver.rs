@@ -192,7 +192,12 @@ pub fn key_of(i: u64) -> String {
 /// Writes `records` records with keys [`key_of`]`(0..records)` and values
 /// of `value_size` bytes (the key, then padding) to `topic` with an
 /// idempotent acks=all producer; returns once every one is acknowledged.
-pub fn fill_input(connect: &ConnectArgs, topic: &str, records: u64, value_size: usize) -> Result<()> {
+pub fn fill_input(
+    connect: &ConnectArgs,
+    topic: &str,
+    records: u64,
+    value_size: usize,
+) -> Result<()> {
     let producer: StageProducer = connect
         .client_config(&[
             ("enable.idempotence", "true"),
@@ -543,10 +548,7 @@ pub fn demo(args: &DemoArgs, handle: &tokio::runtime::Handle) -> Result<()> {
         sup.starts
     );
     if !fin.untagged.is_empty() {
-        bail!(
-            "records without both stage tags: {:?}",
-            fin.untagged
-        );
+        bail!("records without both stage tags: {:?}", fin.untagged);
     }
     if dup_keys != 0 || missing != 0 || fin.records != args.records {
         bail!("not exactly once: {dup_keys} duplicated keys, {missing} missing");
