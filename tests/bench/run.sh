@@ -11,6 +11,12 @@
 #                                  TXN_RUNS repetitions (default 1), TXN_FLUSH
 #                                  the single node's log.flush (default every-ack),
 #                                  TXN_SETUPS="single" or "cluster" for one of them
+#   tests/bench/run.sh pipeline    consume-transform-produce on a three-node
+#                                  cluster: transactional stage (a transaction
+#                                  every 100 ms) vs the plain one (no
+#                                  transactions, auto-commit), same run;
+#                                  PIPELINE_RECORDS (default 200000) of
+#                                  RECORD_SIZE bytes, PIPELINE_ROUNDS (2)
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
 #   SAMSA_BIN=/path/to/samsa tests/bench/run.sh txn   use that binary, no build
 #   SAMSA_SERVER_BIN=/path/to/old/samsa tests/bench/run.sh txn
@@ -44,18 +50,16 @@ fi
 # The broker processes may come from another build than the client tools
 # (before/after figures of a broker change with the same `samsa bench`).
 server=${SAMSA_SERVER_BIN:-$samsa}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 perf_tool=$target/librdkafka-suite/librdkafka/examples/rdkafka_performance
-# `samsa bench txn` is the only client of the txn mode: no rdkafka_performance.
-if [ "$mode" != txn ]; then
+build_perf_tool() {
     "$here/../librdkafka/run.sh" --build
     if [ ! -x "$perf_tool" ]; then
         log "building rdkafka_performance"
         make -C "$target/librdkafka-suite/librdkafka/examples" rdkafka_performance >/dev/null
     fi
     export LD_LIBRARY_PATH=$target/librdkafka-suite/librdkafka/src
-fi
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+}
 
 broker_pid=
 stop_broker() {
@@ -134,6 +138,27 @@ consume() {
 }
 
 rss_peak_mib() { awk '/VmHWM/ {printf "%d", $2/1024}' "/proc/$broker_pid/status"; }
+
+if [ "$mode" = pipeline ]; then
+    # samsa pipeline bench drives `samsa pipeline stage` processes (the same
+    # release binary) against `samsa dev --nodes 3`; it prints the 1-minute
+    # load average beside each figure (the machine may be shared).
+    start_cluster
+    bootstrap="127.0.0.1:$port,127.0.0.1:$((port + 100)),127.0.0.1:$((port + 200))"
+    echo "## samsa pipeline benchmark $(date -u +%Y-%m-%dT%H:%MZ), ${PIPELINE_RECORDS:-200000} records of $size bytes, 3 nodes (RF=3, min ISR 2)"
+    echo
+    echo "load before: $(uptime)"
+    "$samsa" pipeline bench --bootstrap-server "$bootstrap" --records "${PIPELINE_RECORDS:-200000}" \
+        --record-size "$size" --partitions "${PIPELINE_PARTITIONS:-6}" --processes "${PIPELINE_PROCESSES:-2}" \
+        --txn-interval-ms 100 --rounds "${PIPELINE_ROUNDS:-2}" --log-dir "$bench_dir/stages" 2>"$bench_dir/pipeline-bench.err"
+    echo "load after: $(uptime)"
+    stop_broker
+    rm -rf "$bench_dir"
+    exit 0
+fi
+
+# `samsa bench txn` is the only client of the txn mode: no rdkafka_performance.
+[ "$mode" = txn ] || build_perf_tool
 
 if [ "$mode" = replication ]; then
     echo "## samsa replication benchmark $(date -u +%Y-%m-%dT%H:%MZ), $records records of $size bytes, acks=all, idempotent"

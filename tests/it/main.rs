@@ -12,6 +12,7 @@ mod groups_smoke;
 mod idempotence;
 mod offsets;
 mod persistence;
+mod pipeline;
 mod rdkafka_eos;
 mod replication;
 mod transactions;

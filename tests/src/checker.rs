@@ -16,6 +16,10 @@
 //! Records that were sent but neither acknowledged nor read are fine (their
 //! fate is unknown to the client, e.g. in flight when the broker died); records
 //! whose delivery failed may be present exactly once.
+//!
+//! [`KeyChecker`] is the by-key variant for pipelines, where records are
+//! written by stage processes the test does not see: every input key must be
+//! read from the final topic exactly once.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -338,6 +342,117 @@ impl fmt::Display for EosReport {
     }
 }
 
+/// Exactly-once by key, for pipelines: the test knows the set of input
+/// keys, and a reader of the final topic records every (partition, offset,
+/// key) it saw. [`KeyChecker::check`] reports input keys never seen
+/// (**missing**), keys seen at more than one place (**duplicates**) and keys
+/// that were never input (**unknown**). Re-reading one place is fine.
+#[derive(Debug, Default)]
+pub struct KeyChecker {
+    expected: HashSet<Vec<u8>>,
+    seen: HashMap<Vec<u8>, Vec<(i32, i64)>>,
+    read_events: usize,
+}
+
+impl KeyChecker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records that `key` was input (keys must be unique).
+    pub fn expect(&mut self, key: &[u8]) {
+        assert!(
+            self.expected.insert(key.to_vec()),
+            "test bug: key {:?} input twice; keys must be unique",
+            String::from_utf8_lossy(key)
+        );
+    }
+
+    /// Records that a reader saw `key` at (partition, offset).
+    pub fn read(&mut self, partition: i32, offset: i64, key: &[u8]) {
+        self.read_events += 1;
+        let places = self.seen.entry(key.to_vec()).or_default();
+        if !places.contains(&(partition, offset)) {
+            places.push((partition, offset));
+        }
+    }
+
+    pub fn check(&self) -> KeyReport {
+        let show = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
+        let mut r = KeyReport {
+            expected: self.expected.len(),
+            distinct_read: self.seen.len(),
+            read_events: self.read_events,
+            ..KeyReport::default()
+        };
+        for k in &self.expected {
+            if !self.seen.contains_key(k) {
+                r.missing.push(show(k));
+            }
+        }
+        for (k, places) in &self.seen {
+            if places.len() > 1 {
+                let mut places = places.clone();
+                places.sort_unstable();
+                r.duplicates.push(format!("{} read at {places:?}", show(k)));
+            }
+            if !self.expected.contains(k) {
+                r.unknown.push(format!("{} read at {places:?}", show(k)));
+            }
+        }
+        for list in [&mut r.missing, &mut r.duplicates, &mut r.unknown] {
+            list.sort();
+        }
+        r
+    }
+}
+
+/// The result of [`KeyChecker::check`].
+#[derive(Debug, Default, Clone)]
+pub struct KeyReport {
+    pub expected: usize,
+    pub distinct_read: usize,
+    pub read_events: usize,
+    pub missing: Vec<String>,
+    pub duplicates: Vec<String>,
+    pub unknown: Vec<String>,
+}
+
+impl KeyReport {
+    pub fn is_ok(&self) -> bool {
+        self.missing.is_empty() && self.duplicates.is_empty() && self.unknown.is_empty()
+    }
+
+    /// Panics with the full report unless every key was read exactly once.
+    pub fn assert_ok(&self) {
+        assert!(self.is_ok(), "exactly-once-by-key check failed:\n{self}");
+    }
+}
+
+impl fmt::Display for KeyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "keys expected {}, distinct read {} ({} read events)",
+            self.expected, self.distinct_read, self.read_events
+        )?;
+        for (name, list) in [
+            ("missing (input, never read)", &self.missing),
+            ("duplicates", &self.duplicates),
+            ("unknown keys", &self.unknown),
+        ] {
+            writeln!(f, "{name}: {}", list.len())?;
+            for item in list.iter().take(20) {
+                writeln!(f, "  {item}")?;
+            }
+            if list.len() > 20 {
+                writeln!(f, "  … and {} more", list.len() - 20)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,5 +501,26 @@ mod tests {
         assert_eq!(r.unknown.len(), 1, "{r}");
         assert_eq!(r.ack_mismatches.len(), 1, "{r}");
         assert_eq!(r.aborted_read.len(), 1, "{r}");
+    }
+
+    #[test]
+    fn keys_exactly_once() {
+        let mut c = KeyChecker::new();
+        for k in ["a", "b", "c"] {
+            c.expect(k.as_bytes());
+        }
+        c.read(0, 0, b"a");
+        c.read(0, 0, b"a"); // re-read of one place is fine
+        c.read(1, 0, b"b");
+        c.read(1, 1, b"c");
+        c.check().assert_ok();
+
+        c.read(2, 5, b"b"); // duplicate
+        c.read(2, 6, b"z"); // unknown
+        let mut d = KeyChecker::new();
+        d.expect(b"m"); // missing
+        let r = c.check();
+        assert_eq!((r.duplicates.len(), r.unknown.len()), (1, 1), "{r}");
+        assert_eq!(d.check().missing, vec!["m".to_string()]);
     }
 }

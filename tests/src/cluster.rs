@@ -445,7 +445,7 @@ fn lists_itself(addr: SocketAddr, id: i32) -> bool {
 
 /// `samsa` behind `setpriv --pdeathsig KILL` when available, so a test
 /// process that dies without running Drop takes its nodes with it.
-fn command(bin: &Path) -> Command {
+pub(crate) fn command(bin: &Path) -> Command {
     let mut cmd = if has_setpriv() {
         let mut c = Command::new("setpriv");
         c.arg("--pdeathsig").arg("KILL").arg(bin);
@@ -516,7 +516,7 @@ pub fn run_to_exit(bin: &Path, args: &[String], timeout: Duration) -> (ExitStatu
     (out.status, format!("{}{}", out.stdout, out.stderr))
 }
 
-fn tail(path: &Path, lines: usize) -> String {
+pub(crate) fn tail(path: &Path, lines: usize) -> String {
     let mut s = String::new();
     if let Ok(mut f) = File::open(path) {
         let len = f.metadata().map(|m| m.len()).unwrap_or(0);

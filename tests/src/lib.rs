@@ -12,12 +12,13 @@ pub mod cluster;
 pub mod group;
 pub mod http;
 pub mod node;
+pub mod pipeline;
 pub mod rdk;
 pub mod txn;
 pub mod wait;
 
 pub use batch::{BatchBuilder, FetchedRecord};
-pub use checker::{EosChecker, EosReport};
+pub use checker::{EosChecker, EosReport, KeyChecker, KeyReport};
 pub use client::{is_connection_closed, KafkaClient};
 pub use node::SamsaNode;
 pub use wait::wait_until;

@@ -54,6 +54,10 @@ pub enum DemoCommand {
     /// `zombie` run as child processes): consume through the group, write
     /// the outputs synchronously, send the offsets to the transaction, commit.
     EosAttempt(groups::EosAttemptArgs),
+    /// Exactly-once consume-transform-produce: two transactional stages of
+    /// stage processes, one process of each SIGKILLed half-way; every input
+    /// key reaches the output exactly once.
+    Pipeline(crate::pipeline::driver::DemoArgs),
 }
 
 #[derive(Debug, Args)]
@@ -81,6 +85,11 @@ pub async fn run(command: DemoCommand) -> Result<ExitCode> {
             DemoCommand::Zombie(a) => (a, groups::zombie),
             DemoCommand::ConsumerLag(a) => (a, groups::consumer_lag),
             DemoCommand::EosAttempt(_) => bail!("eos-attempt is run above"),
+            DemoCommand::Pipeline(a) => {
+                crate::pipeline::driver::demo(a, &handle)?;
+                println!("OK: every key exactly once, offsets committed to the end.");
+                return Ok(ExitCode::SUCCESS);
+            }
         };
         let d = Demo {
             connect: args.connect.clone(),

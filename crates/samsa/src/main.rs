@@ -11,6 +11,7 @@ mod config;
 mod consume;
 mod demo;
 mod dump_log;
+mod pipeline;
 mod produce;
 mod server;
 mod signals;
@@ -64,6 +65,9 @@ enum Command {
     /// (like kafka-transactions.sh).
     #[command(subcommand)]
     Txn(txn::TxnCommand),
+    /// Exactly-once consume-transform-produce stage processes and their benchmark.
+    #[command(subcommand)]
+    Pipeline(pipeline::PipelineCommand),
 }
 
 fn main() -> ExitCode {
@@ -99,6 +103,7 @@ fn main() -> ExitCode {
             Command::DumpLog(args) => dump_log::run(&args),
             Command::Demo(cmd) => demo::run(cmd).await,
             Command::Txn(cmd) => txn::run(cmd).await,
+            Command::Pipeline(cmd) => pipeline::run(cmd).await,
         }
     });
     // Blocking client tasks have all been joined by now; don't let a stray one

@@ -535,7 +535,10 @@ async fn find_hanging(args: FindHangingArgs) -> Result<()> {
         let mut by_leader: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
         for (topic, partition) in remaining.drain(..) {
             let leader = cluster.partition(&topic, partition)?.leader;
-            by_leader.entry(leader).or_default().push((topic, partition));
+            by_leader
+                .entry(leader)
+                .or_default()
+                .push((topic, partition));
         }
         if let Some(leaderless) = by_leader.remove(&-1) {
             if last_attempt {
