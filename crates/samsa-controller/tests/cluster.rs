@@ -145,9 +145,18 @@ async fn three_controllers_replicate_metadata_and_survive_losing_the_leader() {
     let first_leader = agreed_leader(&all).await;
     let image = converged(&all, |i| i.cluster_id().is_some()).await;
     let cluster_id = image.cluster_id().unwrap().to_owned();
-    assert!(all
-        .iter()
-        .all(|n| n.cluster_id().as_deref() == Some(cluster_id.as_str())));
+    // Each node publishes the cluster id on its own watch right after
+    // applying the image that holds it: wait for every node's, don't race it.
+    eventually(
+        "every node to publish the cluster id",
+        Duration::from_secs(20),
+        || {
+            all.iter()
+                .all(|n| n.cluster_id().as_deref() == Some(cluster_id.as_str()))
+                .then_some(())
+        },
+    )
+    .await;
 
     // Brokers talk to any controller; the client finds the leader.
     let addrs: Vec<String> = voters.iter().map(|(_, a)| a.clone()).collect();
