@@ -1011,13 +1011,25 @@ impl GroupCoordinator {
 
     // ---- OffsetCommit ----------------------------------------------------
 
-    /// OffsetCommit: checks generation and member, then writes the offsets;
-    /// the reply is delivered once they are durable.
-    pub fn offset_commit(&mut self, token: Token, request: &CommitRequest, now_ms: i64) -> Step {
-        // A group-managed commit for a group this coordinator has never
-        // seen: the member's generation is gone.
+    /// OffsetCommit at API `version`: checks generation and member, then
+    /// writes the offsets; the reply is delivered once they are durable.
+    pub fn offset_commit(
+        &mut self,
+        token: Token,
+        request: &CommitRequest,
+        version: i16,
+        now_ms: i64,
+    ) -> Step {
+        // A group-managed commit for a group this coordinator does not
+        // know: v9+ says so (GROUP_ID_NOT_FOUND, meaningful to both group
+        // protocols); older clients only understand ILLEGAL_GENERATION.
         let standalone = request.generation_id < 0;
-        match self.commit_context(request, standalone, now_ms) {
+        let unknown_group = if version >= 9 {
+            ResponseError::GroupIdNotFound
+        } else {
+            ResponseError::IllegalGeneration
+        };
+        match self.commit_context(request, standalone, unknown_group, now_ms) {
             Err(e) => refuse_all(token, request, e),
             Ok((group, mut ctx)) => match validate_commit(
                 group,
@@ -1047,7 +1059,13 @@ impl GroupCoordinator {
         now_ms: i64,
     ) -> Step {
         let standalone = request.generation_id < 0 && request.member_id.is_empty();
-        match self.commit_context(request, standalone, now_ms) {
+        // Every TxnOffsetCommit version answers ILLEGAL_GENERATION there.
+        match self.commit_context(
+            request,
+            standalone,
+            ResponseError::IllegalGeneration,
+            now_ms,
+        ) {
             Err(e) => refuse_all(token, request, e),
             Ok((group, mut ctx)) => match validate_txn_commit(group, request) {
                 Err(e) => refuse_all(token, request, e),
@@ -1060,12 +1078,13 @@ impl GroupCoordinator {
     }
 
     /// The group a commit goes to, created (Empty) for a `standalone`
-    /// commit if unknown; ILLEGAL_GENERATION for any other commit to an
+    /// commit if unknown; `unknown_group` for any other commit to an
     /// unknown group.
     fn commit_context(
         &mut self,
         request: &CommitRequest,
         standalone: bool,
+        unknown_group: ResponseError,
         now_ms: i64,
     ) -> Result<(&mut Group, Ctx<'_>), ResponseError> {
         if request.group_id.is_empty() {
@@ -1074,7 +1093,7 @@ impl GroupCoordinator {
         self.owner(&request.group_id)?;
         if !self.groups.contains_key(&request.group_id) {
             if !standalone {
-                return Err(ResponseError::IllegalGeneration);
+                return Err(unknown_group);
             }
             let p = self.partition_for(&request.group_id);
             self.groups.insert(

@@ -206,9 +206,13 @@ impl Harness {
     }
 
     fn commit(&mut self, generation: i32, member: &str, offset: i64) -> Token {
+        self.commit_at(generation, member, offset, 9)
+    }
+
+    fn commit_at(&mut self, generation: i32, member: &str, offset: i64, version: i16) -> Token {
         let t = self.token();
         let request = commit_request(generation, member, None, offset);
-        let step = self.c.offset_commit(t, &request, self.now);
+        let step = self.c.offset_commit(t, &request, version, self.now);
         self.apply(step);
         t
     }
@@ -750,6 +754,18 @@ fn transactional_offsets_wait_for_the_commit_marker_and_vanish_on_abort() {
         Ok(Some(20)),
         "aborted offsets are dropped"
     );
+}
+
+#[test]
+fn member_commits_to_an_unknown_group_are_refused_by_version() {
+    let mut h = Harness::new(0);
+    let t = h.commit_at(3, "gone", 5, 9);
+    assert_eq!(h.commit_error(t), Some(E::GroupIdNotFound));
+    let t = h.commit_at(3, "gone", 5, 8);
+    assert_eq!(h.commit_error(t), Some(E::IllegalGeneration));
+    let t = txn_commit(&mut h, 1, 5, 3, "gone");
+    assert_eq!(h.commit_error(t), Some(E::IllegalGeneration));
+    assert_eq!(h.committed(false), Ok(None), "nothing was written");
 }
 
 #[test]

@@ -248,7 +248,7 @@ pub async fn offset_commit(
             results.extend(
                 match broker
                     .groups
-                    .call(|c, token, now| c.offset_commit(token, &commit, now))
+                    .call(|c, token, now| c.offset_commit(token, &commit, version, now))
                     .await
                 {
                     Some(Reply::Commit(r)) => r,
