@@ -18,7 +18,7 @@ use tracing::{debug, info};
 use super::records::{GroupRecord, LoadedGroup, OffsetAndMetadata, StoredGroup, StoredMember};
 use super::GroupState;
 use crate::error::txn_append_error_code;
-use crate::txn::coordinator_partition;
+use crate::txn::{coordinator_partition, LedByImage};
 
 /// Tunables, with Kafka's names and defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -519,6 +519,7 @@ pub struct GroupCoordinator {
     next_member: u64,
     /// Markers that reached a partition while it was loading.
     markers_while_loading: BTreeMap<i32, Vec<(i64, bool)>>,
+    led_by_image: LedByImage,
 }
 
 fn str_bytes(s: &str) -> StrBytes {
@@ -574,7 +575,16 @@ impl GroupCoordinator {
             member_id_seed,
             next_member: 0,
             markers_while_loading: BTreeMap::new(),
+            led_by_image: LedByImage::default(),
         }
+    }
+
+    /// The offsets partitions the current metadata image says this broker
+    /// leads; true if one of them is not loading or loaded yet.
+    pub fn set_led_by_image(&mut self, led: LedByImage) -> bool {
+        self.led_by_image = led;
+        self.led_by_image
+            .awaits_load(|p| self.partitions.contains_key(&p))
     }
 
     pub fn config(&self) -> &GroupConfig {
@@ -592,11 +602,12 @@ impl GroupCoordinator {
     }
 
     /// Whether the group's partition is loaded here: NOT_COORDINATOR if
-    /// not held, COORDINATOR_LOAD_IN_PROGRESS while loading.
+    /// not held, COORDINATOR_LOAD_IN_PROGRESS while loading or while the
+    /// metadata image says it is led here but its load has not begun.
     fn owner(&self, group_id: &str) -> Result<i32, ResponseError> {
         let p = self.partition_for(group_id);
         match self.partitions.get(&p) {
-            None => Err(ResponseError::NotCoordinator),
+            None => Err(self.led_by_image.unheld_error(p)),
             Some(PartitionStatus::Loading { .. }) => Err(ResponseError::CoordinatorLoadInProgress),
             Some(PartitionStatus::Loaded { epoch }) => Ok(*epoch),
         }
@@ -1328,6 +1339,9 @@ impl GroupCoordinator {
             .partitions
             .values()
             .any(|s| matches!(s, PartitionStatus::Loading { .. }))
+            || self
+                .led_by_image
+                .awaits_load(|p| self.partitions.contains_key(&p))
         {
             return Err(ResponseError::CoordinatorLoadInProgress);
         }

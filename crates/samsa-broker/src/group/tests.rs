@@ -20,6 +20,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::records::{replay, GroupRecord, LogEntry, OffsetAndMetadata, StoredGroup, StoredMember};
 use super::*;
+use crate::txn::LedByImage;
 
 use ResponseError as E;
 
@@ -644,6 +645,35 @@ fn partitions_not_held_or_loading_answer_coordinator_errors() {
     assert_eq!(
         c.offset_fetch(GROUP, None, false).unwrap_err(),
         E::NotCoordinator
+    );
+}
+
+#[test]
+fn a_partition_led_by_the_image_but_not_loading_yet_answers_load_in_progress() {
+    let mut c = GroupCoordinator::new(GroupConfig::default(), 7);
+    let p = c.partition_for(GROUP);
+    let led = LedByImage::new([p].into());
+    assert!(c.set_led_by_image(led.clone()), "its load should begin");
+    assert_eq!(
+        c.offset_fetch(GROUP, None, false).unwrap_err(),
+        E::CoordinatorLoadInProgress
+    );
+    let step = c.offset_commit(Token(1), &commit_request(-1, "", None, 5), 9, 0);
+    assert!(matches!(
+        &step.deliveries[..],
+        [(Token(1), Reply::Commit(r))] if r[0].error == Some(E::CoordinatorLoadInProgress)
+    ));
+    assert_eq!(c.list_groups().unwrap_err(), E::CoordinatorLoadInProgress);
+    c.begin_loading(p, 1).unwrap();
+    assert!(!c.set_led_by_image(led), "loading");
+    c.finish_loading(p, 1, BTreeMap::new(), 0).unwrap();
+    assert_eq!(c.offset_fetch(GROUP, None, false).unwrap(), vec![]);
+    assert!(!c.set_led_by_image(LedByImage::default()));
+    c.unload(p, Some(1));
+    assert_eq!(
+        c.offset_fetch(GROUP, None, false).unwrap_err(),
+        E::NotCoordinator,
+        "neither held nor led"
     );
 }
 

@@ -99,6 +99,21 @@ impl GroupShell {
         self.coordinator.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The coordinator, locked for a client request: it first learns which
+    /// offsets partitions the metadata image says this broker leads, so
+    /// one whose load has not begun answers COORDINATOR_LOAD_IN_PROGRESS,
+    /// and the ownership loop is woken to begin it.
+    pub(crate) fn serving(&self) -> MutexGuard<'_, GroupCoordinator> {
+        let led = self.broker_arc().map(|b| self.topic.led_by_image(&b));
+        let mut coordinator = self.lock();
+        if let Some(led) = led {
+            if coordinator.set_led_by_image(led) {
+                self.poke();
+            }
+        }
+        coordinator
+    }
+
     fn broker_arc(&self) -> Option<Arc<Broker>> {
         self.broker.get().and_then(Weak::upgrade)
     }
@@ -143,7 +158,7 @@ impl GroupShell {
         let (tx, rx) = oneshot::channel();
         self.waiting_lock().insert(token, tx);
         let step = {
-            let mut coordinator = self.lock();
+            let mut coordinator = self.serving();
             f(&mut coordinator, token, now_ms())
         };
         self.process(step);
@@ -157,7 +172,7 @@ impl GroupShell {
     /// Runs `f` on the locked coordinator, then carries out the step it returns.
     pub fn with<T>(&self, f: impl FnOnce(&mut GroupCoordinator, i64) -> (T, Step)) -> T {
         let (value, step) = {
-            let mut coordinator = self.lock();
+            let mut coordinator = self.serving();
             f(&mut coordinator, now_ms())
         };
         self.process(step);

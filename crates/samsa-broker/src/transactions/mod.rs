@@ -142,6 +142,21 @@ impl TxnShell {
         self.coordinator.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The coordinator, locked for a client request: it first learns which
+    /// state partitions the metadata image says this broker leads, so one
+    /// whose load has not begun answers COORDINATOR_LOAD_IN_PROGRESS, and
+    /// the ownership loop is woken to begin it.
+    pub(crate) fn serving(&self) -> MutexGuard<'_, TxnCoordinator> {
+        let led = self.broker_arc().map(|b| self.topic.led_by_image(&b));
+        let mut coordinator = self.lock();
+        if let Some(led) = led {
+            if coordinator.set_led_by_image(led) {
+                self.poke();
+            }
+        }
+        coordinator
+    }
+
     pub(crate) fn broker_arc(&self) -> Option<Arc<Broker>> {
         self.broker.get().and_then(Weak::upgrade)
     }
@@ -192,7 +207,7 @@ impl TxnShell {
         f: impl FnOnce(&mut TxnCoordinator, &mut dyn ProducerIdSource) -> T,
     ) -> T {
         let mut ids = HeldIds(&broker.producer_ids);
-        let mut coordinator = self.lock();
+        let mut coordinator = self.serving();
         f(&mut coordinator, &mut ids)
     }
 
