@@ -11,7 +11,9 @@
 //!   loaded by replaying them ([`crate::coordination::read_log`],
 //!   [`crate::group::records::replay`]); those it no longer leads are
 //!   unloaded. The applier pokes the loop after every metadata image, and
-//!   it also looks twice a second.
+//!   it also looks twice a second. Client requests lock the coordinator
+//!   through `serving`, which first tells it which partitions the image
+//!   says this broker leads (FindCoordinator answers from the image).
 //! - **Waiting requests**: every request gets a [`Token`] and a oneshot
 //!   channel; the coordinator's [`Step`]s say which token gets which
 //!   [`Reply`].

@@ -16,7 +16,9 @@
 //!   newly led → `begin_loading`, replay the partition from its start to its
 //!   log end, `finish_loading`, then resend the markers of unfinished
 //!   transactions; no longer led → `unload`. The applier pokes the task
-//!   after every metadata image, and it also looks twice a second.
+//!   after every metadata image, and it also looks twice a second. Client
+//!   requests lock the coordinator through `serving`, which first tells it
+//!   which partitions the image says this broker leads.
 //! - **Writes** ([`TxnShell::complete`]): a [`TxnWrite`] is appended to its
 //!   state partition as leader at the coordinator epoch, with acks=all (the
 //!   produce path's fsync + HW wait, [`Partition::wait_acks_all`]), and only
