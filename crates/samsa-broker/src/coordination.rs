@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
@@ -101,6 +101,29 @@ impl InternalTopic {
                 .collect()
         });
         LedByImage::new(led)
+    }
+
+    /// Locks `coordinator` for a client request: it first learns (`learn`)
+    /// which partitions the image says this broker leads, so one whose load
+    /// has not begun answers COORDINATOR_LOAD_IN_PROGRESS; if there is one,
+    /// `wake` the ownership loop to begin it.
+    pub fn serving<'a, C>(
+        &self,
+        broker: Option<Arc<Broker>>,
+        coordinator: &'a Mutex<C>,
+        learn: fn(&mut C, LedByImage) -> bool,
+        wake: impl FnOnce(),
+    ) -> MutexGuard<'a, C> {
+        // Read the image before locking: the coordinator's mutex is never
+        // held while waiting for another lock.
+        let led = broker.map(|b| self.led_by_image(&b));
+        let mut guard = coordinator.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(led) = led {
+            if learn(&mut guard, led) {
+                wake();
+            }
+        }
+        guard
     }
 
     /// The live leader of partition `p`: COORDINATOR_NOT_AVAILABLE without one.

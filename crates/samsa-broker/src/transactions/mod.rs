@@ -149,14 +149,12 @@ impl TxnShell {
     /// whose load has not begun answers COORDINATOR_LOAD_IN_PROGRESS, and
     /// the ownership loop is woken to begin it.
     pub(crate) fn serving(&self) -> MutexGuard<'_, TxnCoordinator> {
-        let led = self.broker_arc().map(|b| self.topic.led_by_image(&b));
-        let mut coordinator = self.lock();
-        if let Some(led) = led {
-            if coordinator.set_led_by_image(led) {
-                self.poke();
-            }
-        }
-        coordinator
+        self.topic.serving(
+            self.broker_arc(),
+            &self.coordinator,
+            TxnCoordinator::set_led_by_image,
+            || self.poke(),
+        )
     }
 
     pub(crate) fn broker_arc(&self) -> Option<Arc<Broker>> {
