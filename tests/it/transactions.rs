@@ -802,6 +802,37 @@ fn stalled_transaction_is_aborted_after_its_timeout() {
 /// `Utils.abs` is `Math.abs` (with MIN_VALUE → 0), so for an id with a
 /// negative hash the state is written to that partition, not to the one
 /// sign-bit clearing would give.
+/// On a fresh node, where FindCoordinator creates `__transaction_state`:
+/// once it names this broker, InitProducerId is answered or told
+/// COORDINATOR_LOAD_IN_PROGRESS (retry here), never NOT_COORDINATOR (look
+/// the coordinator up again), while the state partition's load has not
+/// begun.
+#[test]
+fn the_broker_find_coordinator_names_serves_the_transactional_id_at_once() {
+    let node = SamsaNode::start();
+    let mut c = node.client();
+    let id = unique_topic("coordinator-ready-txn");
+    let (code, coordinator) = retry_coordinator("FindCoordinator(transaction)", VISIBLE, || {
+        c.find_coordinator(1, &id)
+    })
+    .unwrap();
+    assert_eq!((code, coordinator), (NONE, node.node_id()));
+    let mut answers = Vec::new();
+    let done = try_wait_until(VISIBLE, || {
+        let code = c
+            .init_producer_id_txn(&id, 60_000, (-1, -1))
+            .unwrap()
+            .error_code;
+        answers.push(code);
+        (code != COORDINATOR_LOAD_IN_PROGRESS).then_some(code)
+    });
+    assert_eq!(
+        done,
+        Some(NONE),
+        "InitProducerId answers, in order, after FindCoordinator named this broker: {answers:?}"
+    );
+}
+
 #[test]
 fn transaction_state_placement_matches_kafka() {
     let node = SamsaNode::start();

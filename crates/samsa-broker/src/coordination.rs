@@ -19,9 +19,9 @@
 //!   acks=all ([`Partition::wait_acks_all`]): fsync as configured, then the
 //!   HW covering it in that epoch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
@@ -31,6 +31,7 @@ use crate::error::{metadata_error_code, partition_error_code};
 use crate::group::LogEntry;
 use crate::metadata::{BrokerInfo, NewTopic};
 use crate::replica::Partition;
+use crate::txn::LedByImage;
 use crate::{now_ms, Broker, MetadataError};
 
 /// How long a coordinator write may wait for the ISR before it fails
@@ -87,6 +88,42 @@ impl InternalTopic {
             }
         }
         Err(ResponseError::CoordinatorNotAvailable)
+    }
+
+    /// The partitions of the topic that the current metadata image (what
+    /// FindCoordinator answers from) says this broker leads.
+    pub fn led_by_image(&self, broker: &Broker) -> LedByImage {
+        let image = broker.metadata.image();
+        let me = broker.config.node_id;
+        let led = image.topic(self.name).map_or_else(BTreeSet::new, |t| {
+            (0..t.partitions)
+                .filter(|&p| t.partition(p).is_some_and(|s| s.leader == me))
+                .collect()
+        });
+        LedByImage::new(led)
+    }
+
+    /// Locks `coordinator` for a client request: it first learns (`learn`)
+    /// which partitions the image says this broker leads, so one whose load
+    /// has not begun answers COORDINATOR_LOAD_IN_PROGRESS; if there is one,
+    /// `wake` the ownership loop to begin it.
+    pub fn serving<'a, C>(
+        &self,
+        broker: Option<Arc<Broker>>,
+        coordinator: &'a Mutex<C>,
+        learn: fn(&mut C, LedByImage) -> bool,
+        wake: impl FnOnce(),
+    ) -> MutexGuard<'a, C> {
+        // Read the image before locking: the coordinator's mutex is never
+        // held while waiting for another lock.
+        let led = broker.map(|b| self.led_by_image(&b));
+        let mut guard = coordinator.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(led) = led {
+            if learn(&mut guard, led) {
+                wake();
+            }
+        }
+        guard
     }
 
     /// The live leader of partition `p`: COORDINATOR_NOT_AVAILABLE without one.

@@ -18,7 +18,7 @@ use tracing::{debug, info};
 use super::records::{GroupRecord, LoadedGroup, OffsetAndMetadata, StoredGroup, StoredMember};
 use super::GroupState;
 use crate::error::txn_append_error_code;
-use crate::txn::coordinator_partition;
+use crate::txn::{coordinator_partition, LedByImage};
 
 /// Tunables, with Kafka's names and defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -519,6 +519,7 @@ pub struct GroupCoordinator {
     next_member: u64,
     /// Markers that reached a partition while it was loading.
     markers_while_loading: BTreeMap<i32, Vec<(i64, bool)>>,
+    led_by_image: LedByImage,
 }
 
 fn str_bytes(s: &str) -> StrBytes {
@@ -574,7 +575,16 @@ impl GroupCoordinator {
             member_id_seed,
             next_member: 0,
             markers_while_loading: BTreeMap::new(),
+            led_by_image: LedByImage::default(),
         }
+    }
+
+    /// The offsets partitions the current metadata image says this broker
+    /// leads; true if one of them is not loading or loaded yet.
+    pub fn set_led_by_image(&mut self, led: LedByImage) -> bool {
+        self.led_by_image = led;
+        self.led_by_image
+            .awaits_load(|p| self.partitions.contains_key(&p))
     }
 
     pub fn config(&self) -> &GroupConfig {
@@ -592,11 +602,12 @@ impl GroupCoordinator {
     }
 
     /// Whether the group's partition is loaded here: NOT_COORDINATOR if
-    /// not held, COORDINATOR_LOAD_IN_PROGRESS while loading.
+    /// not held, COORDINATOR_LOAD_IN_PROGRESS while loading or while the
+    /// metadata image says it is led here but its load has not begun.
     fn owner(&self, group_id: &str) -> Result<i32, ResponseError> {
         let p = self.partition_for(group_id);
         match self.partitions.get(&p) {
-            None => Err(ResponseError::NotCoordinator),
+            None => Err(self.led_by_image.unheld_error(p)),
             Some(PartitionStatus::Loading { .. }) => Err(ResponseError::CoordinatorLoadInProgress),
             Some(PartitionStatus::Loaded { epoch }) => Ok(*epoch),
         }
@@ -1011,13 +1022,25 @@ impl GroupCoordinator {
 
     // ---- OffsetCommit ----------------------------------------------------
 
-    /// OffsetCommit: checks generation and member, then writes the offsets;
-    /// the reply is delivered once they are durable.
-    pub fn offset_commit(&mut self, token: Token, request: &CommitRequest, now_ms: i64) -> Step {
-        // A group-managed commit for a group this coordinator has never
-        // seen: the member's generation is gone.
+    /// OffsetCommit at API `version`: checks generation and member, then
+    /// writes the offsets; the reply is delivered once they are durable.
+    pub fn offset_commit(
+        &mut self,
+        token: Token,
+        request: &CommitRequest,
+        version: i16,
+        now_ms: i64,
+    ) -> Step {
+        // A group-managed commit for a group this coordinator does not
+        // know: v9+ says so (GROUP_ID_NOT_FOUND, meaningful to both group
+        // protocols); older clients only understand ILLEGAL_GENERATION.
         let standalone = request.generation_id < 0;
-        match self.commit_context(request, standalone, now_ms) {
+        let unknown_group = if version >= 9 {
+            ResponseError::GroupIdNotFound
+        } else {
+            ResponseError::IllegalGeneration
+        };
+        match self.commit_context(request, standalone, unknown_group, now_ms) {
             Err(e) => refuse_all(token, request, e),
             Ok((group, mut ctx)) => match validate_commit(
                 group,
@@ -1047,7 +1070,13 @@ impl GroupCoordinator {
         now_ms: i64,
     ) -> Step {
         let standalone = request.generation_id < 0 && request.member_id.is_empty();
-        match self.commit_context(request, standalone, now_ms) {
+        // Every TxnOffsetCommit version answers ILLEGAL_GENERATION there.
+        match self.commit_context(
+            request,
+            standalone,
+            ResponseError::IllegalGeneration,
+            now_ms,
+        ) {
             Err(e) => refuse_all(token, request, e),
             Ok((group, mut ctx)) => match validate_txn_commit(group, request) {
                 Err(e) => refuse_all(token, request, e),
@@ -1060,12 +1089,13 @@ impl GroupCoordinator {
     }
 
     /// The group a commit goes to, created (Empty) for a `standalone`
-    /// commit if unknown; ILLEGAL_GENERATION for any other commit to an
+    /// commit if unknown; `unknown_group` for any other commit to an
     /// unknown group.
     fn commit_context(
         &mut self,
         request: &CommitRequest,
         standalone: bool,
+        unknown_group: ResponseError,
         now_ms: i64,
     ) -> Result<(&mut Group, Ctx<'_>), ResponseError> {
         if request.group_id.is_empty() {
@@ -1074,7 +1104,7 @@ impl GroupCoordinator {
         self.owner(&request.group_id)?;
         if !self.groups.contains_key(&request.group_id) {
             if !standalone {
-                return Err(ResponseError::IllegalGeneration);
+                return Err(unknown_group);
             }
             let p = self.partition_for(&request.group_id);
             self.groups.insert(
@@ -1309,6 +1339,9 @@ impl GroupCoordinator {
             .partitions
             .values()
             .any(|s| matches!(s, PartitionStatus::Loading { .. }))
+            || self
+                .led_by_image
+                .awaits_load(|p| self.partitions.contains_key(&p))
         {
             return Err(ResponseError::CoordinatorLoadInProgress);
         }

@@ -54,7 +54,10 @@
 //!    start to its log end with [`records::replay`] (data records and
 //!    markers in order), then [`GroupCoordinator::finish_loading`]; on
 //!    losing it, [`GroupCoordinator::unload`]. Meanwhile the groups answer
-//!    COORDINATOR_LOAD_IN_PROGRESS, and NOT_COORDINATOR when not held.
+//!    COORDINATOR_LOAD_IN_PROGRESS, and NOT_COORDINATOR when not held
+//!    (unless [`GroupCoordinator::set_led_by_image`] says the metadata
+//!    image has it led here: its load is about to begin, so
+//!    COORDINATOR_LOAD_IN_PROGRESS).
 //! 5. Markers: when a COMMIT/ABORT marker is appended to an offsets
 //!    partition this broker coordinates, call
 //!    [`GroupCoordinator::complete_transaction`].

@@ -20,6 +20,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::records::{replay, GroupRecord, LogEntry, OffsetAndMetadata, StoredGroup, StoredMember};
 use super::*;
+use crate::txn::LedByImage;
 
 use ResponseError as E;
 
@@ -206,9 +207,13 @@ impl Harness {
     }
 
     fn commit(&mut self, generation: i32, member: &str, offset: i64) -> Token {
+        self.commit_at(generation, member, offset, 9)
+    }
+
+    fn commit_at(&mut self, generation: i32, member: &str, offset: i64, version: i16) -> Token {
         let t = self.token();
         let request = commit_request(generation, member, None, offset);
-        let step = self.c.offset_commit(t, &request, self.now);
+        let step = self.c.offset_commit(t, &request, version, self.now);
         self.apply(step);
         t
     }
@@ -644,6 +649,35 @@ fn partitions_not_held_or_loading_answer_coordinator_errors() {
 }
 
 #[test]
+fn a_partition_led_by_the_image_but_not_loading_yet_answers_load_in_progress() {
+    let mut c = GroupCoordinator::new(GroupConfig::default(), 7);
+    let p = c.partition_for(GROUP);
+    let led = LedByImage::new([p].into());
+    assert!(c.set_led_by_image(led.clone()), "its load should begin");
+    assert_eq!(
+        c.offset_fetch(GROUP, None, false).unwrap_err(),
+        E::CoordinatorLoadInProgress
+    );
+    let step = c.offset_commit(Token(1), &commit_request(-1, "", None, 5), 9, 0);
+    assert!(matches!(
+        &step.deliveries[..],
+        [(Token(1), Reply::Commit(r))] if r[0].error == Some(E::CoordinatorLoadInProgress)
+    ));
+    assert_eq!(c.list_groups().unwrap_err(), E::CoordinatorLoadInProgress);
+    c.begin_loading(p, 1).unwrap();
+    assert!(!c.set_led_by_image(led), "loading");
+    c.finish_loading(p, 1, BTreeMap::new(), 0).unwrap();
+    assert_eq!(c.offset_fetch(GROUP, None, false).unwrap(), vec![]);
+    assert!(!c.set_led_by_image(LedByImage::default()));
+    c.unload(p, Some(1));
+    assert_eq!(
+        c.offset_fetch(GROUP, None, false).unwrap_err(),
+        E::NotCoordinator,
+        "neither held nor led"
+    );
+}
+
+#[test]
 fn unload_answers_waiting_joins_not_coordinator() {
     let mut h = Harness::new(0);
     let a = h.stable_one();
@@ -750,6 +784,18 @@ fn transactional_offsets_wait_for_the_commit_marker_and_vanish_on_abort() {
         Ok(Some(20)),
         "aborted offsets are dropped"
     );
+}
+
+#[test]
+fn member_commits_to_an_unknown_group_are_refused_by_version() {
+    let mut h = Harness::new(0);
+    let t = h.commit_at(3, "gone", 5, 9);
+    assert_eq!(h.commit_error(t), Some(E::GroupIdNotFound));
+    let t = h.commit_at(3, "gone", 5, 8);
+    assert_eq!(h.commit_error(t), Some(E::IllegalGeneration));
+    let t = txn_commit(&mut h, 1, 5, 3, "gone");
+    assert_eq!(h.commit_error(t), Some(E::IllegalGeneration));
+    assert_eq!(h.committed(false), Ok(None), "nothing was written");
 }
 
 #[test]

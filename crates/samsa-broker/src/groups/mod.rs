@@ -11,7 +11,9 @@
 //!   loaded by replaying them ([`crate::coordination::read_log`],
 //!   [`crate::group::records::replay`]); those it no longer leads are
 //!   unloaded. The applier pokes the loop after every metadata image, and
-//!   it also looks twice a second.
+//!   it also looks twice a second. Client requests lock the coordinator
+//!   through `serving`, which first tells it which partitions the image
+//!   says this broker leads (FindCoordinator answers from the image).
 //! - **Waiting requests**: every request gets a [`Token`] and a oneshot
 //!   channel; the coordinator's [`Step`]s say which token gets which
 //!   [`Reply`].
@@ -99,6 +101,19 @@ impl GroupShell {
         self.coordinator.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The coordinator, locked for a client request: it first learns which
+    /// offsets partitions the metadata image says this broker leads, so
+    /// one whose load has not begun answers COORDINATOR_LOAD_IN_PROGRESS,
+    /// and the ownership loop is woken to begin it.
+    pub(crate) fn serving(&self) -> MutexGuard<'_, GroupCoordinator> {
+        self.topic.serving(
+            self.broker_arc(),
+            &self.coordinator,
+            GroupCoordinator::set_led_by_image,
+            || self.poke(),
+        )
+    }
+
     fn broker_arc(&self) -> Option<Arc<Broker>> {
         self.broker.get().and_then(Weak::upgrade)
     }
@@ -143,7 +158,7 @@ impl GroupShell {
         let (tx, rx) = oneshot::channel();
         self.waiting_lock().insert(token, tx);
         let step = {
-            let mut coordinator = self.lock();
+            let mut coordinator = self.serving();
             f(&mut coordinator, token, now_ms())
         };
         self.process(step);
@@ -157,7 +172,7 @@ impl GroupShell {
     /// Runs `f` on the locked coordinator, then carries out the step it returns.
     pub fn with<T>(&self, f: impl FnOnce(&mut GroupCoordinator, i64) -> (T, Step)) -> T {
         let (value, step) = {
-            let mut coordinator = self.lock();
+            let mut coordinator = self.serving();
             f(&mut coordinator, now_ms())
         };
         self.process(step);

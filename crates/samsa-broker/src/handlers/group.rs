@@ -248,7 +248,7 @@ pub async fn offset_commit(
             results.extend(
                 match broker
                     .groups
-                    .call(|c, token, now| c.offset_commit(token, &commit, now))
+                    .call(|c, token, now| c.offset_commit(token, &commit, version, now))
                     .await
                 {
                     Some(Reply::Commit(r)) => r,
@@ -398,7 +398,7 @@ fn fetched(
 ) -> Result<Vec<FetchedOffset>, ResponseError> {
     broker
         .groups
-        .lock()
+        .serving()
         .offset_fetch(group_id, wanted.as_deref(), require_stable)
 }
 
@@ -602,7 +602,7 @@ pub fn describe_groups(
     request: DescribeGroupsRequest,
     version: i16,
 ) -> DescribeGroupsResponse {
-    let coordinator = broker.groups.lock();
+    let coordinator = broker.groups.serving();
     let groups = request
         .groups
         .iter()
@@ -655,7 +655,7 @@ pub fn list_groups(
     request: ListGroupsRequest,
     version: i16,
 ) -> ListGroupsResponse {
-    let listed = match broker.groups.lock().list_groups() {
+    let listed = match broker.groups.serving().list_groups() {
         Ok(l) => l,
         Err(e) => return ListGroupsResponse::default().with_error_code(e.code()),
     };

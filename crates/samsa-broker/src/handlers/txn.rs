@@ -223,7 +223,7 @@ async fn add_partitions_one(
         };
         let outcome = unless_concurrent(
             broker,
-            || broker.txn.lock().add_partitions_to_txn(&req, now_ms()),
+            || broker.txn.serving().add_partitions_to_txn(&req, now_ms()),
             |r: &txn::AddPartitionsResponse| r.results.iter().any(|(_, e)| is_concurrent(*e)),
         )
         .await;
@@ -310,7 +310,7 @@ pub async fn add_offsets_to_txn(
         };
         let outcome = unless_concurrent(
             broker,
-            || broker.txn.lock().add_offsets_to_txn(&req, now_ms()),
+            || broker.txn.serving().add_offsets_to_txn(&req, now_ms()),
             |r: &txn::AddOffsetsResponse| is_concurrent(r.error),
         )
         .await;
@@ -371,7 +371,7 @@ pub fn describe_transactions(
         .iter()
         .map(|t| t.0.as_str().to_string())
         .collect();
-    let described = broker.txn.lock().describe_transactions(&ids);
+    let described = broker.txn.serving().describe_transactions(&ids);
     let states = described
         .into_iter()
         .map(|d| {
@@ -416,7 +416,7 @@ pub fn list_transactions(
             -1
         },
     };
-    let listed = broker.txn.lock().list_transactions(&filter, now_ms());
+    let listed = broker.txn.serving().list_transactions(&filter, now_ms());
     ListTransactionsResponse::default()
         .with_error_code(code(listed.error))
         .with_unknown_state_filters(

@@ -16,7 +16,9 @@
 //!   newly led → `begin_loading`, replay the partition from its start to its
 //!   log end, `finish_loading`, then resend the markers of unfinished
 //!   transactions; no longer led → `unload`. The applier pokes the task
-//!   after every metadata image, and it also looks twice a second.
+//!   after every metadata image, and it also looks twice a second. Client
+//!   requests lock the coordinator through `serving`, which first tells it
+//!   which partitions the image says this broker leads.
 //! - **Writes** ([`TxnShell::complete`]): a [`TxnWrite`] is appended to its
 //!   state partition as leader at the coordinator epoch, with acks=all (the
 //!   produce path's fsync + HW wait, [`Partition::wait_acks_all`]), and only
@@ -142,6 +144,19 @@ impl TxnShell {
         self.coordinator.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The coordinator, locked for a client request: it first learns which
+    /// state partitions the metadata image says this broker leads, so one
+    /// whose load has not begun answers COORDINATOR_LOAD_IN_PROGRESS, and
+    /// the ownership loop is woken to begin it.
+    pub(crate) fn serving(&self) -> MutexGuard<'_, TxnCoordinator> {
+        self.topic.serving(
+            self.broker_arc(),
+            &self.coordinator,
+            TxnCoordinator::set_led_by_image,
+            || self.poke(),
+        )
+    }
+
     pub(crate) fn broker_arc(&self) -> Option<Arc<Broker>> {
         self.broker.get().and_then(Weak::upgrade)
     }
@@ -192,7 +207,7 @@ impl TxnShell {
         f: impl FnOnce(&mut TxnCoordinator, &mut dyn ProducerIdSource) -> T,
     ) -> T {
         let mut ids = HeldIds(&broker.producer_ids);
-        let mut coordinator = self.lock();
+        let mut coordinator = self.serving();
         f(&mut coordinator, &mut ids)
     }
 

@@ -108,7 +108,10 @@ pub async fn add_partitions_local(
         verify_only,
         version: if verify_only { 4 } else { 5 },
     };
-    let outcome = broker.txn.lock().add_partitions_to_txn(&request, now_ms());
+    let outcome = broker
+        .txn
+        .serving()
+        .add_partitions_to_txn(&request, now_ms());
     let response = match outcome.write {
         None => outcome.response,
         Some(write) => broker

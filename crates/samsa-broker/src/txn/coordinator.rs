@@ -9,7 +9,7 @@ use tracing::{info, warn};
 
 use super::api::*;
 use super::placement::{
-    coordinator_partition, CONSUMER_OFFSETS_TOPIC, DEFAULT_CONSUMER_OFFSETS_PARTITIONS,
+    coordinator_partition, LedByImage, CONSUMER_OFFSETS_TOPIC, DEFAULT_CONSUMER_OFFSETS_PARTITIONS,
     DEFAULT_TRANSACTION_STATE_PARTITIONS,
 };
 use super::records::{CoordinatorState, TxnRecord, Unfinished};
@@ -197,6 +197,7 @@ pub struct TxnCoordinator {
     slots: BTreeMap<i32, Slot>,
     writes: BTreeMap<WriteId, (i32, String)>,
     next_write: u64,
+    led_by_image: LedByImage,
 }
 
 fn markers(
@@ -233,7 +234,16 @@ impl TxnCoordinator {
             slots: BTreeMap::new(),
             writes: BTreeMap::new(),
             next_write: 0,
+            led_by_image: LedByImage::default(),
         }
+    }
+
+    /// The state partitions the current metadata image says this broker
+    /// leads; true if one of them is not loading or loaded yet.
+    pub fn set_led_by_image(&mut self, led: LedByImage) -> bool {
+        self.led_by_image = led;
+        self.led_by_image
+            .awaits_load(|p| self.slots.contains_key(&p))
     }
 
     pub fn config(&self) -> &TxnConfig {
@@ -379,7 +389,7 @@ impl TxnCoordinator {
     fn active(&self, transactional_id: &str) -> Result<ActiveRef<'_>, ResponseError> {
         let partition = self.partition_for(transactional_id);
         match self.slots.get(&partition) {
-            None => Err(ResponseError::NotCoordinator),
+            None => Err(self.led_by_image.unheld_error(partition)),
             Some(Slot {
                 phase: Phase::Loading,
                 ..

@@ -10,6 +10,40 @@
 //! The same function places consumer groups on `__consumer_offsets`
 //! partitions, which `AddOffsetsToTxn` needs.
 
+use std::collections::BTreeSet;
+
+use kafka_protocol::error::ResponseError;
+
+/// The partitions of a coordinator's internal topic that the broker's
+/// current metadata image says it leads. FindCoordinator answers from that
+/// image, so a client can ask before the ownership loop has begun loading
+/// such a partition: it must hear COORDINATOR_LOAD_IN_PROGRESS (retry
+/// here), not NOT_COORDINATOR, on which some clients fail a synchronous
+/// commit instead of looking the coordinator up again.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LedByImage(BTreeSet<i32>);
+
+impl LedByImage {
+    pub fn new(led: BTreeSet<i32>) -> Self {
+        LedByImage(led)
+    }
+
+    /// The answer for partition `p` when the coordinator holds no slot for it.
+    pub fn unheld_error(&self, p: i32) -> ResponseError {
+        if self.0.contains(&p) {
+            ResponseError::CoordinatorLoadInProgress
+        } else {
+            ResponseError::NotCoordinator
+        }
+    }
+
+    /// Whether some led partition is not `held` yet: ownership should be
+    /// reconciled now.
+    pub fn awaits_load(&self, held: impl Fn(i32) -> bool) -> bool {
+        self.0.iter().any(|&p| !held(p))
+    }
+}
+
 /// Name of the internal topic that stores transaction coordinator state.
 pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
 

@@ -1458,6 +1458,11 @@ fn requests_for_partitions_not_held_are_refused() {
         assert_eq!(c.check_coordinator("t"), Err(expected));
     };
     check(&mut c, &mut pids, E::NotCoordinator);
+    // Led by the metadata image, but its load has not begun.
+    assert!(c.set_led_by_image(LedByImage::new([p].into())));
+    check(&mut c, &mut pids, E::CoordinatorLoadInProgress);
+    assert!(!c.set_led_by_image(LedByImage::default()));
+    check(&mut c, &mut pids, E::NotCoordinator);
     assert!(c.begin_loading(p, 3));
     check(&mut c, &mut pids, E::CoordinatorLoadInProgress);
     assert_eq!(
