@@ -7,6 +7,7 @@ mod basics;
 mod chaos;
 mod cluster;
 mod failover;
+mod groups_smoke;
 mod idempotence;
 mod offsets;
 mod persistence;

@@ -39,6 +39,8 @@ pub const FAST_SETTINGS: &[&str] = &[
     "broker_heartbeat_interval_ms=500",
     "controller_request_timeout_ms=5000",
     "controller_startup_timeout_ms=30000",
+    // See `node::TEST_NODE_SETTINGS`.
+    "group_initial_rebalance_delay_ms=0",
 ];
 
 /// One node of a [`SamsaCluster`].

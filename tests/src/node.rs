@@ -56,6 +56,12 @@ pub fn free_port() -> u16 {
     panic!("no free port in 20000..32000 on 127.0.0.1")
 }
 
+/// Settings every test node starts with, before the test's own. Like
+/// Kafka's test configurations, the first rebalance of an empty group does
+/// not wait `group.initial.rebalance.delay.ms` (3 s by default) for more
+/// members, so group tests are not slowed by it.
+pub const TEST_NODE_SETTINGS: &[&str] = &["group_initial_rebalance_delay_ms=0"];
+
 /// A running (or stopped) samsa broker. Dropping it SIGKILLs the process; if
 /// the thread is panicking, the node's log is printed first.
 pub struct SamsaNode {
@@ -94,7 +100,11 @@ impl SamsaNode {
             bin,
             port: free_port(),
             node_id: 1,
-            settings: settings.iter().map(|s| s.to_string()).collect(),
+            settings: TEST_NODE_SETTINGS
+                .iter()
+                .chain(settings)
+                .map(|s| s.to_string())
+                .collect(),
             dir,
             child: None,
             starts: 0,

@@ -172,6 +172,7 @@ impl Broker {
         *applied = Arc::clone(image);
         // Leadership of __transaction_state partitions may have moved.
         self.txn.poke();
+        self.groups.poke();
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),

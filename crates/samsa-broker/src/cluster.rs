@@ -1210,6 +1210,9 @@ async fn serve(
             Some(peers.iter().cloned().collect()),
             stop_rx.clone(),
         ));
+        tasks
+            .0
+            .push(crate::groups::GroupShell::start(&broker, stop_rx.clone()));
         tasks.spawn(
             isr_loop(
                 Arc::clone(&broker),

@@ -106,6 +106,24 @@ pub struct BrokerConfig {
     /// `transactional.id.expiration.ms`: an idle transactional id unused this
     /// long is forgotten.
     pub transactional_id_expiration_ms: i64,
+
+    // --- consumer groups ---
+    /// `offsets.topic.num.partitions`: partitions of `__consumer_offsets`,
+    /// created on first use; the `N` of group placement. Changing it after
+    /// the topic exists moves groups to other coordinators: don't.
+    pub offsets_topic_num_partitions: i32,
+    /// `offsets.topic.replication.factor`. Unset (the default): min(3,
+    /// unfenced brokers) when the topic is created.
+    pub offsets_topic_replication_factor: Option<i16>,
+    /// `group.initial.rebalance.delay.ms`: how long the first rebalance of
+    /// an empty group waits for more members (extended while they keep
+    /// coming, up to the rebalance timeout).
+    pub group_initial_rebalance_delay_ms: i32,
+    /// `group.min.session.timeout.ms`: the smallest session timeout a
+    /// member may ask for (INVALID_SESSION_TIMEOUT below it).
+    pub group_min_session_timeout_ms: i32,
+    /// `group.max.session.timeout.ms`: the largest session timeout.
+    pub group_max_session_timeout_ms: i32,
 }
 
 impl Default for BrokerConfig {
@@ -141,6 +159,11 @@ impl Default for BrokerConfig {
             transaction_max_timeout_ms: 900_000,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
+            offsets_topic_num_partitions: 50,
+            offsets_topic_replication_factor: None,
+            group_initial_rebalance_delay_ms: 3_000,
+            group_min_session_timeout_ms: 6_000,
+            group_max_session_timeout_ms: 1_800_000,
         }
     }
 }

@@ -39,6 +39,17 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::TxnOffsetCommit, 0, 5),
 ];
 
 pub fn supported_range(api_key: ApiKey) -> Option<(i16, i16)> {
@@ -245,6 +256,58 @@ async fn handle(
         ApiKey::ListTransactions => {
             let request = decode(api_key, &mut body, v)?;
             respond!(handlers::txn::list_transactions(broker, request, v))
+        }
+        ApiKey::JoinGroup => {
+            let request = decode(api_key, &mut body, v)?;
+            let client = crate::group::ClientInfo {
+                client_id: header
+                    .client_id
+                    .as_ref()
+                    .map(|c| c.to_string())
+                    .unwrap_or_default(),
+                client_host: String::new(),
+            };
+            respond!(handlers::group::join_group(broker, request, v, client).await)
+        }
+        ApiKey::SyncGroup => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::sync_group(broker, request, v).await)
+        }
+        ApiKey::Heartbeat => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::heartbeat(broker, request))
+        }
+        ApiKey::LeaveGroup => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::leave_group(broker, request, v))
+        }
+        ApiKey::OffsetCommit => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::offset_commit(broker, request, v).await)
+        }
+        ApiKey::OffsetFetch => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::offset_fetch(broker, request, v))
+        }
+        ApiKey::OffsetDelete => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::offset_delete(broker, request).await)
+        }
+        ApiKey::DescribeGroups => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::describe_groups(broker, request, v))
+        }
+        ApiKey::ListGroups => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::list_groups(broker, request, v))
+        }
+        ApiKey::DeleteGroups => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::delete_groups(broker, request).await)
+        }
+        ApiKey::TxnOffsetCommit => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::group::txn_offset_commit(broker, request, v).await)
         }
         other => Err(DispatchError::Close(format!("no handler for {other:?}"))),
     }

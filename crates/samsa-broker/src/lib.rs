@@ -13,6 +13,14 @@
 //!   `__transaction_state`;
 //! - [`transactions`]: its IO shell (state topic, loading, acks=all state
 //!   writes, markers, KIP-890 verification, timers, the `TxnService` gRPC);
+//! - [`group`]: the group coordinator, a sans-IO state machine over
+//!   `__consumer_offsets` (classic groups, committed offsets, offsets in
+//!   transactions);
+//! - [`groups`]: its IO shell (offsets topic, loading, acks=all writes,
+//!   waiting requests, timers);
+//! - [`coordination`]: what both coordinator shells share (internal topic
+//!   creation, ownership of the partitions this broker leads, replay,
+//!   acks=all writes);
 //! - [`cluster`]: cluster mode — the embedded controller, registration,
 //!   heartbeats and the metadata stream from the controller quorum;
 //! - [`error`]: the one mapping from internal errors to Kafka error codes.
@@ -22,10 +30,14 @@
 
 mod apply;
 pub mod cluster;
+mod codec;
 pub mod config;
+pub mod coordination;
 pub mod dispatch;
 pub mod error;
 mod fsutil;
+pub mod group;
+pub mod groups;
 pub mod handlers;
 pub mod metadata;
 pub mod producer_ids;
@@ -91,6 +103,8 @@ pub struct Broker {
     single_node: bool,
     /// The transaction coordinator and its IO shell.
     pub txn: transactions::TxnShell,
+    /// The group coordinator and its IO shell.
+    pub groups: groups::GroupShell,
 }
 
 /// This broker as it advertises itself.
@@ -145,6 +159,7 @@ impl Broker {
         replicas.purge_deleted_dirs()?;
         Ok(Broker {
             txn: transactions::TxnShell::new(&config),
+            groups: groups::GroupShell::new(&config),
             single_node: config.controller_quorum_voters.is_none(),
             config,
             metadata,
@@ -277,6 +292,7 @@ pub async fn run(
 
     let maintenance = tokio::spawn(maintenance_loop(broker.clone(), stop_rx.clone()));
     let coordinator = transactions::TxnShell::start(&broker, None, stop_rx.clone());
+    let group_coordinator = groups::GroupShell::start(&broker, stop_rx.clone());
     let accept = tokio::spawn(server::accept_loop(listener, broker.clone(), stop_rx));
     info!(node = broker.config.node_id, %listen, data_dir = %broker.config.data_dir.display(), "broker started");
 
@@ -286,6 +302,7 @@ pub async fn run(
     let _ = accept.await;
     let _ = maintenance.await;
     let _ = coordinator.await;
+    let _ = group_coordinator.await;
     let closing = broker.clone();
     let _ = tokio::task::spawn_blocking(move || closing.replicas.close_all()).await;
     info!("shutdown complete");

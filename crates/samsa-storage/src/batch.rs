@@ -333,6 +333,28 @@ pub(crate) fn put_varlong(out: &mut Vec<u8>, value: i64) {
 /// offset 0 and leader epoch -1 (the log assigns both), CRC computed. A
 /// `None` value is a tombstone.
 pub fn key_value_batch(records: &[(&[u8], Option<&[u8]>)], timestamp: i64) -> Vec<u8> {
+    build_key_value_batch(records, None, timestamp)
+}
+
+/// Like [`key_value_batch`], but a transactional batch of producer
+/// `(producer_id, producer_epoch)` without a sequence (-1): what a group
+/// coordinator writes for offsets committed in a transaction. The log
+/// checks its epoch, and it opens (or joins) the producer's transaction
+/// on the partition like any transactional batch.
+pub fn transactional_key_value_batch(
+    records: &[(&[u8], Option<&[u8]>)],
+    producer_id: i64,
+    producer_epoch: i16,
+    timestamp: i64,
+) -> Vec<u8> {
+    build_key_value_batch(records, Some((producer_id, producer_epoch)), timestamp)
+}
+
+fn build_key_value_batch(
+    records: &[(&[u8], Option<&[u8]>)],
+    producer: Option<(i64, i16)>,
+    timestamp: i64,
+) -> Vec<u8> {
     let mut body = Vec::new();
     let mut record = Vec::new();
     for (i, (key, value)) in records.iter().enumerate() {
@@ -362,12 +384,16 @@ pub fn key_value_batch(records: &[(&[u8], Option<&[u8]>)], timestamp: i64) -> Ve
     out.extend_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
     out.push(MAGIC_V2 as u8);
     out.extend_from_slice(&0u32.to_be_bytes()); // crc, below
-    out.extend_from_slice(&0i16.to_be_bytes()); // attributes
+    let (attributes, producer_id, producer_epoch) = match producer {
+        Some((id, epoch)) => (TRANSACTIONAL, id, epoch),
+        None => (0, -1, -1),
+    };
+    out.extend_from_slice(&attributes.to_be_bytes());
     out.extend_from_slice(&last_offset_delta.to_be_bytes());
     out.extend_from_slice(&timestamp.to_be_bytes());
     out.extend_from_slice(&timestamp.to_be_bytes());
-    out.extend_from_slice(&(-1i64).to_be_bytes()); // producer id
-    out.extend_from_slice(&(-1i16).to_be_bytes()); // producer epoch
+    out.extend_from_slice(&producer_id.to_be_bytes());
+    out.extend_from_slice(&producer_epoch.to_be_bytes());
     out.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
     out.extend_from_slice(&count.to_be_bytes());
     out.extend_from_slice(&body);

@@ -6,9 +6,9 @@
 //! The first request creates the topic; until it exists and has a leader
 //! the answer is COORDINATOR_NOT_AVAILABLE, which clients retry.
 //!
-//! Key type GROUP (0): consumer groups are not implemented yet, so the
-//! answer is COORDINATOR_NOT_AVAILABLE (clients keep retrying and can still
-//! consume with manual assignment). Any other key type is INVALID_REQUEST.
+//! Key type GROUP (0): the live leader of `__consumer_offsets` partition
+//! `coordinator_partition(G, N)` ([`crate::groups::GroupShell::coordinator_node`]),
+//! created on first use the same way. Any other key type is INVALID_REQUEST.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -31,7 +31,13 @@ fn find(broker: &Broker, key_type: i8, key: &str) -> Result<(i32, String, i32), 
             let node = broker.txn.coordinator_node(broker, key)?;
             Ok((node.node_id, node.host, node.port))
         }
-        KEY_TYPE_GROUP => Err(ResponseError::CoordinatorNotAvailable),
+        KEY_TYPE_GROUP => {
+            if key.is_empty() {
+                return Err(ResponseError::InvalidRequest);
+            }
+            let node = broker.groups.coordinator_node(broker, key)?;
+            Ok((node.node_id, node.host, node.port))
+        }
         _ => Err(ResponseError::InvalidRequest),
     }
 }

@@ -7,6 +7,7 @@ pub mod api_versions;
 pub mod configs;
 pub mod fetch;
 pub mod find_coordinator;
+pub mod group;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;

@@ -29,7 +29,7 @@ use samsa_storage::EndTxnMarker;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::error::{marker_error_is_retriable, partition_error_code};
-use crate::txn::{TopicPartition, WriteMarkers};
+use crate::txn::{TopicPartition, WriteMarkers, CONSUMER_OFFSETS_TOPIC};
 use crate::{now_ms, Broker};
 
 /// How long a partition leader waits for its ISR to take a marker.
@@ -66,7 +66,15 @@ pub async fn write_markers(
             partition
                 .wait_acks_all(info.last_offset + 1, leader_epoch, deadline)
                 .await
-                .map_err(|(code, _)| code)
+                .map_err(|(code, _)| code)?;
+            if tp.topic == CONSUMER_OFFSETS_TOPIC {
+                // The group coordinator of this partition (this broker, as
+                // its leader) makes the producer's offsets visible or drops them.
+                broker
+                    .groups
+                    .marker_written(tp.partition, marker.producer_id, marker.commit);
+            }
+            Ok(())
         }
         .await;
         (tp.clone(), outcome.err())

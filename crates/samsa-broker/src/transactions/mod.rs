@@ -46,8 +46,7 @@ pub mod grpc;
 pub mod markers;
 pub mod verify;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
@@ -57,24 +56,20 @@ use tokio::sync::{watch, Notify};
 use tonic::transport::Channel;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::error::{metadata_error_code, partition_error_code};
-use crate::metadata::{BrokerInfo, NewTopic};
+use crate::coordination::{
+    append_durable, ownership_changes, read_log, InternalTopic, Ownership, RECONCILE_EVERY,
+};
+use crate::group::LogEntry;
+use crate::metadata::BrokerInfo;
 use crate::producer_ids::ProducerIdManager;
 use crate::txn::{
     CoordinatorResponse, CoordinatorState, Effect, Outcome, ProducerIdSource, TxnConfig,
     TxnCoordinator, TxnWrite, WriteCompletion, TRANSACTION_STATE_TOPIC,
 };
-use crate::{now_ms, Broker, BrokerConfig, MetadataError};
+use crate::{now_ms, Broker, BrokerConfig};
 
-/// How long a state write may wait for the ISR before it fails (retriable
-/// for the client: COORDINATOR_NOT_AVAILABLE).
-const STATE_WRITE_TIMEOUT: Duration = Duration::from_secs(15);
-/// How often ownership is reconciled even without a metadata change.
-const RECONCILE_EVERY: Duration = Duration::from_millis(500);
 /// Transactional-id expiration runs this often (Kafka: hourly).
 const EXPIRE_IDS_EVERY: Duration = Duration::from_secs(3600);
-/// Read size while replaying a state partition.
-const LOAD_READ_BYTES: usize = 4 * 1024 * 1024;
 
 /// Producer ids for coordinator handlers, which cannot await: taken from the
 /// block the broker holds ([`ProducerIdManager::ensure_block`] first).
@@ -95,9 +90,8 @@ pub struct TxnShell {
     /// Cluster mode: node id → internal gRPC address of every broker.
     peers: OnceLock<HashMap<i32, String>>,
     clients: Mutex<HashMap<i32, TxnServiceClient<Channel>>>,
-    creating_topic: AtomicBool,
+    topic: InternalTopic,
     wake: Notify,
-    partitions: i32,
 }
 
 pub(crate) fn txn_config(config: &BrokerConfig) -> TxnConfig {
@@ -116,9 +110,12 @@ impl TxnShell {
             broker: OnceLock::new(),
             peers: OnceLock::new(),
             clients: Mutex::new(HashMap::new()),
-            creating_topic: AtomicBool::new(false),
+            topic: InternalTopic::new(
+                TRANSACTION_STATE_TOPIC,
+                config.transaction_state_log_num_partitions,
+                config.transaction_state_log_replication_factor,
+            ),
             wake: Notify::new(),
-            partitions: config.transaction_state_log_num_partitions,
         }
     }
 
@@ -153,35 +150,14 @@ impl TxnShell {
 
     /// The `__transaction_state` partition of `transactional_id`.
     pub fn partition_for(&self, transactional_id: &str) -> i32 {
-        crate::txn::coordinator_partition(transactional_id, self.partitions)
+        crate::txn::coordinator_partition(transactional_id, self.topic.partitions)
     }
 
     /// Ok if `__transaction_state` exists; otherwise starts creating it (once)
     /// and answers COORDINATOR_NOT_AVAILABLE, which clients retry.
     pub fn ensure_state_topic(&self, broker: &Broker) -> Result<(), ResponseError> {
-        if broker
-            .metadata
-            .image()
-            .topic(TRANSACTION_STATE_TOPIC)
-            .is_some()
-        {
-            return Ok(());
-        }
-        if !self.creating_topic.swap(true, Ordering::AcqRel) {
-            if let Some(broker) = self.broker_arc() {
-                tokio::spawn(
-                    async move {
-                        create_state_topic(&broker).await;
-                        broker.txn.creating_topic.store(false, Ordering::Release);
-                        broker.txn.poke();
-                    }
-                    .in_current_span(),
-                );
-            } else {
-                self.creating_topic.store(false, Ordering::Release);
-            }
-        }
-        Err(ResponseError::CoordinatorNotAvailable)
+        self.topic
+            .ensure(broker, self.broker_arc(), |b| b.txn.poke())
     }
 
     /// The broker leading the state partition of `transactional_id`
@@ -193,17 +169,8 @@ impl TxnShell {
         transactional_id: &str,
     ) -> Result<BrokerInfo, ResponseError> {
         self.ensure_state_topic(broker)?;
-        let image = broker.metadata.image();
-        let partition = self.partition_for(transactional_id);
-        let leader = image
-            .partition(TRANSACTION_STATE_TOPIC, partition)
-            .map(|p| p.leader)
-            .ok_or(ResponseError::CoordinatorNotAvailable)?;
-        image
-            .broker(leader)
-            .filter(|b| !b.fenced)
-            .cloned()
-            .ok_or(ResponseError::CoordinatorNotAvailable)
+        self.topic
+            .leader_of(broker, self.partition_for(transactional_id))
     }
 
     /// Makes sure a producer-id block is held before a handler that may need
@@ -324,22 +291,26 @@ impl TxnShell {
         let mut to_load = Vec::new();
         {
             let mut coordinator = self.lock();
-            for p in 0..self.partitions {
-                let led = broker
-                    .replicas
-                    .get(TRANSACTION_STATE_TOPIC, p)
-                    .map(|x| x.leadership())
-                    .filter(|l| l.is_leader)
-                    .map(|l| l.leader_epoch);
-                let held = coordinator.coordinator_epoch(p);
-                match (led, held) {
-                    (Some(e), Some(h)) if e == h => {}
-                    (Some(e), _) => {
+            let changes = ownership_changes(
+                broker,
+                TRANSACTION_STATE_TOPIC,
+                self.topic.partitions,
+                |p| coordinator.coordinator_epoch(p),
+            );
+            for change in changes {
+                match change {
+                    Ownership::Load {
+                        partition: p,
+                        epoch: e,
+                    } => {
                         if coordinator.begin_loading(p, e) {
                             to_load.push((p, e));
                         }
                     }
-                    (None, Some(h)) => {
+                    Ownership::Unload {
+                        partition: p,
+                        epoch: h,
+                    } => {
                         info!(
                             partition = p,
                             coordinator_epoch = h,
@@ -347,7 +318,6 @@ impl TxnShell {
                         );
                         coordinator.unload(p, Some(h));
                     }
-                    (None, None) => {}
                 }
             }
         }
@@ -361,71 +331,22 @@ impl TxnShell {
     }
 }
 
-/// Creates `__transaction_state` (see the module docs for its settings).
-async fn create_state_topic(broker: &Broker) {
-    let config = &broker.config;
-    let live = broker.metadata.image().live_brokers().count();
-    let replication_factor = config
-        .transaction_state_log_replication_factor
-        .unwrap_or_else(|| i16::try_from(live.clamp(1, 3)).unwrap_or(1));
-    let mut configs = BTreeMap::new();
-    if replication_factor >= 3 {
-        configs.insert("min.insync.replicas".to_string(), "2".to_string());
-    }
-    // The records are the coordinator's state: never delete them by age or size.
-    configs.insert("retention.ms".to_string(), "-1".to_string());
-    configs.insert("retention.bytes".to_string(), "-1".to_string());
-    configs.insert(
-        "unclean.leader.election.enable".to_string(),
-        "false".to_string(),
-    );
-    let topic = NewTopic {
-        name: TRANSACTION_STATE_TOPIC.to_string(),
-        partitions: config.transaction_state_log_num_partitions,
-        replication_factor,
-        configs,
-        assignments: None,
-    };
-    match broker.create_topic(topic).await {
-        Ok(t) => {
-            info!(
-                partitions = t.partitions,
-                replication_factor, "created {TRANSACTION_STATE_TOPIC}"
-            )
-        }
-        Err(MetadataError::TopicAlreadyExists(_)) => {}
-        Err(e) => {
-            warn!(error = %e, code = ?metadata_error_code(&e), "cannot create {TRANSACTION_STATE_TOPIC}; the next request retries")
-        }
-    }
-}
-
 /// Appends `write`'s records to its state partition as leader at the
 /// coordinator epoch and waits for acks=all.
 async fn persist(broker: &Broker, write: &TxnWrite) -> Result<(), ResponseError> {
-    let partition = broker.leader_partition(TRANSACTION_STATE_TOPIC, write.partition)?;
-    if partition.leader_epoch() != write.coordinator_epoch {
-        return Err(ResponseError::NotLeaderOrFollower);
-    }
-    let (isr, min_isr) = partition.isr_and_min();
-    if isr < min_isr {
-        return Err(ResponseError::NotEnoughReplicas);
-    }
     let records: Vec<(&[u8], Option<&[u8]>)> = write
         .records
         .iter()
         .map(|r| (r.key.as_slice(), r.value.as_deref()))
         .collect();
-    let now = now_ms();
-    let batch = samsa_storage::batch::key_value_batch(&records, now);
-    let (info, _) = partition
-        .append(&batch, now)
-        .map_err(|e| partition_error_code(&e))?;
-    let deadline = tokio::time::Instant::now() + STATE_WRITE_TIMEOUT;
-    partition
-        .wait_acks_all(info.last_offset + 1, write.coordinator_epoch, deadline)
-        .await
-        .map_err(|(code, _)| code)
+    append_durable(
+        broker,
+        TRANSACTION_STATE_TOPIC,
+        write.partition,
+        write.coordinator_epoch,
+        &records,
+    )
+    .await
 }
 
 /// Replays state partition `p` (led at epoch `e`) and starts serving it.
@@ -460,40 +381,15 @@ async fn load(broker: &Arc<Broker>, p: i32, e: i32) {
     }
 }
 
-/// Every record of state partition `p`, from its start to its log end.
+/// Every record of state partition `p`, from its start to its log end
+/// (markers are not state).
 fn read_state(broker: &Broker, p: i32) -> Result<CoordinatorState, String> {
-    let partition = broker
-        .replicas
-        .get(TRANSACTION_STATE_TOPIC, p)
-        .ok_or_else(|| format!("partition {p} is not hosted"))?;
-    let mut offset = partition
-        .offsets()
-        .map_err(|e| e.to_string())?
-        .log_start_offset;
-    let mut records: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
-    loop {
-        let (read, end) = partition
-            .read_to_log_end(offset, LOAD_READ_BYTES)
-            .map_err(|e| e.to_string())?;
-        if read.records.is_empty() {
-            break;
-        }
-        for item in samsa_storage::batch::batches(&read.records) {
-            let (header, bytes) = item.map_err(|e| e.to_string())?;
-            offset = header.last_offset() + 1;
-            if header.is_control() {
-                continue;
-            }
-            for record in samsa_storage::batch::records(bytes).map_err(|e| e.to_string())? {
-                let record = record.map_err(|e| e.to_string())?;
-                let Some(key) = record.key else { continue };
-                records.push((key.to_vec(), record.value.map(<[u8]>::to_vec)));
-            }
-        }
-        if offset >= end {
-            break;
-        }
-    }
+    let records = read_log(broker, TRANSACTION_STATE_TOPIC, p)?
+        .into_iter()
+        .filter_map(|entry| match entry {
+            LogEntry::Record { key, value, .. } => Some((key, value)),
+            LogEntry::Marker { .. } => None,
+        });
     CoordinatorState::replay(records).map_err(|e| e.to_string())
 }
 

@@ -143,7 +143,7 @@ pub use coordinator::{
     Effect, Loaded, Outcome, ProducerIdSource, TxnConfig, TxnCoordinator, TxnWrite,
     WriteCompletion, WriteId, WriteMarkers,
 };
-pub use placement::{coordinator_partition, TRANSACTION_STATE_TOPIC};
+pub use placement::{coordinator_partition, CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
 pub use records::{CoordinatorState, RecordError, ReplayError, TxnRecord, Unfinished};
 pub use state::{
     ProducerIdAndEpoch, TopicPartition, TransactionMetadata, TransactionVersion, TxnResult,

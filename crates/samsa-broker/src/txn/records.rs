@@ -29,6 +29,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::codec::{Reader, Truncated};
+
 use super::state::{
     TopicPartition, TransactionMetadata, TransactionVersion, TxnResult, TxnState,
     NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
@@ -58,6 +60,12 @@ pub enum RecordError {
     TrailingBytes(usize),
     #[error("invalid {field} {value}")]
     Invalid { field: &'static str, value: i64 },
+}
+
+impl From<Truncated> for RecordError {
+    fn from(Truncated(what): Truncated) -> Self {
+        RecordError::Truncated(what)
+    }
 }
 
 /// A record that cannot be replayed, and where it is.
@@ -269,71 +277,6 @@ pub fn decode_value(bytes: &[u8]) -> Result<TransactionMetadata, RecordError> {
         txn_last_update_timestamp,
         transaction_version,
     })
-}
-
-/// Bounds-checked big-endian reads.
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn new(bytes: &'a [u8]) -> Self {
-        Self { bytes }
-    }
-
-    fn remaining(&self) -> usize {
-        self.bytes.len()
-    }
-
-    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], RecordError> {
-        if n > self.bytes.len() {
-            return Err(RecordError::Truncated(what));
-        }
-        let (head, tail) = self.bytes.split_at(n);
-        self.bytes = tail;
-        Ok(head)
-    }
-
-    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], RecordError> {
-        let mut out = [0u8; N];
-        out.copy_from_slice(self.take(N, what)?);
-        Ok(out)
-    }
-
-    fn u8(&mut self, what: &'static str) -> Result<u8, RecordError> {
-        Ok(self.array::<1>(what)?[0])
-    }
-
-    fn u16(&mut self, what: &'static str) -> Result<u16, RecordError> {
-        Ok(u16::from_be_bytes(self.array(what)?))
-    }
-
-    fn i16(&mut self, what: &'static str) -> Result<i16, RecordError> {
-        Ok(i16::from_be_bytes(self.array(what)?))
-    }
-
-    fn i32(&mut self, what: &'static str) -> Result<i32, RecordError> {
-        Ok(i32::from_be_bytes(self.array(what)?))
-    }
-
-    fn u32(&mut self, what: &'static str) -> Result<u32, RecordError> {
-        Ok(u32::from_be_bytes(self.array(what)?))
-    }
-
-    fn i64(&mut self, what: &'static str) -> Result<i64, RecordError> {
-        Ok(i64::from_be_bytes(self.array(what)?))
-    }
-
-    /// A count of items of at least `item_size` bytes each, refused up front
-    /// if the bytes left cannot hold that many.
-    fn len_u32(&mut self, what: &'static str, item_size: usize) -> Result<usize, RecordError> {
-        let n = self.u32(what)?;
-        let n = usize::try_from(n).map_err(|_| RecordError::Truncated(what))?;
-        if n.saturating_mul(item_size) > self.remaining() {
-            return Err(RecordError::Truncated(what));
-        }
-        Ok(n)
-    }
 }
 
 /// What a transaction found in the log needs before its id can be used again.
