@@ -1,4 +1,4 @@
-//! ListOffsets semantics and Fetch long polling.
+//! ListOffsets semantics, DeleteRecords and Fetch long polling.
 
 use std::time::{Duration, Instant};
 
@@ -6,7 +6,9 @@ use kafka_protocol::messages::fetch_request::FetchRequest;
 use kafka_protocol::messages::ApiKey;
 use samsa_tests::batch::now_ms;
 use samsa_tests::client::fetch_request;
-use samsa_tests::codes::NONE;
+use samsa_tests::cluster::SamsaCluster;
+use samsa_tests::codes::{INVALID_TOPIC_EXCEPTION, NONE, OFFSET_OUT_OF_RANGE};
+use samsa_tests::txn::{create_topic_default_rf, partition_leaders};
 use samsa_tests::{unique_topic, BatchBuilder, SamsaNode};
 
 #[test]
@@ -159,4 +161,102 @@ fn fetch_long_poll_waits_and_wakes_on_produce() {
         "long poll answered {total:?} after the fetch and {after_ack:?} after the produce \
          was acknowledged (max_wait was 2000 ms)"
     );
+}
+
+/// Produces `n` single-record batches to partition 0 of `topic`.
+fn produce_records(c: &mut samsa_tests::KafkaClient, topic: &str, n: usize) {
+    for i in 0..n {
+        let r = c
+            .produce(
+                topic,
+                0,
+                BatchBuilder::new().record(&format!("r{i}")).build(),
+                -1,
+            )
+            .unwrap();
+        assert_eq!(r.error_code, NONE, "{r:?}");
+    }
+}
+
+/// DeleteRecords moves the log start: earliest answers it, fetches below
+/// it are out of range, the records from it on stay readable, and the move
+/// survives a SIGKILL and restart. Offsets above the high watermark and internal
+/// topics are refused with Kafka's codes; -1 deletes up to the HW.
+#[test]
+fn delete_records_moves_the_log_start_and_survives_restart() {
+    let mut node = SamsaNode::start();
+    let mut c = node.client();
+    let t = unique_topic("delrec");
+    c.create_topic(&t, 1).unwrap();
+    produce_records(&mut c, &t, 10);
+
+    assert_eq!(
+        c.delete_records(&t, 0, 11).unwrap(),
+        (OFFSET_OUT_OF_RANGE, -1)
+    );
+    assert_eq!(c.delete_records(&t, 0, 6).unwrap(), (NONE, 6));
+    assert_eq!(c.list_offsets(&t, 0, -2).unwrap().offset, 6, "earliest");
+    assert_eq!(
+        c.fetch(&t, 0, 5, 0, 1).unwrap().error_code,
+        OFFSET_OUT_OF_RANGE
+    );
+    let read = c.fetch_all(&t, 0, 6).unwrap();
+    assert_eq!(read.first().map(|r| r.offset), Some(6), "{read:?}");
+    assert_eq!(read.len(), 4, "{read:?}");
+    // A lower offset leaves the log start where it is.
+    assert_eq!(c.delete_records(&t, 0, 3).unwrap(), (NONE, 6));
+    assert_eq!(
+        c.delete_records("__consumer_offsets", 0, 0).unwrap().0,
+        INVALID_TOPIC_EXCEPTION
+    );
+
+    node.sigkill();
+    node.restart();
+    let mut c = node.client();
+    assert_eq!(
+        c.list_offsets(&t, 0, -2).unwrap().offset,
+        6,
+        "earliest after restart"
+    );
+    assert_eq!(
+        c.delete_records(&t, 0, -1).unwrap(),
+        (NONE, 10),
+        "-1 = the high watermark"
+    );
+    assert_eq!(c.list_offsets(&t, 0, -2).unwrap().offset, 10);
+}
+
+/// Followers follow the leader's DeleteRecords: after the leader is
+/// killed, the new leader's log starts where the old one's did.
+/// Three nodes: in the `heavy` nextest group with the other cluster tests.
+#[test]
+fn cluster_delete_records_reaches_the_followers() {
+    let mut cluster = SamsaCluster::start(3, &[]);
+    let t = unique_topic("delrec-rf3");
+    create_topic_default_rf(&mut cluster.client(1), &t, 1).unwrap();
+    let leader = samsa_tests::wait_until("a leader", Duration::from_secs(30), || {
+        partition_leaders(&mut cluster.client(1), &t).map(|l| l[&0])
+    });
+    let mut c = cluster.client(leader);
+    produce_records(&mut c, &t, 10);
+    assert_eq!(c.delete_records(&t, 0, 7).unwrap(), (NONE, 7));
+
+    // One more acks=all record: the HW passes it only once every ISR
+    // follower fetched it, in an answer that carried the new log start.
+    produce_records(&mut c, &t, 1);
+    let survivor = *cluster.ids().iter().find(|&&id| id != leader).unwrap();
+    cluster.sigkill(leader);
+    let earliest = samsa_tests::wait_until(
+        "a new leader's earliest offset",
+        Duration::from_secs(60),
+        || {
+            let new_leader = partition_leaders(&mut cluster.client(survivor), &t)?[&0];
+            if new_leader == leader {
+                return None;
+            }
+            let r = cluster.client(new_leader).list_offsets(&t, 0, -2).ok()?;
+            (r.error_code == NONE).then_some(r.offset)
+        },
+    );
+    assert_eq!(earliest, 7, "the new leader's log start");
 }

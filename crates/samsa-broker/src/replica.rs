@@ -256,6 +256,21 @@ impl Partition {
         })
     }
 
+    /// DeleteRecords as leader: moves the log start offset up to `offset`
+    /// (-1: the high watermark), deleting the segments wholly below it.
+    /// Followers follow on their next fetch. Above the high watermark is
+    /// OFFSET_OUT_OF_RANGE. Returns the log start offset after it.
+    pub fn delete_records_before(&self, offset: i64) -> Result<i64, PartitionError> {
+        self.with_log(|log| {
+            let offset = if offset == -1 {
+                log.high_watermark()
+            } else {
+                offset
+            };
+            log.delete_records_before(offset)
+        })
+    }
+
     /// Waits until it is this write's turn among the transactional writes
     /// of `producer_id` here, in the order the writes called this. Hold it
     /// from [`Self::txn_needs_verification`] through the append: a client
