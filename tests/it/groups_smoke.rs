@@ -5,10 +5,21 @@
 //! where they committed. On one node, and on a three-node cluster where the
 //! group coordinator is whichever broker leads the group's
 //! `__consumer_offsets` partition.
+//!
+//! And offsets in a transaction: a consumer-group member's transactional
+//! producer sends its offsets with the transaction
+//! (`send_offsets_to_transaction`); OffsetFetch with `require_stable`
+//! answers UNSTABLE_OFFSET_COMMIT until the transaction commits, then the
+//! offsets; offsets sent with an aborted transaction never become visible.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::offset_fetch_request::{
+    OffsetFetchRequestGroup, OffsetFetchRequestTopics,
+};
+use kafka_protocol::messages::{ApiKey, GroupId, OffsetFetchRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
@@ -16,20 +27,26 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use samsa_tests::cluster::SamsaCluster;
-use samsa_tests::txn::create_topic_default_rf;
+use samsa_tests::codes;
+use samsa_tests::txn::{create_topic_default_rf, retry_coordinator, TxnProducer, TXN_CALL_TIMEOUT};
+use samsa_tests::wait::wait_until;
 use samsa_tests::{unique_topic, KafkaClient, SamsaNode};
 
 const PARTITIONS: i32 = 4;
 const PER_PARTITION: i64 = 10;
 
 fn produce(bootstrap: &str, topic: &str, per_partition: i64, tag: &str) {
+    produce_to(bootstrap, topic, PARTITIONS, per_partition, tag);
+}
+
+fn produce_to(bootstrap: &str, topic: &str, partitions: i32, per_partition: i64, tag: &str) {
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("broker.address.family", "v4")
         .set("linger.ms", "5")
         .create()
         .unwrap();
-    for p in 0..PARTITIONS {
+    for p in 0..partitions {
         for i in 0..per_partition {
             let value = format!("{tag}-{p}-{i}");
             producer
@@ -154,6 +171,133 @@ fn split_commit_resume(bootstrap: &str, admin: &mut KafkaClient) {
         seen_c, expected,
         "the third member resumes at the committed offsets"
     );
+}
+
+/// OffsetFetch (v8+, `require_stable`) of `topic`-0 for `group`, asked of
+/// the group's coordinator: `(partition error code, committed offset)`.
+fn stable_offset(connect: &dyn Fn(i32) -> KafkaClient, group: &str, topic: &str) -> (i16, i64) {
+    let mut any = connect(1);
+    let (code, node) = retry_coordinator("FindCoordinator(GROUP)", Duration::from_secs(30), || {
+        any.find_coordinator(0, group)
+    })
+    .unwrap();
+    assert_eq!(code, 0, "FindCoordinator for {group}");
+    let mut coordinator = connect(node);
+    let version = coordinator.version_for(ApiKey::OffsetFetch).unwrap();
+    assert!(version >= 8, "OffsetFetch v{version}");
+    let request = OffsetFetchRequest::default()
+        .with_require_stable(true)
+        .with_groups(vec![OffsetFetchRequestGroup::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_topics(Some(vec![OffsetFetchRequestTopics::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partition_indexes(vec![0])]))]);
+    let (_, answer) = retry_coordinator("OffsetFetch", Duration::from_secs(30), || {
+        let r = coordinator.send(&request, version)?;
+        let g = r.groups.into_iter().next().expect("one group answered");
+        if g.error_code != 0 {
+            return Ok((g.error_code, (g.error_code, -1)));
+        }
+        let p = &g.topics[0].partitions[0];
+        Ok((0, (p.error_code, p.committed_offset)))
+    })
+    .unwrap();
+    answer
+}
+
+fn offsets_in_transactions(
+    bootstrap: &str,
+    admin: &mut KafkaClient,
+    connect: &dyn Fn(i32) -> KafkaClient,
+) {
+    let input = unique_topic("groups-txn-in");
+    let output = unique_topic("groups-txn-out");
+    let group = unique_topic("groups-txn-g");
+    create_topic_default_rf(admin, &input, 1).unwrap();
+    create_topic_default_rf(admin, &output, 1).unwrap();
+    produce_to(bootstrap, &input, 1, 10, "in");
+
+    let consumer = group_consumer(bootstrap, &group, &input);
+    let producer = TxnProducer::transactional(bootstrap, &unique_topic("groups-txn-p"));
+    // Reads the next `count` records of the input.
+    let read = |count: usize| {
+        let mut seen = BTreeMap::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while seen.get(&0).map_or(0, BTreeSet::len) < count {
+            poll_into(&consumer, &mut seen);
+            assert!(Instant::now() < deadline, "the member read only {seen:?}");
+        }
+    };
+    let send_offsets = |offset: i64| {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&input, 0, Offset::Offset(offset))
+            .unwrap();
+        producer
+            .inner()
+            .send_offsets_to_transaction(
+                &tpl,
+                &consumer.group_metadata().unwrap(),
+                TXN_CALL_TIMEOUT,
+            )
+            .unwrap();
+    };
+
+    // Committed with the transaction.
+    read(10);
+    producer.begin().unwrap();
+    for i in 0..10 {
+        producer.send_ok(&output, Some(0), &format!("out-{i}"));
+    }
+    send_offsets(10);
+    assert_eq!(
+        stable_offset(connect, &group, &input).0,
+        codes::UNSTABLE_OFFSET_COMMIT,
+        "offsets of an open transaction are unstable"
+    );
+    producer.commit().unwrap();
+    // EndTxn is answered once the decision is durable; the marker that
+    // makes the offsets visible follows.
+    wait_until(
+        "the committed transaction's offsets",
+        Duration::from_secs(30),
+        || (stable_offset(connect, &group, &input) == (0, 10)).then_some(()),
+    );
+
+    // Sent with an aborted transaction: never visible.
+    produce_to(bootstrap, &input, 1, 5, "more");
+    read(5);
+    producer.begin().unwrap();
+    producer.send_ok(&output, Some(0), "aborted");
+    send_offsets(15);
+    assert_eq!(
+        stable_offset(connect, &group, &input).0,
+        codes::UNSTABLE_OFFSET_COMMIT
+    );
+    producer.abort().unwrap();
+    wait_until(
+        "the aborted transaction's offsets to be dropped",
+        Duration::from_secs(30),
+        || (stable_offset(connect, &group, &input).0 == 0).then_some(()),
+    );
+    assert_eq!(
+        stable_offset(connect, &group, &input),
+        (0, 10),
+        "the abort left the offsets as they were"
+    );
+}
+
+#[test]
+fn transactional_offsets_are_visible_once_committed_and_never_if_aborted() {
+    let node = SamsaNode::start();
+    offsets_in_transactions(&node.bootstrap(), &mut node.client(), &|_| node.client());
+}
+
+#[test]
+fn cluster_transactional_offsets_are_visible_once_committed_and_never_if_aborted() {
+    let cluster = SamsaCluster::start(3, &[]);
+    offsets_in_transactions(&cluster.bootstrap(), &mut cluster.client(1), &|id| {
+        cluster.client(id)
+    });
 }
 
 #[test]

@@ -46,6 +46,7 @@ pub mod codes {
     pub const PRODUCER_FENCED: i16 = 90;
     pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
     pub const TRANSACTION_ABORTABLE: i16 = 120;
+    pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 }
 
 /// A topic name unique within this process (tests in one binary may share a

@@ -68,10 +68,12 @@ pub enum DispatchError {
 
 /// Decodes one request frame, runs its handler, and returns the encoded
 /// response (header + body, without the length prefix), or `None` when the
-/// protocol says not to answer (acks=0 produce).
+/// protocol says not to answer (acks=0 produce). `peer` is the client's
+/// address (DescribeGroups shows it as a member's host).
 pub async fn dispatch(
     broker: &Broker,
     mut frame: Bytes,
+    peer: std::net::SocketAddr,
 ) -> Result<Option<BytesMut>, DispatchError> {
     if frame.len() < 8 {
         return Err(DispatchError::Close(format!(
@@ -114,7 +116,7 @@ pub async fn dispatch(
         correlation_id,
         client_id = header.client_id.as_ref().map(|c| c.as_str()).unwrap_or("")
     );
-    handle(broker, api_key, header, frame)
+    handle(broker, api_key, header, frame, peer)
         .instrument(span)
         .await
 }
@@ -166,6 +168,7 @@ async fn handle(
     api_key: ApiKey,
     header: RequestHeader,
     mut body: Bytes,
+    peer: std::net::SocketAddr,
 ) -> Result<Option<BytesMut>, DispatchError> {
     let v = header.request_api_version;
     let cid = header.correlation_id;
@@ -270,7 +273,8 @@ async fn handle(
                     .as_ref()
                     .map(|c| c.to_string())
                     .unwrap_or_default(),
-                client_host: String::new(),
+                // Kafka's form: "/" and the address.
+                client_host: format!("/{}", peer.ip()),
             };
             respond!(handlers::group::join_group(broker, request, v, client).await)
         }

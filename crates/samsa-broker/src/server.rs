@@ -130,7 +130,7 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, broker: Arc<Broke
                 match frame {
                     Some(frame) => {
                         let broker = broker.clone();
-                        in_flight.push_back(async move { dispatch(&broker, frame.body).await });
+                        in_flight.push_back(async move { dispatch(&broker, frame.body, peer).await });
                     }
                     None => reading = false,
                 }

@@ -59,7 +59,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
-use crate::batch::{increment_sequence, BatchHeader, EndTxnMarker};
+use crate::batch::{increment_sequence, BatchHeader, EndTxnMarker, NO_SEQUENCE};
 use crate::error::{IoContext, StorageError};
 use crate::fsutil;
 
@@ -408,7 +408,19 @@ impl ProducerStateManager {
             Some(i) => Some(&staged.entries[i]),
             None => self.producers.get(&producer_id),
         };
-        if let Verdict::Duplicate(original) = check(
+        if first_sequence == NO_SEQUENCE && header.is_transactional() {
+            // A group coordinator's write of offsets committed in the
+            // producer's transaction: it carries the producer's epoch but no
+            // sequence of its own (produce refuses such batches from
+            // clients), so only the epoch is checked.
+            if let Some(entry) = current.filter(|e| header.producer_epoch < e.epoch) {
+                return Err(StorageError::InvalidProducerEpoch {
+                    producer_id,
+                    current: entry.epoch,
+                    found: header.producer_epoch,
+                });
+            }
+        } else if let Verdict::Duplicate(original) = check(
             current,
             producer_id,
             header.producer_epoch,

@@ -521,6 +521,8 @@ pub struct GroupCoordinator {
     /// picks it at random; Kafka uses a random UUID per member).
     member_id_seed: u64,
     next_member: u64,
+    /// Markers that reached a partition while it was loading.
+    markers_while_loading: BTreeMap<i32, Vec<(i64, bool)>>,
 }
 
 fn str_bytes(s: &str) -> StrBytes {
@@ -575,6 +577,7 @@ impl GroupCoordinator {
             writes: Writes::default(),
             member_id_seed,
             next_member: 0,
+            markers_while_loading: BTreeMap::new(),
         }
     }
 
@@ -646,6 +649,7 @@ impl GroupCoordinator {
             }
         }
         let step = self.drop_partition(p);
+        self.markers_while_loading.remove(&p);
         self.partitions
             .insert(p, PartitionStatus::Loading { epoch });
         Some(step)
@@ -673,12 +677,10 @@ impl GroupCoordinator {
             self.groups.insert(name, group);
         }
         self.partitions.insert(p, PartitionStatus::Loaded { epoch });
-        info!(
-            partition = p,
-            coordinator_epoch = epoch,
-            groups = count,
-            "offsets partition loaded"
-        );
+        for (producer_id, commit) in self.markers_while_loading.remove(&p).unwrap_or_default() {
+            self.complete_transaction(p, producer_id, commit);
+        }
+
         Ok(count)
     }
 
@@ -1167,6 +1169,15 @@ impl GroupCoordinator {
     /// A COMMIT or ABORT marker of `producer_id` reached offsets partition
     /// `p`: its pending offsets there become committed, or are dropped.
     pub fn complete_transaction(&mut self, p: i32, producer_id: i64, commit: bool) {
+        if let Some(PartitionStatus::Loading { .. }) = self.partitions.get(&p) {
+            // The load may have read the log before this marker: resolve
+            // once its groups are installed.
+            self.markers_while_loading
+                .entry(p)
+                .or_default()
+                .push((producer_id, commit));
+            return;
+        }
         for group in self.groups.values_mut().filter(|g| g.partition == p) {
             if let Some(pending) = group.pending_txn.remove(&producer_id) {
                 debug!(group = %group.id, producer_id, commit, partitions = pending.len(), "transactional offsets resolved");
@@ -2107,8 +2118,9 @@ fn complete_join(group: &mut Group, ctx: &mut Ctx<'_>) {
     group.initial_delay = None;
     group.generation += 1;
     if group.members.is_empty() {
+        // The protocol type stays: DescribeGroups shows an emptied
+        // consumer group as one.
         group.protocol = None;
-        group.protocol_type = None;
         group.leader = None;
         group.transition(GroupState::Empty, ctx.now_ms);
         info!(group = %group.id, generation = group.generation, "group is empty");

@@ -1,1 +1,898 @@
+//! Unit tests of the group coordinator: no sockets, no clock, no disk. The
+//! harness plays the shell: it hands out tokens, keeps the replies delivered
+//! to them, "persists" writes into an in-memory log per `__consumer_offsets`
+//! partition, and can rebuild a coordinator from that log as a new leader
+//! would.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kafka_protocol::messages::{
+    GroupId, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    SyncGroupRequest, SyncGroupResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::records::{replay, GroupRecord, LogEntry, OffsetAndMetadata, StoredGroup, StoredMember};
+use super::*;
+
+use ResponseError as E;
+
+const GROUP: &str = "g";
+const SESSION: i32 = 10_000;
+const REBALANCE: i32 = 30_000;
+
+fn s(x: &str) -> StrBytes {
+    StrBytes::from_string(x.to_string())
+}
+
+struct Harness {
+    c: GroupCoordinator,
+    next_token: u64,
+    replies: BTreeMap<Token, Reply>,
+    /// Writes not yet completed.
+    writes: Vec<GroupWrite>,
+    /// Durable log per partition.
+    log: BTreeMap<i32, Vec<LogEntry>>,
+    now: i64,
+}
+
+impl Harness {
+    fn new(delay_ms: i32) -> Self {
+        let config = GroupConfig {
+            initial_rebalance_delay_ms: delay_ms,
+            ..GroupConfig::default()
+        };
+        let mut c = GroupCoordinator::new(config, 7);
+        let p = c.partition_for(GROUP);
+        c.begin_loading(p, 1).unwrap();
+        c.finish_loading(p, 1, BTreeMap::new(), 0).unwrap();
+        Harness {
+            c,
+            next_token: 0,
+            replies: BTreeMap::new(),
+            writes: Vec::new(),
+            log: BTreeMap::new(),
+            now: 1_000,
+        }
+    }
+
+    fn token(&mut self) -> Token {
+        self.next_token += 1;
+        Token(self.next_token)
+    }
+
+    fn apply(&mut self, step: Step) {
+        for (t, r) in step.deliveries {
+            assert!(self.replies.insert(t, r).is_none(), "two replies to {t:?}");
+        }
+        self.writes.extend(step.writes);
+    }
+
+    /// Completes every write in flight as durable (or with `error`).
+    fn flush(&mut self, error: Option<ResponseError>) {
+        while !self.writes.is_empty() {
+            let writes = std::mem::take(&mut self.writes);
+            for w in writes {
+                if error.is_none() {
+                    let log = self.log.entry(w.partition).or_default();
+                    for r in &w.records {
+                        log.push(LogEntry::Record {
+                            producer_id: w.transactional.as_ref().map(|t| t.producer_id),
+                            key: r.key.clone(),
+                            value: r.value.clone(),
+                        });
+                    }
+                }
+                let step = self
+                    .c
+                    .complete_write(w.id, error.map_or(Ok(()), Err), self.now);
+                self.apply(step);
+            }
+        }
+    }
+
+    fn take(&mut self, t: Token) -> Option<Reply> {
+        self.replies.remove(&t)
+    }
+
+    fn join_request(
+        member: &str,
+        instance: Option<&str>,
+        protocols: &[(&str, &[u8])],
+    ) -> JoinGroupRequest {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(s(GROUP)))
+            .with_session_timeout_ms(SESSION)
+            .with_rebalance_timeout_ms(REBALANCE)
+            .with_member_id(s(member))
+            .with_group_instance_id(instance.map(s))
+            .with_protocol_type(s("consumer"))
+            .with_protocols(
+                protocols
+                    .iter()
+                    .map(|(n, m)| {
+                        JoinGroupRequestProtocol::default()
+                            .with_name(s(n))
+                            .with_metadata(Bytes::copy_from_slice(m))
+                    })
+                    .collect(),
+            )
+    }
+
+    /// Sends a JoinGroup; its token (the reply may come later).
+    fn join(&mut self, member: &str, instance: Option<&str>) -> Token {
+        self.join_with(Self::join_request(member, instance, &[("range", b"m")]), 9)
+    }
+
+    fn join_with(&mut self, request: JoinGroupRequest, version: i16) -> Token {
+        let t = self.token();
+        let client = ClientInfo {
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+        };
+        let step = self.c.join_group(t, &request, version, client, self.now);
+        self.apply(step);
+        t
+    }
+
+    fn join_reply(&mut self, t: Token) -> JoinGroupResponse {
+        match self.take(t) {
+            Some(Reply::Join(r)) => r,
+            other => panic!("no JoinGroup reply for {t:?}: {other:?}"),
+        }
+    }
+
+    /// A new dynamic member: MEMBER_ID_REQUIRED, then the join with that id.
+    fn new_member(&mut self) -> (String, Token) {
+        let t = self.join("", None);
+        let r = self.join_reply(t);
+        assert_eq!(r.error_code, E::MemberIdRequired.code());
+        let id = r.member_id.to_string();
+        (id.clone(), self.join(&id, None))
+    }
+
+    fn sync(&mut self, member: &str, generation: i32, assignments: &[(&str, &[u8])]) -> Token {
+        let t = self.token();
+        let request = SyncGroupRequest::default()
+            .with_group_id(GroupId(s(GROUP)))
+            .with_generation_id(generation)
+            .with_member_id(s(member))
+            .with_assignments(
+                assignments
+                    .iter()
+                    .map(|(m, a)| {
+                        SyncGroupRequestAssignment::default()
+                            .with_member_id(s(m))
+                            .with_assignment(Bytes::copy_from_slice(a))
+                    })
+                    .collect(),
+            );
+        let step = self.c.sync_group(t, &request, 5, self.now);
+        self.apply(step);
+        t
+    }
+
+    fn sync_reply(&mut self, t: Token) -> SyncGroupResponse {
+        match self.take(t) {
+            Some(Reply::Sync(r)) => r,
+            other => panic!("no SyncGroup reply for {t:?}: {other:?}"),
+        }
+    }
+
+    fn heartbeat(
+        &mut self,
+        member: &str,
+        instance: Option<&str>,
+        generation: i32,
+    ) -> Option<ResponseError> {
+        let request = HeartbeatRequest::default()
+            .with_group_id(GroupId(s(GROUP)))
+            .with_generation_id(generation)
+            .with_member_id(s(member))
+            .with_group_instance_id(instance.map(s));
+        self.c.heartbeat(&request, self.now)
+    }
+
+    fn tick_at(&mut self, now: i64) {
+        self.now = now;
+        let step = self.c.tick(now);
+        self.apply(step);
+    }
+
+    fn commit(&mut self, generation: i32, member: &str, offset: i64) -> Token {
+        let t = self.token();
+        let request = CommitRequest {
+            group_id: GROUP.into(),
+            generation_id: generation,
+            member_id: member.into(),
+            group_instance_id: None,
+            partitions: vec![CommitPartition {
+                topic: "t".into(),
+                partition: 0,
+                offset,
+                leader_epoch: -1,
+                metadata: None,
+            }],
+        };
+        let step = self.c.offset_commit(t, &request, self.now);
+        self.apply(step);
+        t
+    }
+
+    fn commit_error(&mut self, t: Token) -> Option<ResponseError> {
+        match self.take(t) {
+            Some(Reply::Commit(r)) => r[0].error,
+            other => panic!("no commit reply for {t:?}: {other:?}"),
+        }
+    }
+
+    fn committed(&self, require_stable: bool) -> Result<Option<i64>, ResponseError> {
+        let topics = vec![("t".to_string(), vec![0])];
+        let r = self.c.offset_fetch(GROUP, Some(&topics), require_stable)?;
+        match r[0].error {
+            Some(e) => Err(e),
+            None => Ok(r[0].offset.as_ref().map(|o| o.offset)),
+        }
+    }
+
+    fn state(&self) -> GroupState {
+        self.c.describe_group(GROUP).unwrap().state
+    }
+
+    /// One member joined, synced and Stable at generation 1.
+    fn stable_one(&mut self) -> String {
+        let (a, ja) = self.new_member();
+        let r = self.join_reply(ja);
+        assert_eq!((r.error_code, r.generation_id), (0, 1));
+        assert_eq!(r.leader.as_str(), a);
+        assert_eq!(r.members.len(), 1);
+        let t = self.sync(&a, 1, &[(&a, b"all")]);
+        assert!(
+            self.take(t).is_none(),
+            "the leader's SyncGroup waits for the write"
+        );
+        self.flush(None);
+        let r = self.sync_reply(t);
+        assert_eq!((r.error_code, r.assignment.as_ref()), (0, &b"all"[..]));
+        assert_eq!(self.state(), GroupState::Stable);
+        a
+    }
+}
+
+#[test]
+fn state_table_allows_only_its_transitions() {
+    use GroupState::*;
+    assert!(Empty.can_transition_to(PreparingRebalance));
+    assert!(PreparingRebalance.can_transition_to(CompletingRebalance));
+    assert!(CompletingRebalance.can_transition_to(Stable));
+    assert!(Stable.can_transition_to(PreparingRebalance));
+    assert!(!Empty.can_transition_to(Stable));
+    assert!(!Stable.can_transition_to(CompletingRebalance));
+    assert!(!Dead.can_transition_to(Empty));
+}
+
+#[test]
+fn first_member_needs_a_member_id_then_leads_generation_one() {
+    let mut h = Harness::new(0);
+    let a = h.stable_one();
+    assert!(
+        a.starts_with("c-"),
+        "member ids start with the client id: {a}"
+    );
+    assert_eq!(h.heartbeat(&a, None, 1), None);
+}
+
+#[test]
+fn join_below_v4_gets_a_member_id_at_once() {
+    let mut h = Harness::new(0);
+    let t = h.join_with(Harness::join_request("", None, &[("range", b"m")]), 3);
+    let r = h.join_reply(t);
+    assert_eq!((r.error_code, r.generation_id), (0, 1));
+    assert!(!r.member_id.is_empty());
+}
+
+#[test]
+fn second_member_triggers_a_rebalance_the_first_learns_by_heartbeat() {
+    let mut h = Harness::new(0);
+    let a = h.stable_one();
+    let (b, jb) = h.new_member();
+    assert!(h.take(jb).is_none(), "b waits for a to rejoin");
+    assert_eq!(h.state(), GroupState::PreparingRebalance);
+    assert_eq!(h.heartbeat(&a, None, 1), Some(E::RebalanceInProgress));
+    let ja = h.join(&a, None);
+    let (ra, rb) = (h.join_reply(ja), h.join_reply(jb));
+    assert_eq!((ra.generation_id, rb.generation_id), (2, 2));
+    assert_eq!(ra.leader.as_str(), a, "the leader stays");
+    assert_eq!((ra.members.len(), rb.members.len()), (2, 0));
+    let tb = h.sync(&b, 2, &[]);
+    let ta = h.sync(&a, 2, &[(&a, b"p0"), (&b, b"p1")]);
+    h.flush(None);
+    assert_eq!(h.sync_reply(ta).assignment.as_ref(), b"p0");
+    assert_eq!(h.sync_reply(tb).assignment.as_ref(), b"p1");
+    assert_eq!(h.heartbeat(&b, None, 1), Some(E::IllegalGeneration));
+}
+
+#[test]
+fn a_member_that_does_not_rejoin_is_removed_at_the_rebalance_timeout() {
+    let mut h = Harness::new(0);
+    let a = h.stable_one();
+    let (_b, jb) = h.new_member();
+    // a keeps heartbeating but never rejoins.
+    let deadline = h.c.next_deadline().unwrap();
+    h.tick_at(h.now + 5_000);
+    assert_eq!(h.heartbeat(&a, None, 1), Some(E::RebalanceInProgress));
+    h.tick_at(deadline.max(h.now + i64::from(REBALANCE)));
+    let rb = h.join_reply(jb);
+    assert_eq!(
+        (rb.error_code, rb.generation_id, rb.members.len()),
+        (0, 2, 1)
+    );
+    assert_eq!(h.heartbeat(&a, None, 2), Some(E::UnknownMemberId));
+}
+
+#[test]
+fn a_silent_member_expires_after_its_session_timeout() {
+    let mut h = Harness::new(0);
+    let a = h.stable_one();
+    h.tick_at(h.now + i64::from(SESSION) - 1);
+    assert_eq!(h.heartbeat(&a, None, 1), None);
+    let last = h.now;
+    h.tick_at(last + i64::from(SESSION));
+    assert_eq!(h.heartbeat(&a, None, 1), Some(E::UnknownMemberId));
+    assert_eq!(h.state(), GroupState::Empty);
+    h.flush(None);
+    // The empty generation was stored.
+    let p = h.c.partition_for(GROUP);
+    assert!(!h.log[&p].is_empty());
+}
+
+#[test]
+fn session_timeout_outside_the_broker_limits_is_refused() {
+    let mut h = Harness::new(0);
+    for timeout in [5_999, 1_800_001] {
+        let t = h.join_with(
+            Harness::join_request("", None, &[("range", b"m")]).with_session_timeout_ms(timeout),
+            9,
+        );
+        assert_eq!(h.join_reply(t).error_code, E::InvalidSessionTimeout.code());
+    }
+}
+
+#[test]
+fn protocols_must_overlap_and_the_type_must_match() {
+    let mut h = Harness::new(0);
+    h.stable_one();
+    let t = h.join_with(Harness::join_request("", None, &[("roundrobin", b"m")]), 3);
+    assert_eq!(
+        h.join_reply(t).error_code,
+        E::InconsistentGroupProtocol.code()
+    );
+    let t = h.join_with(
+        Harness::join_request("", None, &[("range", b"m")]).with_protocol_type(s("connect")),
+        3,
+    );
+    assert_eq!(
+        h.join_reply(t).error_code,
+        E::InconsistentGroupProtocol.code()
+    );
+}
+
+#[test]
+fn the_protocol_all_members_prefer_is_selected() {
+    let mut h = Harness::new(0);
+    let ta = h.join_with(
+        Harness::join_request("", None, &[("cooperative-sticky", b"a"), ("range", b"a")]),
+        3,
+    );
+    let a = h.join_reply(ta);
+    assert_eq!(a.protocol_name.as_deref(), Some("cooperative-sticky"));
+    let a = a.member_id.to_string();
+    let tb = h.join_with(Harness::join_request("", None, &[("range", b"b")]), 3);
+    let ta = h.join_with(
+        Harness::join_request(&a, None, &[("cooperative-sticky", b"a"), ("range", b"a")]),
+        3,
+    );
+    let (ra, rb) = (h.join_reply(ta), h.join_reply(tb));
+    assert_eq!(ra.protocol_name.as_deref(), Some("range"));
+    assert_eq!(rb.protocol_name.as_deref(), Some("range"));
+    // The leader sees every member's metadata for the chosen protocol.
+    let metas: Vec<&[u8]> = ra.members.iter().map(|m| m.metadata.as_ref()).collect();
+    assert_eq!(metas.len(), 2);
+    assert!(metas.contains(&&b"a"[..]) && metas.contains(&&b"b"[..]));
+}
+
+#[test]
+fn initial_rebalance_delay_holds_the_first_join() {
+    let mut h = Harness::new(3_000);
+    let (_a, ja) = h.new_member();
+    assert!(h.take(ja).is_none());
+    h.tick_at(h.now + 2_999);
+    assert!(h.take(ja).is_none());
+    let (_b, jb) = h.new_member();
+    // b joined during the delay: it is extended once more.
+    h.tick_at(h.now + 1);
+    assert!(h.take(ja).is_none());
+    h.tick_at(h.now + 3_000);
+    let (ra, rb) = (h.join_reply(ja), h.join_reply(jb));
+    assert_eq!((ra.generation_id, rb.generation_id), (1, 1));
+}
+
+#[test]
+fn static_member_rejoining_in_a_stable_group_fences_the_old_id_without_a_rebalance() {
+    let mut h = Harness::new(0);
+    let t = h.join("", Some("i1"));
+    let r = h.join_reply(t);
+    assert_eq!(
+        (r.error_code, r.generation_id),
+        (0, 1),
+        "static members need no KIP-394 round"
+    );
+    let old = r.member_id.to_string();
+    let ts = h.sync(&old, 1, &[(&old, b"x")]);
+    h.flush(None);
+    assert_eq!(h.sync_reply(ts).assignment.as_ref(), b"x");
+
+    let t = h.join("", Some("i1"));
+    let r = h.join_reply(t);
+    let new = r.member_id.to_string();
+    assert_ne!(new, old);
+    assert_eq!((r.error_code, r.generation_id), (0, 1));
+    assert!(
+        r.skip_assignment,
+        "the returning leader keeps its assignment (v9)"
+    );
+    assert_eq!(h.state(), GroupState::Stable);
+    assert_eq!(h.heartbeat(&old, Some("i1"), 1), Some(E::FencedInstanceId));
+    assert_eq!(h.heartbeat(&new, Some("i1"), 1), None);
+    let ts = h.sync(&new, 1, &[]);
+    assert_eq!(h.sync_reply(ts).assignment.as_ref(), b"x");
+}
+
+#[test]
+fn leave_group_v3_removes_a_batch_and_reports_each_member() {
+    let mut h = Harness::new(0);
+    let a = h.stable_one();
+    let request = LeaveGroupRequest::default()
+        .with_group_id(GroupId(s(GROUP)))
+        .with_members(vec![
+            MemberIdentity::default().with_member_id(s(&a)),
+            MemberIdentity::default().with_member_id(s("nobody")),
+            MemberIdentity::default()
+                .with_member_id(s(""))
+                .with_group_instance_id(Some(s("i9"))),
+        ]);
+    let (r, step) = h.c.leave_group(&request, 3, h.now);
+    h.apply(step);
+    let codes: Vec<i16> = r.members.iter().map(|m| m.error_code).collect();
+    assert_eq!(
+        codes,
+        vec![0, E::UnknownMemberId.code(), E::UnknownMemberId.code()]
+    );
+    assert_eq!(h.state(), GroupState::Empty);
+}
+
+#[test]
+fn offset_commit_checks_generation_member_and_rebalance() {
+    let mut h = Harness::new(0);
+    let a = h.stable_one();
+    let t = h.commit(7, &a, 5);
+    assert_eq!(h.commit_error(t), Some(E::IllegalGeneration));
+    let t = h.commit(1, "nobody", 5);
+    assert_eq!(h.commit_error(t), Some(E::UnknownMemberId));
+    let t = h.commit(-1, "", 5);
+    assert_eq!(
+        h.commit_error(t),
+        Some(E::UnknownMemberId),
+        "no standalone commits to a live group"
+    );
+
+    let t = h.commit(1, &a, 5);
+    assert!(h.take(t).is_none(), "answered once durable");
+    assert_eq!(
+        h.committed(false),
+        Ok(None),
+        "not visible before it is durable"
+    );
+    assert_eq!(h.committed(true), Err(E::UnstableOffsetCommit));
+    h.flush(None);
+    assert_eq!(h.commit_error(t), None);
+    assert_eq!(h.committed(true), Ok(Some(5)));
+
+    // During CompletingRebalance a commit must wait for the new generation.
+    let (_b, _jb) = h.new_member();
+    let _ja = h.join(&a, None);
+    assert_eq!(h.state(), GroupState::CompletingRebalance);
+    let t = h.commit(2, &a, 6);
+    assert_eq!(h.commit_error(t), Some(E::RebalanceInProgress));
+}
+
+#[test]
+fn standalone_commit_with_generation_minus_one_creates_an_empty_group() {
+    let mut h = Harness::new(0);
+    let t = h.commit(-1, "", 42);
+    h.flush(None);
+    assert_eq!(h.commit_error(t), None);
+    assert_eq!(h.committed(false), Ok(Some(42)));
+    assert_eq!(h.state(), GroupState::Empty);
+    let t = h.commit(3, "", 43);
+    assert_eq!(h.commit_error(t), Some(E::IllegalGeneration));
+}
+
+#[test]
+fn failed_commit_write_changes_nothing() {
+    let mut h = Harness::new(0);
+    let t = h.commit(-1, "", 42);
+    h.flush(Some(E::NotEnoughReplicas));
+    assert_eq!(h.commit_error(t), Some(E::CoordinatorNotAvailable));
+    assert_eq!(h.committed(true), Ok(None));
+}
+
+#[test]
+fn sync_waits_for_the_leader_and_a_failed_write_makes_members_rejoin() {
+    let mut h = Harness::new(0);
+    let a = h.stable_one();
+    let (b, jb) = h.new_member();
+    let ja = h.join(&a, None);
+    h.join_reply(ja);
+    h.join_reply(jb);
+    let tb = h.sync(&b, 2, &[]);
+    assert!(h.take(tb).is_none(), "b waits for the leader");
+    let ta = h.sync(&a, 2, &[(&a, b"1"), (&b, b"2")]);
+    h.flush(Some(E::NotLeaderOrFollower));
+    assert_eq!(h.sync_reply(ta).error_code, E::NotCoordinator.code());
+    assert_eq!(h.sync_reply(tb).error_code, E::NotCoordinator.code());
+    assert_eq!(h.state(), GroupState::PreparingRebalance);
+}
+
+#[test]
+fn delete_groups_refuses_a_live_group_and_tombstones_an_empty_one() {
+    let mut h = Harness::new(0);
+    let a = h.stable_one();
+    let t = h.token();
+    let step = h.c.delete_group(t, GROUP, h.now);
+    h.apply(step);
+    assert_eq!(h.take(t), Some(Reply::Deleted(Some(E::NonEmptyGroup))));
+    let request = LeaveGroupRequest::default()
+        .with_group_id(GroupId(s(GROUP)))
+        .with_member_id(s(&a));
+    let (r, step) = h.c.leave_group(&request, 1, h.now);
+    h.apply(step);
+    assert_eq!(r.error_code, 0);
+    let c = h.commit(-1, "", 9);
+    h.flush(None);
+    h.commit_error(c);
+    let t = h.token();
+    let step = h.c.delete_group(t, GROUP, h.now);
+    h.apply(step);
+    h.flush(None);
+    assert_eq!(h.take(t), Some(Reply::Deleted(None)));
+    assert_eq!(h.committed(false), Ok(None));
+    assert_eq!(h.c.describe_group(GROUP).unwrap().state, GroupState::Dead);
+    let t = h.token();
+    let step = h.c.delete_group(t, GROUP, h.now);
+    h.apply(step);
+    assert_eq!(h.take(t), Some(Reply::Deleted(Some(E::GroupIdNotFound))));
+    // A new leader replaying the log finds nothing of the group.
+    let p = h.c.partition_for(GROUP);
+    assert!(replay(h.log[&p].clone()).unwrap().is_empty());
+}
+
+#[test]
+fn offset_delete_refuses_subscribed_topics() {
+    use kafka_protocol::messages::ConsumerProtocolSubscription;
+    use kafka_protocol::protocol::Encodable;
+    let mut subscription = Vec::new();
+    subscription.extend_from_slice(&1i16.to_be_bytes());
+    ConsumerProtocolSubscription::default()
+        .with_topics(vec![s("t")])
+        .encode(&mut subscription, 1)
+        .unwrap();
+    let mut h = Harness::new(0);
+    let t = h.join_with(
+        Harness::join_request("", None, &[("range", &subscription)]),
+        3,
+    );
+    let a = h.join_reply(t).member_id.to_string();
+    let ts = h.sync(&a, 1, &[(&a, b"")]);
+    h.flush(None);
+    h.sync_reply(ts);
+    let c = h.commit(1, &a, 3);
+    h.flush(None);
+    h.commit_error(c);
+    let t = h.token();
+    let step =
+        h.c.offset_delete(t, GROUP, &[("t".into(), 0), ("other".into(), 0)], h.now)
+            .unwrap();
+    h.apply(step);
+    h.flush(None);
+    match h.take(t) {
+        Some(Reply::Commit(r)) => {
+            assert_eq!(r[0].error, Some(E::GroupSubscribedToTopic));
+            assert_eq!(r[1].error, None);
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut fresh = Harness::new(0);
+    assert_eq!(
+        fresh
+            .c
+            .offset_delete(Token(999), GROUP, &[], 0)
+            .unwrap_err(),
+        E::GroupIdNotFound
+    );
+}
+
+#[test]
+fn partitions_not_held_or_loading_answer_coordinator_errors() {
+    let mut c = GroupCoordinator::new(GroupConfig::default(), 1);
+    assert_eq!(
+        c.offset_fetch(GROUP, None, false).unwrap_err(),
+        E::NotCoordinator
+    );
+    let p = c.partition_for(GROUP);
+    c.begin_loading(p, 3).unwrap();
+    assert_eq!(
+        c.offset_fetch(GROUP, None, false).unwrap_err(),
+        E::CoordinatorLoadInProgress
+    );
+    assert!(c.begin_loading(p, 3).is_none(), "same epoch: nothing to do");
+    assert!(
+        c.finish_loading(p, 2, BTreeMap::new(), 0).is_err(),
+        "stale load"
+    );
+    c.finish_loading(p, 3, BTreeMap::new(), 0).unwrap();
+    assert_eq!(c.offset_fetch(GROUP, None, false).unwrap(), vec![]);
+    c.unload(p, Some(3));
+    assert_eq!(
+        c.offset_fetch(GROUP, None, false).unwrap_err(),
+        E::NotCoordinator
+    );
+}
+
+#[test]
+fn unload_answers_waiting_joins_not_coordinator() {
+    let mut h = Harness::new(0);
+    let a = h.stable_one();
+    let (_b, jb) = h.new_member();
+    let p = h.c.partition_for(GROUP);
+    let step = h.c.unload(p, None);
+    h.apply(step);
+    assert_eq!(h.join_reply(jb).error_code, E::NotCoordinator.code());
+    assert_eq!(h.heartbeat(&a, None, 1), Some(E::NotCoordinator));
+}
+
+#[test]
+fn a_new_leader_rebuilds_offsets_and_members_from_the_log() {
+    let mut h = Harness::new(0);
+    let a = h.stable_one();
+    let t = h.commit(1, &a, 11);
+    h.flush(None);
+    h.commit_error(t);
+    let p = h.c.partition_for(GROUP);
+    let mut c = GroupCoordinator::new(GroupConfig::default(), 2);
+    c.begin_loading(p, 2).unwrap();
+    c.finish_loading(p, 2, replay(h.log[&p].clone()).unwrap(), h.now)
+        .unwrap();
+    let d = c.describe_group(GROUP).unwrap();
+    assert_eq!(d.state, GroupState::Stable);
+    assert_eq!(d.members.len(), 1);
+    assert_eq!(d.members[0].assignment, b"all");
+    let topics = vec![("t".to_string(), vec![0])];
+    assert_eq!(
+        c.offset_fetch(GROUP, Some(&topics), true).unwrap()[0]
+            .offset
+            .as_ref()
+            .unwrap()
+            .offset,
+        11
+    );
+}
+
+fn txn_commit(
+    h: &mut Harness,
+    producer_id: i64,
+    offset: i64,
+    generation: i32,
+    member: &str,
+) -> Token {
+    let t = h.token();
+    let request = CommitRequest {
+        group_id: GROUP.into(),
+        generation_id: generation,
+        member_id: member.into(),
+        group_instance_id: None,
+        partitions: vec![CommitPartition {
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+    };
+    let producer = TransactionalWrite {
+        transactional_id: "tx".into(),
+        producer_id,
+        producer_epoch: 0,
+        add_partition: false,
+    };
+    let step = h.c.txn_offset_commit(t, &request, producer, h.now);
+    h.apply(step);
+    t
+}
+
+#[test]
+fn transactional_offsets_wait_for_the_commit_marker_and_vanish_on_abort() {
+    let mut h = Harness::new(0);
+    let a = h.stable_one();
+    let p = h.c.partition_for(GROUP);
+    let t = txn_commit(&mut h, 77, 20, 1, &a);
+    assert!(
+        h.writes[0].transactional.is_some(),
+        "written as the producer's transactional batch"
+    );
+    h.flush(None);
+    assert_eq!(h.commit_error(t), None);
+    assert_eq!(h.committed(false), Ok(None), "pending until the marker");
+    assert_eq!(h.committed(true), Err(E::UnstableOffsetCommit));
+    h.c.complete_transaction(p, 77, true);
+    assert_eq!(h.committed(true), Ok(Some(20)));
+
+    let t = txn_commit(&mut h, 77, 30, 1, &a);
+    h.flush(None);
+    h.commit_error(t);
+    h.c.complete_transaction(p, 77, false);
+    assert_eq!(
+        h.committed(true),
+        Ok(Some(20)),
+        "aborted offsets are dropped"
+    );
+}
+
+#[test]
+fn txn_offset_commit_fences_zombie_members_kip_447() {
+    let mut h = Harness::new(0);
+    let a = h.stable_one();
+    let t = txn_commit(&mut h, 1, 5, 0, &a);
+    assert_eq!(h.commit_error(t), Some(E::IllegalGeneration));
+    let t = txn_commit(&mut h, 1, 5, 1, "zombie");
+    assert_eq!(h.commit_error(t), Some(E::UnknownMemberId));
+}
+
+#[test]
+fn txn_offset_commit_fences_a_replaced_static_member() {
+    let mut h = Harness::new(0);
+    let ts = h.join("", Some("i1"));
+    let old = h.join_reply(ts).member_id.to_string();
+    let sy = h.sync(&old, 1, &[(&old, b"x")]);
+    h.flush(None);
+    h.sync_reply(sy);
+    let ts = h.join("", Some("i1"));
+    assert_eq!(h.join_reply(ts).error_code, 0);
+    let t = h.token();
+    let request = CommitRequest {
+        group_id: GROUP.into(),
+        generation_id: 1,
+        member_id: old,
+        group_instance_id: Some("i1".into()),
+        partitions: vec![CommitPartition {
+            topic: "t".into(),
+            partition: 0,
+            offset: 1,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+    };
+    let producer = TransactionalWrite {
+        transactional_id: "tx".into(),
+        producer_id: 1,
+        producer_epoch: 0,
+        add_partition: false,
+    };
+    let step = h.c.txn_offset_commit(t, &request, producer, h.now);
+    h.apply(step);
+    assert_eq!(h.commit_error(t), Some(E::FencedInstanceId));
+}
+
+#[test]
+fn replay_resolves_transactional_offsets_by_the_markers_in_the_log() {
+    let o = |offset| OffsetAndMetadata {
+        offset,
+        leader_epoch: -1,
+        metadata: Some("m".into()),
+        commit_timestamp: 5,
+    };
+    let rec = |pid: Option<i64>, r: GroupRecord| LogEntry::Record {
+        producer_id: pid,
+        key: r.key,
+        value: r.value,
+    };
+    let entries = vec![
+        rec(None, GroupRecord::offset(GROUP, "t", 0, Some(&o(1)))),
+        rec(Some(9), GroupRecord::offset(GROUP, "t", 0, Some(&o(2)))),
+        rec(Some(8), GroupRecord::offset(GROUP, "t", 1, Some(&o(3)))),
+        LogEntry::Marker {
+            producer_id: 9,
+            commit: true,
+        },
+        rec(Some(9), GroupRecord::offset(GROUP, "t", 0, Some(&o(4)))),
+        LogEntry::Marker {
+            producer_id: 9,
+            commit: false,
+        },
+        rec(Some(7), GroupRecord::offset(GROUP, "t", 2, Some(&o(5)))),
+    ];
+    let groups = replay(entries).unwrap();
+    let g = &groups[GROUP];
+    assert_eq!(g.offsets[&("t".to_string(), 0)].offset, 2);
+    assert!(!g.offsets.contains_key(&("t".to_string(), 1)));
+    assert_eq!(
+        g.pending_txn.keys().copied().collect::<Vec<_>>(),
+        vec![7, 8],
+        "still open"
+    );
+}
+
+#[test]
+fn records_round_trip_and_garbage_is_an_error() {
+    let group = StoredGroup {
+        protocol_type: Some("consumer".into()),
+        generation: 4,
+        protocol: Some("range".into()),
+        leader: Some("m1".into()),
+        state_timestamp: 9,
+        members: vec![StoredMember {
+            member_id: "m1".into(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "/h".into(),
+            rebalance_timeout_ms: 1,
+            session_timeout_ms: 2,
+            subscription: vec![1, 2],
+            assignment: vec![3],
+        }],
+    };
+    let r = GroupRecord::group(GROUP, Some(&group));
+    let (key, value) = GroupRecord::decode(&r.key, r.value.as_deref()).unwrap();
+    assert_eq!(key, records::RecordKey::Group(GROUP.into()));
+    assert_eq!(value, records::GroupRecordValue::Group(Some(group)));
+    let o = OffsetAndMetadata {
+        offset: 1,
+        leader_epoch: 2,
+        metadata: None,
+        commit_timestamp: 3,
+    };
+    let r = GroupRecord::offset(GROUP, "t", 5, Some(&o));
+    assert_eq!(
+        GroupRecord::decode(&r.key, r.value.as_deref()).unwrap().1,
+        records::GroupRecordValue::Offset(Some(o))
+    );
+    // Every prefix and a pseudo-random byte soup decode to an error, never a panic.
+    for len in 0..r.key.len() {
+        assert!(GroupRecord::decode(&r.key[..len], None).is_err());
+    }
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..2_000 {
+        let bytes: Vec<u8> = (0..(x % 64) as usize)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let _ = GroupRecord::decode(&bytes, Some(&bytes));
+        x = x.wrapping_add(1);
+    }
+    assert!(replay(vec![LogEntry::Record {
+        producer_id: None,
+        key: vec![0, 9],
+        value: None
+    }])
+    .is_err());
+}

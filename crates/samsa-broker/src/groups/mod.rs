@@ -125,6 +125,13 @@ impl GroupShell {
         self.topic.leader_of(broker, self.partition_for(group_id))
     }
 
+    /// Ok if `__consumer_offsets` exists; otherwise starts creating it and
+    /// answers COORDINATOR_NOT_AVAILABLE (retriable).
+    pub fn ensure_offsets_topic(&self, broker: &Broker) -> Result<(), ResponseError> {
+        self.topic
+            .ensure(broker, self.broker_arc(), |b| b.groups.poke())
+    }
+
     /// Runs `f` on the locked coordinator with a fresh token and waits for
     /// the reply delivered to that token (at once, or once a rebalance or a
     /// write completes).

@@ -98,6 +98,20 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                     }
                 };
                 let records = data.records.unwrap_or_default();
+                // Only a group coordinator writes transactional batches
+                // without a sequence (offsets committed in a transaction);
+                // the log checks nothing but their epoch, so clients may not.
+                let unsequenced = samsa_storage::batch::batches(&records).any(|b| {
+                    b.is_ok_and(|(h, _)| {
+                        h.is_transactional() && h.base_sequence == samsa_storage::batch::NO_SEQUENCE
+                    })
+                });
+                if unsequenced {
+                    break 'partition Some((
+                        ResponseError::InvalidRecord,
+                        "a transactional batch without a sequence number".to_string(),
+                    ));
+                }
                 // (producer id, epoch) of a transactional batch.
                 let txn = BatchHeader::parse(&records)
                     .ok()

@@ -242,6 +242,11 @@ pub async fn add_offsets_to_txn(
         group = request.group_id.0.as_str()
     );
     async {
+        // The markers of the transaction must reach the group's offsets
+        // partition, so it has to exist before it joins the transaction.
+        if let Err(e) = broker.groups.ensure_offsets_topic(broker) {
+            return AddOffsetsToTxnResponse::default().with_error_code(e.code());
+        }
         let req = txn::AddOffsetsRequest {
             transactional_id: id.to_string(),
             producer_id: request.producer_id.0,

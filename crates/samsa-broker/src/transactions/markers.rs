@@ -10,7 +10,10 @@
 //!   to the current leader of every partition, grouped by broker, and
 //!   retries the partitions that fail retriably (looking the leader up again
 //!   each round) until all are written; then `markers_written` and its
-//!   `Complete*` write. A partition whose topic is gone counts as written.
+//!   `Complete*` write. A partition whose topic is gone counts as written,
+//!   except a `__consumer_offsets` partition (AddOffsetsToTxn makes sure
+//!   that topic exists first): its marker is what makes the transaction's
+//!   offsets visible or drops them, so it is retried until written.
 //!   A fencing answer (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED)
 //!   drops the effect: a newer epoch or coordinator owns the transaction.
 //!   The sends stop as soon as this broker no longer coordinates the
@@ -114,7 +117,10 @@ async fn drive_inner(broker: &Broker, m: &WriteMarkers) {
         let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
         for tp in remaining.clone() {
             match image.partition(&tp.topic, tp.partition) {
-                None if image.topic(&tp.topic).is_none() => {
+                // A group's offsets partition joined the transaction only
+                // once `__consumer_offsets` existed; its marker is always
+                // written, or the offsets would never resolve.
+                None if image.topic(&tp.topic).is_none() && tp.topic != CONSUMER_OFFSETS_TOPIC => {
                     debug!(partition = %tp, "topic is gone; its marker counts as written");
                     remaining.remove(&tp);
                 }
@@ -142,7 +148,8 @@ async fn drive_inner(broker: &Broker, m: &WriteMarkers) {
                     return;
                 }
                 Some(ResponseError::UnknownTopicOrPartition)
-                    if broker.metadata.image().topic(&tp.topic).is_none() =>
+                    if tp.topic != CONSUMER_OFFSETS_TOPIC
+                        && broker.metadata.image().topic(&tp.topic).is_none() =>
                 {
                     remaining.remove(&tp);
                 }

@@ -99,7 +99,7 @@ pub(crate) fn txn_config(config: &BrokerConfig) -> TxnConfig {
         transaction_state_partitions: config.transaction_state_log_num_partitions,
         max_timeout_ms: config.transaction_max_timeout_ms,
         transactional_id_expiration_ms: config.transactional_id_expiration_ms,
-        ..TxnConfig::default()
+        consumer_offsets_partitions: config.offsets_topic_num_partitions,
     }
 }
 
