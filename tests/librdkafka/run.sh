@@ -142,7 +142,7 @@ trap cleanup EXIT INT TERM
 # start_samsa SCENARIO NODES: fresh samsa nodes (new ports, empty data dirs)
 # configured like the suite's scenario file (tests/scenarios/*.json in the
 # librdkafka tree: default = auto_create_topics true, num_partitions 4), and
-# test.conf pointing at every node. NODES > 1: a cluster of combined
+# the runner's test.conf (in $work) pointing at every node. NODES > 1: a cluster of combined
 # controller+broker nodes, ready once a node's Metadata lists all of them.
 start_samsa() {
     local scenario=$1 n=$2 autocreate=true id voters= bootstrap= i
@@ -183,7 +183,7 @@ start_samsa() {
             return 1
         fi
     done
-    cat >"$suite/librdkafka/tests/test.conf" <<CONF
+    cat >"$work/test.conf" <<CONF
 bootstrap.servers=$bootstrap
 broker.address.family=v4
 test.timeout.multiplier=2
@@ -199,8 +199,10 @@ run_runner() {
         cd "$suite/librdkafka/tests"
         if [ -n "$subtests" ]; then export SUBTESTS="$subtests"; fi
         # CI=... would make the runner use 3 concurrent tests; -p1 keeps it at one.
+        # The runner reads its client config from RDKAFKA_TEST_CONF: one per
+        # run, so runs of this script do not share it.
         exec env -u CI LD_LIBRARY_PATH=../src:../src-cpp TEST_KAFKA_VERSION=3.7.0 \
-            TESTS="$tests" timeout -k 10 "${TEST_TIMEOUT:-900}" \
+            RDKAFKA_TEST_CONF="$work/test.conf" TESTS="$tests" timeout -k 10 "${TEST_TIMEOUT:-900}" \
             ./test-runner -p1 -L -s "$scenario"
     ) >"$out" 2>&1
     rc=$?
