@@ -173,6 +173,18 @@ fn all_failed(partitions: &[CommitPartition], error: ResponseError) -> Vec<Parti
         .collect()
 }
 
+/// Takes the partitions the metadata does not know out of `commit`: as
+/// Kafka, they get UNKNOWN_TOPIC_OR_PARTITION without the coordinator
+/// seeing them, and the others are committed as if they were alone.
+fn take_unknown(broker: &Broker, commit: &mut CommitRequest) -> Vec<PartitionResult> {
+    let image = broker.metadata.image();
+    let (known, unknown): (Vec<_>, Vec<_>) = std::mem::take(&mut commit.partitions)
+        .into_iter()
+        .partition(|p| image.partition(&p.topic, p.partition).is_some());
+    commit.partitions = known;
+    all_failed(&unknown, ResponseError::UnknownTopicOrPartition)
+}
+
 pub async fn offset_commit(
     broker: &Broker,
     request: OffsetCommitRequest,
@@ -180,7 +192,7 @@ pub async fn offset_commit(
 ) -> OffsetCommitResponse {
     let span = info_span!("offset_commit", group = request.group_id.as_str());
     async {
-        let commit = CommitRequest {
+        let mut commit = CommitRequest {
             group_id: request.group_id.to_string(),
             // v0 (not served) had no generation; v1+ all do.
             generation_id: request.generation_id_or_member_epoch,
@@ -208,14 +220,20 @@ pub async fn offset_commit(
                 )
             })),
         };
-        let results = match broker
-            .groups
-            .call(|c, token, now| c.offset_commit(token, &commit, now))
-            .await
-        {
-            Some(Reply::Commit(r)) => r,
-            _ => all_failed(&commit.partitions, LOST),
+        let unknown = take_unknown(broker, &mut commit);
+        let mut results = if commit.partitions.is_empty() {
+            Vec::new()
+        } else {
+            match broker
+                .groups
+                .call(|c, token, now| c.offset_commit(token, &commit, now))
+                .await
+            {
+                Some(Reply::Commit(r)) => r,
+                _ => all_failed(&commit.partitions, LOST),
+            }
         };
+        results.extend(unknown);
         OffsetCommitResponse::default().with_topics(
             by_topic(results)
                 .into_iter()
@@ -252,7 +270,7 @@ pub async fn txn_offset_commit(
         producer_id = request.producer_id.0
     );
     async {
-        let commit = CommitRequest {
+        let mut commit = CommitRequest {
             group_id: request.group_id.to_string(),
             // v0–v2 carry no member: they commit like a standalone consumer.
             generation_id: if version >= 3 {
@@ -298,14 +316,20 @@ pub async fn txn_offset_commit(
             producer_epoch: request.producer_epoch,
             add_partition: version >= 5,
         };
-        let results = match broker
-            .groups
-            .call(|c, token, now| c.txn_offset_commit(token, &commit, producer, now))
-            .await
-        {
-            Some(Reply::Commit(r)) => r,
-            _ => all_failed(&commit.partitions, LOST),
+        let unknown = take_unknown(broker, &mut commit);
+        let mut results = if commit.partitions.is_empty() {
+            Vec::new()
+        } else {
+            match broker
+                .groups
+                .call(|c, token, now| c.txn_offset_commit(token, &commit, producer, now))
+                .await
+            {
+                Some(Reply::Commit(r)) => r,
+                _ => all_failed(&commit.partitions, LOST),
+            }
         };
+        results.extend(unknown);
         TxnOffsetCommitResponse::default().with_topics(
             by_topic(results)
                 .into_iter()
