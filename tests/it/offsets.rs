@@ -1,4 +1,5 @@
-//! ListOffsets semantics, DeleteRecords and Fetch long polling.
+//! ListOffsets semantics, DeleteRecords, Fetch long polling, the first
+//! OffsetFetch of a fresh broker, and OffsetCommit of unknown partitions.
 
 use std::time::{Duration, Instant};
 
@@ -259,4 +260,151 @@ fn cluster_delete_records_reaches_the_followers() {
         },
     );
     assert_eq!(earliest, 7, "the new leader's log start");
+}
+
+/// Waits until FindCoordinator(GROUP) names a coordinator for `group`
+/// (the first request creates `__consumer_offsets`).
+fn wait_group_coordinator(c: &mut samsa_tests::KafkaClient, group: &str) {
+    use samsa_tests::codes::COORDINATOR_NOT_AVAILABLE;
+    const GROUP_KEY: i8 = 0;
+    samsa_tests::wait_until("a group coordinator", Duration::from_secs(60), || {
+        let (code, _) = c.find_coordinator(GROUP_KEY, group).unwrap();
+        assert!(
+            code == NONE || code == COORDINATOR_NOT_AVAILABLE,
+            "FindCoordinator: {code}"
+        );
+        (code == NONE).then_some(())
+    });
+}
+
+/// The first group of a fresh broker creates `__consumer_offsets`, whose
+/// partitions open one by one. Once FindCoordinator names this broker, an
+/// OffsetFetch sent at once may have to wait for the partition to load
+/// (COORDINATOR_LOAD_IN_PROGRESS, which clients retry) but is never
+/// NOT_COORDINATOR, which librdkafka hands to the application as a consumer
+/// error (seen in librdkafka's 0113 cooperative_rebalance test).
+#[test]
+fn offset_fetch_right_after_find_coordinator_is_not_refused() {
+    use kafka_protocol::messages::{GroupId, OffsetFetchRequest};
+    use kafka_protocol::protocol::StrBytes;
+    use samsa_tests::codes::COORDINATOR_LOAD_IN_PROGRESS;
+
+    // Many offsets partitions, so that opening them takes a while, and a
+    // group of the last one to open, asked for without pause between
+    // tries: the first answer naming a coordinator comes as early as the
+    // broker gives one.
+    const PARTITIONS: i32 = 200;
+    let node = SamsaNode::start_with(&[&format!("offsets_topic_num_partitions={PARTITIONS}")]);
+    let mut c = node.client();
+    let group = (0..)
+        .map(|i| format!("{}-{i}", unique_topic("first-group")))
+        .find(|g| samsa_tests::txn::transaction_state_partition(g, PARTITIONS) == PARTITIONS - 1)
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, _) = c.find_coordinator(0, &group).unwrap();
+        if code == NONE {
+            break;
+        }
+        assert_eq!(
+            code,
+            samsa_tests::codes::COORDINATOR_NOT_AVAILABLE,
+            "FindCoordinator"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no group coordinator within 60 s"
+        );
+    }
+    let fetch = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.clone())))
+        .with_topics(None);
+    let code = c.send(&fetch, 7).unwrap().error_code;
+    assert!(
+        code == NONE || code == COORDINATOR_LOAD_IN_PROGRESS,
+        "OffsetFetch right after FindCoordinator answered {code}"
+    );
+    // And it is served once loaded.
+    samsa_tests::wait_until("OffsetFetch served", Duration::from_secs(30), || {
+        (c.send(&fetch, 7).unwrap().error_code == NONE).then_some(())
+    });
+}
+
+/// As Kafka, OffsetCommit answers UNKNOWN_TOPIC_OR_PARTITION for each
+/// partition the metadata does not know, and commits the others (found by
+/// librdkafka's 0030 offset_commit test, which commits to a topic that
+/// does not exist).
+#[test]
+fn offset_commit_of_unknown_partitions_is_refused_per_partition() {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{GroupId, OffsetCommitRequest};
+    use kafka_protocol::protocol::StrBytes;
+    use samsa_tests::client::topic_name;
+    use samsa_tests::codes::{
+        COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
+        UNKNOWN_TOPIC_OR_PARTITION,
+    };
+
+    let node = SamsaNode::start();
+    let mut c = node.client();
+    let known = unique_topic("commit-known");
+    c.create_topic(&known, 1).unwrap();
+    let missing = unique_topic("commit-missing");
+    let group = unique_topic("commit-group");
+    let topic = |name: &str, partitions: &[i32]| {
+        OffsetCommitRequestTopic::default()
+            .with_name(topic_name(name))
+            .with_partitions(
+                partitions
+                    .iter()
+                    .map(|&p| {
+                        OffsetCommitRequestPartition::default()
+                            .with_partition_index(p)
+                            .with_committed_offset(5)
+                    })
+                    .collect(),
+            )
+    };
+    wait_group_coordinator(&mut c, &group);
+    // A standalone commit (no generation, no member), as librdkafka's
+    // rd_kafka_commit() of an unsubscribed consumer sends it.
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.clone())))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![topic(&known, &[0, 7]), topic(&missing, &[0, 1])]);
+    let answers = samsa_tests::wait_until(
+        "a loaded group coordinator",
+        Duration::from_secs(60),
+        || {
+            let resp = c.send(&commit, 8).unwrap();
+            let mut answers: Vec<(String, i32, i16)> = resp
+                .topics
+                .iter()
+                .flat_map(|t| {
+                    t.partitions
+                        .iter()
+                        .map(move |p| (t.name.0.to_string(), p.partition_index, p.error_code))
+                })
+                .collect();
+            answers.sort();
+            // Retry while the coordinator is created and loads.
+            let loading = answers.iter().any(|a| {
+                matches!(
+                    a.2,
+                    COORDINATOR_LOAD_IN_PROGRESS | COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR
+                )
+            });
+            (!loading).then_some(answers)
+        },
+    );
+    let mut expected = vec![
+        (known.clone(), 0, NONE),
+        (known.clone(), 7, UNKNOWN_TOPIC_OR_PARTITION),
+        (missing.clone(), 0, UNKNOWN_TOPIC_OR_PARTITION),
+        (missing.clone(), 1, UNKNOWN_TOPIC_OR_PARTITION),
+    ];
+    expected.sort();
+    assert_eq!(answers, expected);
 }
