@@ -296,10 +296,12 @@ fn offset_fetch_right_after_find_coordinator_is_not_refused() {
     const PARTITIONS: i32 = 200;
     let node = SamsaNode::start_with(&[&format!("offsets_topic_num_partitions={PARTITIONS}")]);
     let mut c = node.client();
-    let group = (0..)
-        .map(|i| format!("{}-{i}", unique_topic("first-group")))
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let prefix = unique_topic("first-group");
+    let group = (0..100_000)
+        .map(|i| format!("{prefix}-{i}"))
         .find(|g| samsa_tests::txn::transaction_state_partition(g, PARTITIONS) == PARTITIONS - 1)
-        .unwrap();
+        .expect("a group id placed on the last offsets partition");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (code, _) = c.find_coordinator(0, &group).unwrap();
