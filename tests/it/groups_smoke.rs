@@ -18,7 +18,13 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopics,
 };
-use kafka_protocol::messages::{ApiKey, GroupId, OffsetFetchRequest, TopicName};
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, ApiKey, GroupId, OffsetFetchRequest, ProducerId, TopicName,
+    TransactionalId, TxnOffsetCommitRequest,
+};
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -173,18 +179,27 @@ fn split_commit_resume(bootstrap: &str, admin: &mut KafkaClient) {
     );
 }
 
+/// Connects to a node by id.
+type Connect<'a> = &'a dyn Fn(i32) -> anyhow::Result<KafkaClient>;
+
 /// OffsetFetch (v8+, `require_stable`) of `topic`-0 for `group`, asked of
-/// the group's coordinator: `(partition error code, committed offset)`.
-fn stable_offset(connect: &dyn Fn(i32) -> KafkaClient, group: &str, topic: &str) -> (i16, i64) {
-    let mut any = connect(1);
-    let (code, node) = retry_coordinator("FindCoordinator(GROUP)", Duration::from_secs(30), || {
-        any.find_coordinator(0, group)
-    })
-    .unwrap();
-    assert_eq!(code, 0, "FindCoordinator for {group}");
-    let mut coordinator = connect(node);
-    let version = coordinator.version_for(ApiKey::OffsetFetch).unwrap();
-    assert!(version >= 8, "OffsetFetch v{version}");
+/// the group's coordinator (found through node `ask`): `(partition error
+/// code, committed offset)`. Coordinator errors are retried for 30 s.
+fn try_stable_offset(
+    connect: Connect<'_>,
+    ask: i32,
+    group: &str,
+    topic: &str,
+) -> anyhow::Result<(i16, i64)> {
+    let mut any = connect(ask)?;
+    let (code, node) =
+        retry_coordinator("FindCoordinator(GROUP)", Duration::from_secs(30), || {
+            any.find_coordinator(0, group)
+        })?;
+    anyhow::ensure!(code == 0, "FindCoordinator for {group}: error {code}");
+    let mut coordinator = connect(node)?;
+    let version = coordinator.version_for(ApiKey::OffsetFetch)?;
+    anyhow::ensure!(version >= 8, "OffsetFetch v{version}");
     let request = OffsetFetchRequest::default()
         .with_require_stable(true)
         .with_groups(vec![OffsetFetchRequestGroup::default()
@@ -194,22 +209,25 @@ fn stable_offset(connect: &dyn Fn(i32) -> KafkaClient, group: &str, topic: &str)
                 .with_partition_indexes(vec![0])]))]);
     let (_, answer) = retry_coordinator("OffsetFetch", Duration::from_secs(30), || {
         let r = coordinator.send(&request, version)?;
-        let g = r.groups.into_iter().next().expect("one group answered");
+        let g = r
+            .groups
+            .into_iter()
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("no group answered"))?;
         if g.error_code != 0 {
             return Ok((g.error_code, (g.error_code, -1)));
         }
         let p = &g.topics[0].partitions[0];
         Ok((0, (p.error_code, p.committed_offset)))
-    })
-    .unwrap();
-    answer
+    })?;
+    Ok(answer)
 }
 
-fn offsets_in_transactions(
-    bootstrap: &str,
-    admin: &mut KafkaClient,
-    connect: &dyn Fn(i32) -> KafkaClient,
-) {
+fn stable_offset(connect: Connect<'_>, group: &str, topic: &str) -> (i16, i64) {
+    try_stable_offset(connect, 1, group, topic).unwrap()
+}
+
+fn offsets_in_transactions(bootstrap: &str, admin: &mut KafkaClient, connect: Connect<'_>) {
     let input = unique_topic("groups-txn-in");
     let output = unique_topic("groups-txn-out");
     let group = unique_topic("groups-txn-g");
@@ -289,14 +307,18 @@ fn offsets_in_transactions(
 #[test]
 fn transactional_offsets_are_visible_once_committed_and_never_if_aborted() {
     let node = SamsaNode::start();
-    offsets_in_transactions(&node.bootstrap(), &mut node.client(), &|_| node.client());
+    offsets_in_transactions(
+        &node.bootstrap(),
+        &mut node.client(),
+        &|_| Ok(node.client()),
+    );
 }
 
 #[test]
 fn cluster_transactional_offsets_are_visible_once_committed_and_never_if_aborted() {
     let cluster = SamsaCluster::start(3, &[]);
     offsets_in_transactions(&cluster.bootstrap(), &mut cluster.client(1), &|id| {
-        cluster.client(id)
+        KafkaClient::connect(cluster.node(id).addr())
     });
 }
 
@@ -310,4 +332,192 @@ fn two_members_split_commit_and_a_third_resumes() {
 fn cluster_two_members_split_commit_and_a_third_resumes() {
     let cluster = SamsaCluster::start(3, &[]);
     split_commit_resume(&cluster.bootstrap(), &mut cluster.client(1));
+}
+
+/// The group coordinator is SIGKILLed after a plain commit and a committed
+/// transaction's offsets: the broker that takes over its
+/// `__consumer_offsets` partition rebuilds both by replaying it (the
+/// transactional offsets resolved by the COMMIT marker in the log).
+#[test]
+fn cluster_offsets_survive_a_coordinator_sigkill() {
+    let mut cluster = SamsaCluster::start(3, &[]);
+    let bootstrap = cluster.bootstrap();
+    let input = unique_topic("groups-failover-in");
+    let output = unique_topic("groups-failover-out");
+    let group = unique_topic("groups-failover-g");
+    create_topic_default_rf(&mut cluster.client(1), &input, 1).unwrap();
+    create_topic_default_rf(&mut cluster.client(1), &output, 1).unwrap();
+    produce_to(&bootstrap, &input, 1, 10, "in");
+
+    // A standalone commit of 7 (assign(), generation -1) ...
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("broker.address.family", "v4")
+        .set("group.id", &group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&input, 0, Offset::Offset(7))
+        .unwrap();
+    consumer.commit(&tpl, CommitMode::Sync).unwrap();
+    // ... then 9 with a committed transaction.
+    let producer = TxnProducer::transactional(&bootstrap, &unique_topic("groups-failover-p"));
+    producer.begin().unwrap();
+    producer.send_ok(&output, Some(0), "out");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&input, 0, Offset::Offset(9))
+        .unwrap();
+    producer
+        .inner()
+        .send_offsets_to_transaction(&tpl, &consumer.group_metadata().unwrap(), TXN_CALL_TIMEOUT)
+        .unwrap();
+    producer.commit().unwrap();
+    let connect = |id: i32| KafkaClient::connect(cluster.node(id).addr());
+    wait_until("the transaction's offsets", Duration::from_secs(30), || {
+        (stable_offset(&connect, &group, &input) == (0, 9)).then_some(())
+    });
+    drop(producer);
+    drop(consumer);
+
+    let (code, coordinator) = cluster.client(1).find_coordinator(0, &group).unwrap();
+    assert_eq!(code, 0);
+    cluster.sigkill(coordinator);
+    let ask = if coordinator == 1 { 2 } else { 1 };
+    let connect = |id: i32| {
+        anyhow::ensure!(id != coordinator, "node {id} was killed");
+        KafkaClient::connect(cluster.node(id).addr())
+    };
+    wait_until(
+        "a new coordinator with the offsets",
+        Duration::from_secs(60),
+        || {
+            let answer = try_stable_offset(&connect, ask, &group, &input).ok()?;
+            assert!(
+                answer.0 != 0 || answer.1 == 9,
+                "the new coordinator answers {answer:?}, not offset 9"
+            );
+            (answer == (0, 9)).then_some(())
+        },
+    );
+}
+
+fn sb(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// TxnOffsetCommit of offset 1 for `topic`-0 at `version`: the partition's
+/// error code.
+#[allow(clippy::too_many_arguments)]
+fn txn_offset_commit(
+    client: &mut KafkaClient,
+    version: i16,
+    transactional_id: &str,
+    producer: (i64, i16),
+    group: &str,
+    generation: i32,
+    member: &str,
+    topic: &str,
+) -> i16 {
+    let request = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(sb(transactional_id)))
+        .with_group_id(GroupId(sb(group)))
+        .with_producer_id(ProducerId(producer.0))
+        .with_producer_epoch(producer.1)
+        .with_generation_id(if version >= 3 { generation } else { -1 })
+        .with_member_id(sb(if version >= 3 { member } else { "" }))
+        .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+            .with_name(TopicName(sb(topic)))
+            .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(1)])]);
+    let (_, code) = retry_coordinator("TxnOffsetCommit", Duration::from_secs(30), || {
+        let r = client.send(&request, version)?;
+        let code = r.topics[0].partitions[0].error_code;
+        Ok((code, code))
+    })
+    .unwrap();
+    code
+}
+
+/// On the wire: a TxnOffsetCommit naming a member the group does not know
+/// is refused (KIP-447; the other checks are unit tests of the coordinator); one from a producer whose
+/// epoch a newer instance bumped is PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
+/// below v3); a producer that never added the offsets partition to its
+/// transaction cannot commit offsets (INVALID_TXN_STATE).
+#[test]
+fn txn_offset_commit_fences_zombies_and_stale_producers() {
+    let node = SamsaNode::start();
+    let mut client = node.client();
+    let topic = unique_topic("groups-fence-in");
+    create_topic_default_rf(&mut client, &topic, 1).unwrap();
+    let group = unique_topic("groups-fence-g");
+    let tid = unique_topic("groups-fence-t");
+    let init = |client: &mut KafkaClient| {
+        let (_, r) = retry_coordinator("InitProducerId", Duration::from_secs(30), || {
+            let r = client.init_producer_id_txn(&tid, 60_000, (-1, -1))?;
+            Ok((r.error_code, r))
+        })
+        .unwrap();
+        assert_eq!(r.error_code, 0);
+        (r.producer_id.0, r.producer_epoch)
+    };
+    let producer = init(&mut client);
+    let (code, _) = retry_coordinator("FindCoordinator(GROUP)", Duration::from_secs(30), || {
+        client.find_coordinator(0, &group)
+    })
+    .unwrap();
+    assert_eq!(code, 0);
+
+    // Not in the transaction yet: nothing may be committed.
+    assert_eq!(
+        txn_offset_commit(&mut client, 3, &tid, producer, &group, -1, "", &topic),
+        codes::INVALID_TXN_STATE
+    );
+    let add = AddOffsetsToTxnRequest::default()
+        .with_transactional_id(TransactionalId(sb(&tid)))
+        .with_producer_id(ProducerId(producer.0))
+        .with_producer_epoch(producer.1)
+        .with_group_id(GroupId(sb(&group)));
+    let (code, _) = retry_coordinator("AddOffsetsToTxn", Duration::from_secs(30), || {
+        let r = client.call(&add)?;
+        Ok((r.error_code, ()))
+    })
+    .unwrap();
+    assert_eq!(code, 0);
+
+    // KIP-447: a member the group does not have (a zombie).
+    assert_eq!(
+        txn_offset_commit(&mut client, 3, &tid, producer, &group, 4, "zombie", &topic),
+        codes::UNKNOWN_MEMBER_ID
+    );
+    assert_eq!(
+        txn_offset_commit(&mut client, 3, &tid, producer, &group, -1, "", &topic),
+        0,
+        "outside the group (generation -1, no member) the offsets are taken"
+    );
+
+    // A new instance bumps the epoch (fencing the open transaction).
+    let (_, newer) = retry_coordinator("InitProducerId", Duration::from_secs(30), || {
+        let r = client.init_producer_id_txn(&tid, 60_000, (-1, -1))?;
+        Ok((r.error_code, r))
+    })
+    .unwrap();
+    assert_eq!(newer.error_code, 0);
+    assert!(newer.producer_epoch > producer.1);
+    assert_eq!(
+        txn_offset_commit(&mut client, 3, &tid, producer, &group, -1, "", &topic),
+        codes::PRODUCER_FENCED
+    );
+    assert_eq!(
+        txn_offset_commit(&mut client, 2, &tid, producer, &group, -1, "", &topic),
+        codes::INVALID_PRODUCER_EPOCH
+    );
+    // The fence aborted the transaction: its offsets never became visible.
+    let connect = |_: i32| Ok(node.client());
+    wait_until(
+        "the fenced transaction to resolve",
+        Duration::from_secs(30),
+        || (stable_offset(&connect, &group, &topic) == (0, -1)).then_some(()),
+    );
 }

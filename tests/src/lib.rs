@@ -47,6 +47,7 @@ pub mod codes {
     pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
     pub const TRANSACTION_ABORTABLE: i16 = 120;
     pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+    pub const UNKNOWN_MEMBER_ID: i16 = 25;
 }
 
 /// A topic name unique within this process (tests in one binary may share a

@@ -5,6 +5,14 @@
 //! them **in request order** while handlers run concurrently (Kafka clients
 //! pipeline requests and match answers by order as well as correlation id).
 //!
+//! Group coordinator requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+//! OffsetCommit, OffsetFetch, TxnOffsetCommit, …) are **barriers**: one
+//! starts only once every earlier request of the connection has been
+//! answered, and later ones wait for it. Kafka handles a connection's
+//! requests one at a time, and clients rely on it for these: an
+//! OffsetFetch sent right after an asynchronous OffsetCommit sees that
+//! commit.
+//!
 //! A frame that cannot be a Kafka request — negative or oversized length,
 //! unknown API key, unsupported version (other than ApiVersions), a body that
 //! does not decode — closes the connection with a log line, as Kafka does.
@@ -124,13 +132,29 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, broker: Arc<Broke
     ));
     let mut in_flight = FuturesOrdered::new();
     let mut reading = true;
+    // A frame waiting for the requests before it (see the module docs), and
+    // whether the request in flight is a barrier.
+    let mut held: Option<Frame> = None;
+    let mut barrier_in_flight = false;
     loop {
+        if in_flight.is_empty() {
+            barrier_in_flight = false;
+            if let Some(frame) = held.take() {
+                barrier_in_flight = is_barrier(&frame.body);
+                in_flight.push_back(dispatch_owned(broker.clone(), frame.body, peer));
+            }
+        }
         tokio::select! {
-            frame = frame_rx.recv(), if reading && in_flight.len() < MAX_IN_FLIGHT_PER_CONNECTION => {
+            frame = frame_rx.recv(), if reading && held.is_none() && in_flight.len() < MAX_IN_FLIGHT_PER_CONNECTION => {
                 match frame {
                     Some(frame) => {
-                        let broker = broker.clone();
-                        in_flight.push_back(async move { dispatch(&broker, frame.body, peer).await });
+                        let barrier = is_barrier(&frame.body);
+                        if barrier_in_flight || (barrier && !in_flight.is_empty()) {
+                            held = Some(frame);
+                        } else {
+                            barrier_in_flight = barrier;
+                            in_flight.push_back(dispatch_owned(broker.clone(), frame.body, peer));
+                        }
                     }
                     None => reading = false,
                 }
@@ -152,13 +176,44 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, broker: Arc<Broke
             }
             else => break,
         }
-        if !reading && in_flight.is_empty() {
+        if !reading && in_flight.is_empty() && held.is_none() {
             break;
         }
     }
     let _ = writer.flush().await;
     reader_task.abort();
     debug!(%peer, "connection closed");
+}
+
+async fn dispatch_owned(
+    broker: Arc<Broker>,
+    body: Bytes,
+    peer: SocketAddr,
+) -> Result<Option<BytesMut>, DispatchError> {
+    dispatch(&broker, body, peer).await
+}
+
+/// Whether a request frame is one of the group coordinator's, which run one
+/// at a time on a connection (see the module docs).
+fn is_barrier(frame: &[u8]) -> bool {
+    use kafka_protocol::messages::ApiKey;
+    let Some(key) = frame.get(..2).map(|k| i16::from_be_bytes([k[0], k[1]])) else {
+        return false;
+    };
+    matches!(
+        ApiKey::try_from(key),
+        Ok(ApiKey::JoinGroup
+            | ApiKey::SyncGroup
+            | ApiKey::Heartbeat
+            | ApiKey::LeaveGroup
+            | ApiKey::OffsetCommit
+            | ApiKey::OffsetFetch
+            | ApiKey::TxnOffsetCommit
+            | ApiKey::OffsetDelete
+            | ApiKey::DeleteGroups
+            | ApiKey::DescribeGroups
+            | ApiKey::ListGroups)
+    )
 }
 
 async fn write_response(

@@ -209,8 +209,6 @@ struct Member {
     join: Option<Parked>,
     sync: Option<Parked>,
     session_deadline: i64,
-    /// Joined in the rebalance under way (not a rejoin).
-    is_new: bool,
     /// Order of joining, for picking a leader the way Kafka does (the
     /// first member to join).
     joined_seq: u64,
@@ -298,12 +296,10 @@ impl Group {
     }
 
     fn transition(&mut self, to: GroupState, now_ms: i64) {
-        debug_assert!(
-            self.state.can_transition_to(to),
-            "{:?} -> {:?}",
-            self.state,
-            to
-        );
+        if !self.state.can_transition_to(to) {
+            // A bug here, not bad input: say so, and follow the code.
+            tracing::error!(group = %self.id, from = ?self.state, to = ?to, "group state change outside the transition table");
+        }
         if self.state != to {
             debug!(group = %self.id, from = ?self.state, to = ?to, generation = self.generation, "group state");
         }
@@ -1018,77 +1014,25 @@ impl GroupCoordinator {
     /// OffsetCommit: checks generation and member, then writes the offsets;
     /// the reply is delivered once they are durable.
     pub fn offset_commit(&mut self, token: Token, request: &CommitRequest, now_ms: i64) -> Step {
-        let refuse_all = |e: ResponseError| {
-            Step::reply(
-                token,
-                Reply::Commit(
-                    request
-                        .partitions
-                        .iter()
-                        .map(|p| PartitionResult {
-                            topic: p.topic.clone(),
-                            partition: p.partition,
-                            error: Some(e),
-                        })
-                        .collect(),
-                ),
-            )
-        };
-        if request.group_id.is_empty() {
-            return refuse_all(ResponseError::InvalidGroupId);
-        }
-        if let Err(e) = self.owner(&request.group_id) {
-            return refuse_all(e);
-        }
-        if !self.groups.contains_key(&request.group_id) {
-            if request.generation_id >= 0 {
-                // A group-managed commit for a group this coordinator has
-                // never seen: the member's generation is gone.
-                return refuse_all(ResponseError::IllegalGeneration);
-            }
-            let p = self.partition_for(&request.group_id);
-            self.groups.insert(
-                request.group_id.clone(),
-                Group::new(request.group_id.clone(), p, now_ms),
-            );
-        }
-        let (group, mut ctx) = match self.group_ctx(&request.group_id, now_ms) {
-            Ok(x) => x,
-            Err(e) => return refuse_all(e),
-        };
-        if let Err(e) = validate_commit(
-            group,
-            request.generation_id,
-            &request.member_id,
-            request.group_instance_id.as_deref(),
-            now_ms,
-        ) {
-            return refuse_all(e);
-        }
-        let (offsets, refused) = offsets_to_write(ctx.config, request, now_ms);
-        if offsets.is_empty() {
-            return Step::reply(token, Reply::Commit(refused));
-        }
-        for (tp, _) in &offsets {
-            *group.pending_commits.entry(tp.clone()).or_default() += 1;
-        }
-        let records = offsets
-            .iter()
-            .map(|((t, p), o)| GroupRecord::offset(&group.id, t, *p, Some(o)))
-            .collect();
-        let write = ctx.writes.add(
-            group,
-            ctx.epoch,
-            records,
-            WriteKind::Commit {
-                token,
-                offsets,
-                refused,
-                producer_id: None,
+        // A group-managed commit for a group this coordinator has never
+        // seen: the member's generation is gone.
+        let standalone = request.generation_id < 0;
+        match self.commit_context(request, standalone, now_ms) {
+            Err(e) => refuse_all(token, request, e),
+            Ok((group, mut ctx)) => match validate_commit(
+                group,
+                request.generation_id,
+                &request.member_id,
+                request.group_instance_id.as_deref(),
+                now_ms,
+            ) {
+                Err(e) => refuse_all(token, request, e),
+                Ok(()) => {
+                    write_commit(group, &mut ctx, token, request, None);
+                    ctx.step
+                }
             },
-        );
-        ctx.step.writes.push(write);
-        ctx.step
+        }
     }
 
     /// TxnOffsetCommit: the KIP-447 member checks, then the offsets are
@@ -1102,31 +1046,35 @@ impl GroupCoordinator {
         producer: TransactionalWrite,
         now_ms: i64,
     ) -> Step {
-        let refuse_all = |e: ResponseError| {
-            Step::reply(
-                token,
-                Reply::Commit(
-                    request
-                        .partitions
-                        .iter()
-                        .map(|p| PartitionResult {
-                            topic: p.topic.clone(),
-                            partition: p.partition,
-                            error: Some(e),
-                        })
-                        .collect(),
-                ),
-            )
-        };
+        let standalone = request.generation_id < 0 && request.member_id.is_empty();
+        match self.commit_context(request, standalone, now_ms) {
+            Err(e) => refuse_all(token, request, e),
+            Ok((group, mut ctx)) => match validate_txn_commit(group, request) {
+                Err(e) => refuse_all(token, request, e),
+                Ok(()) => {
+                    write_commit(group, &mut ctx, token, request, Some(producer));
+                    ctx.step
+                }
+            },
+        }
+    }
+
+    /// The group a commit goes to, created (Empty) for a `standalone`
+    /// commit if unknown; ILLEGAL_GENERATION for any other commit to an
+    /// unknown group.
+    fn commit_context(
+        &mut self,
+        request: &CommitRequest,
+        standalone: bool,
+        now_ms: i64,
+    ) -> Result<(&mut Group, Ctx<'_>), ResponseError> {
         if request.group_id.is_empty() {
-            return refuse_all(ResponseError::InvalidGroupId);
+            return Err(ResponseError::InvalidGroupId);
         }
-        if let Err(e) = self.owner(&request.group_id) {
-            return refuse_all(e);
-        }
+        self.owner(&request.group_id)?;
         if !self.groups.contains_key(&request.group_id) {
-            if request.generation_id >= 0 || !request.member_id.is_empty() {
-                return refuse_all(ResponseError::IllegalGeneration);
+            if !standalone {
+                return Err(ResponseError::IllegalGeneration);
             }
             let p = self.partition_for(&request.group_id);
             self.groups.insert(
@@ -1134,36 +1082,7 @@ impl GroupCoordinator {
                 Group::new(request.group_id.clone(), p, now_ms),
             );
         }
-        let (group, mut ctx) = match self.group_ctx(&request.group_id, now_ms) {
-            Ok(x) => x,
-            Err(e) => return refuse_all(e),
-        };
-        if let Err(e) = validate_txn_commit(group, request) {
-            return refuse_all(e);
-        }
-        let (offsets, refused) = offsets_to_write(ctx.config, request, now_ms);
-        if offsets.is_empty() {
-            return Step::reply(token, Reply::Commit(refused));
-        }
-        let records = offsets
-            .iter()
-            .map(|((t, p), o)| GroupRecord::offset(&group.id, t, *p, Some(o)))
-            .collect();
-        let producer_id = producer.producer_id;
-        let mut write = ctx.writes.add(
-            group,
-            ctx.epoch,
-            records,
-            WriteKind::Commit {
-                token,
-                offsets,
-                refused,
-                producer_id: Some(producer_id),
-            },
-        );
-        write.transactional = Some(producer);
-        ctx.step.writes.push(write);
-        ctx.step
+        self.group_ctx(&request.group_id, now_ms)
     }
 
     /// A COMMIT or ABORT marker of `producer_id` reached offsets partition
@@ -1601,7 +1520,6 @@ fn restore_group(name: String, p: i32, l: LoadedGroup, now_ms: i64) -> Group {
             join: None,
             sync: None,
             session_deadline: now_ms + i64::from(m.session_timeout_ms),
-            is_new: false,
             joined_seq: group.next_join_seq,
         };
         group.next_join_seq += 1;
@@ -1929,7 +1847,6 @@ fn new_member(group: &mut Group, args: &JoinArgs, id: String, now_ms: i64) -> Me
         }),
         sync: None,
         session_deadline: now_ms + i64::from(args.session_timeout_ms),
-        is_new: true,
         joined_seq: group.next_join_seq,
     }
 }
@@ -2158,7 +2075,6 @@ fn complete_join(group: &mut Group, ctx: &mut Ctx<'_>) {
             .push((parked.token, Reply::Join(response)));
         if let Some(m) = group.members.get_mut(&id) {
             m.join = None;
-            m.is_new = false;
             m.session_deadline = ctx.now_ms + i64::from(m.session_timeout_ms);
         }
     }
@@ -2265,4 +2181,52 @@ fn expire(group: &mut Group, ctx: &mut Ctx<'_>) {
         }
         _ => {}
     }
+}
+
+/// Every partition of a commit refused with `error`.
+fn refuse_all(token: Token, request: &CommitRequest, error: ResponseError) -> Step {
+    let results = request
+        .partitions
+        .iter()
+        .map(|p| PartitionResult {
+            topic: p.topic.clone(),
+            partition: p.partition,
+            error: Some(error),
+        })
+        .collect();
+    Step::reply(token, Reply::Commit(results))
+}
+
+/// Writes a checked commit's offsets (for a transaction's producer: as its
+/// transactional batch); answered at once if none is left to write.
+fn write_commit(
+    group: &mut Group,
+    ctx: &mut Ctx<'_>,
+    token: Token,
+    request: &CommitRequest,
+    producer: Option<TransactionalWrite>,
+) {
+    let (offsets, refused) = offsets_to_write(ctx.config, request, ctx.now_ms);
+    if offsets.is_empty() {
+        ctx.step.deliveries.push((token, Reply::Commit(refused)));
+        return;
+    }
+    if producer.is_none() {
+        for (tp, _) in &offsets {
+            *group.pending_commits.entry(tp.clone()).or_default() += 1;
+        }
+    }
+    let records = offsets
+        .iter()
+        .map(|((t, p), o)| GroupRecord::offset(&group.id, t, *p, Some(o)))
+        .collect();
+    let kind = WriteKind::Commit {
+        token,
+        offsets,
+        refused,
+        producer_id: producer.as_ref().map(|p| p.producer_id),
+    };
+    let mut write = ctx.writes.add(group, ctx.epoch, records, kind);
+    write.transactional = producer;
+    ctx.step.writes.push(write);
 }

@@ -207,19 +207,7 @@ impl Harness {
 
     fn commit(&mut self, generation: i32, member: &str, offset: i64) -> Token {
         let t = self.token();
-        let request = CommitRequest {
-            group_id: GROUP.into(),
-            generation_id: generation,
-            member_id: member.into(),
-            group_instance_id: None,
-            partitions: vec![CommitPartition {
-                topic: "t".into(),
-                partition: 0,
-                offset,
-                leader_epoch: -1,
-                metadata: None,
-            }],
-        };
+        let request = commit_request(generation, member, None, offset);
         let step = self.c.offset_commit(t, &request, self.now);
         self.apply(step);
         t
@@ -694,6 +682,28 @@ fn a_new_leader_rebuilds_offsets_and_members_from_the_log() {
     );
 }
 
+/// A commit of `offset` for partition t-0 of the group.
+fn commit_request(
+    generation_id: i32,
+    member_id: impl Into<String>,
+    group_instance_id: Option<String>,
+    offset: i64,
+) -> CommitRequest {
+    CommitRequest {
+        group_id: GROUP.into(),
+        generation_id,
+        member_id: member_id.into(),
+        group_instance_id,
+        partitions: vec![CommitPartition {
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+    }
+}
+
 fn txn_commit(
     h: &mut Harness,
     producer_id: i64,
@@ -702,19 +712,7 @@ fn txn_commit(
     member: &str,
 ) -> Token {
     let t = h.token();
-    let request = CommitRequest {
-        group_id: GROUP.into(),
-        generation_id: generation,
-        member_id: member.into(),
-        group_instance_id: None,
-        partitions: vec![CommitPartition {
-            topic: "t".into(),
-            partition: 0,
-            offset,
-            leader_epoch: -1,
-            metadata: None,
-        }],
-    };
+    let request = commit_request(generation, member, None, offset);
     let producer = TransactionalWrite {
         transactional_id: "tx".into(),
         producer_id,
@@ -775,19 +773,7 @@ fn txn_offset_commit_fences_a_replaced_static_member() {
     let ts = h.join("", Some("i1"));
     assert_eq!(h.join_reply(ts).error_code, 0);
     let t = h.token();
-    let request = CommitRequest {
-        group_id: GROUP.into(),
-        generation_id: 1,
-        member_id: old,
-        group_instance_id: Some("i1".into()),
-        partitions: vec![CommitPartition {
-            topic: "t".into(),
-            partition: 0,
-            offset: 1,
-            leader_epoch: -1,
-            metadata: None,
-        }],
-    };
+    let request = commit_request(1, old, Some("i1".into()), 1);
     let producer = TransactionalWrite {
         transactional_id: "tx".into(),
         producer_id: 1,

@@ -30,9 +30,10 @@ use kafka_protocol::messages::{
     GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
     LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse,
     OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
-    OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
+    OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
     TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
+use kafka_protocol::protocol::StrBytes;
 use tracing::{info_span, Instrument};
 
 use super::{str_bytes, topic_name};
@@ -127,27 +128,51 @@ pub fn leave_group(
         .with(|c, now| c.leave_group(&request, version, now))
 }
 
-fn commit_partitions<'a>(
-    topics: impl Iterator<Item = (String, Vec<(i32, i64, i32, Option<String>)>)> + 'a,
+/// The offsets of an OffsetCommit or TxnOffsetCommit request, by accessors
+/// of its topic and partition types; leader epochs only if the version has them.
+fn commit_partitions<T, P>(
+    topics: &[T],
+    name: impl Fn(&T) -> &str,
+    partitions: impl Fn(&T) -> &[P],
+    fields: impl Fn(&P) -> (i32, i64, i32, Option<&StrBytes>),
+    with_leader_epoch: bool,
 ) -> Vec<CommitPartition> {
     topics
-        .flat_map(|(topic, parts)| {
-            parts
-                .into_iter()
-                .map(
-                    move |(partition, offset, leader_epoch, metadata)| CommitPartition {
-                        topic: topic.clone(),
-                        partition,
-                        offset,
-                        leader_epoch,
-                        metadata,
-                    },
-                )
+        .iter()
+        .flat_map(|t| {
+            partitions(t).iter().map(|p| {
+                let (partition, offset, leader_epoch, metadata) = fields(p);
+                CommitPartition {
+                    topic: name(t).to_string(),
+                    partition,
+                    offset,
+                    leader_epoch: if with_leader_epoch { leader_epoch } else { -1 },
+                    metadata: metadata.map(|m| m.to_string()),
+                }
+            })
         })
         .collect()
 }
 
-/// Per-partition results grouped by topic, in request order.
+/// Per-partition results as a response's topics, built by `topic` from its
+/// name and the partitions `partition` builds from (index, error code).
+fn response_topics<T, P>(
+    results: Vec<PartitionResult>,
+    topic: impl Fn(TopicName, Vec<P>) -> T,
+    partition: impl Fn(i32, i16) -> P,
+) -> Vec<T> {
+    by_topic(results)
+        .into_iter()
+        .map(|(name, parts)| {
+            let parts = parts
+                .into_iter()
+                .map(|(p, e)| partition(p, code(e)))
+                .collect();
+            topic(topic_name(name), parts)
+        })
+        .collect()
+}
+
 /// Partition results of one topic: `(partition, error)`.
 type TopicResults = Vec<(String, Vec<(i32, Option<ResponseError>)>)>;
 
@@ -162,6 +187,23 @@ fn by_topic(results: Vec<PartitionResult>) -> TopicResults {
     out
 }
 
+/// Kafka commits offsets only for partitions that exist: the others answer
+/// UNKNOWN_TOPIC_OR_PARTITION and never reach the coordinator.
+fn without_unknown_partitions(
+    broker: &Broker,
+    mut commit: CommitRequest,
+) -> (CommitRequest, Vec<PartitionResult>) {
+    let image = broker.metadata.image();
+    let (known, unknown): (Vec<_>, Vec<_>) = std::mem::take(&mut commit.partitions)
+        .into_iter()
+        .partition(|p| image.partition(&p.topic, p.partition).is_some());
+    commit.partitions = known;
+    (
+        commit,
+        all_failed(&unknown, ResponseError::UnknownTopicOrPartition),
+    )
+}
+
 fn all_failed(partitions: &[CommitPartition], error: ResponseError) -> Vec<PartitionResult> {
     partitions
         .iter()
@@ -173,18 +215,6 @@ fn all_failed(partitions: &[CommitPartition], error: ResponseError) -> Vec<Parti
         .collect()
 }
 
-/// Takes the partitions the metadata does not know out of `commit`: as
-/// Kafka, they get UNKNOWN_TOPIC_OR_PARTITION without the coordinator
-/// seeing them, and the others are committed as if they were alone.
-fn take_unknown(broker: &Broker, commit: &mut CommitRequest) -> Vec<PartitionResult> {
-    let image = broker.metadata.image();
-    let (known, unknown): (Vec<_>, Vec<_>) = std::mem::take(&mut commit.partitions)
-        .into_iter()
-        .partition(|p| image.partition(&p.topic, p.partition).is_some());
-    commit.partitions = known;
-    all_failed(&unknown, ResponseError::UnknownTopicOrPartition)
-}
-
 pub async fn offset_commit(
     broker: &Broker,
     request: OffsetCommitRequest,
@@ -192,67 +222,53 @@ pub async fn offset_commit(
 ) -> OffsetCommitResponse {
     let span = info_span!("offset_commit", group = request.group_id.as_str());
     async {
-        let mut commit = CommitRequest {
+        let commit = CommitRequest {
             group_id: request.group_id.to_string(),
             // v0 (not served) had no generation; v1+ all do.
             generation_id: request.generation_id_or_member_epoch,
             member_id: request.member_id.to_string(),
             group_instance_id: request.group_instance_id.as_ref().map(|s| s.to_string()),
-            partitions: commit_partitions(request.topics.iter().map(|t| {
-                (
-                    t.name.to_string(),
-                    t.partitions
-                        .iter()
-                        .map(|p| {
-                            let epoch = if version >= 6 {
-                                p.committed_leader_epoch
-                            } else {
-                                -1
-                            };
-                            (
-                                p.partition_index,
-                                p.committed_offset,
-                                epoch,
-                                p.committed_metadata.as_ref().map(|m| m.to_string()),
-                            )
-                        })
-                        .collect(),
-                )
-            })),
+            partitions: commit_partitions(
+                &request.topics,
+                |t| t.name.as_str(),
+                |t| &t.partitions,
+                |p| {
+                    (
+                        p.partition_index,
+                        p.committed_offset,
+                        p.committed_leader_epoch,
+                        p.committed_metadata.as_ref(),
+                    )
+                },
+                version >= 6,
+            ),
         };
-        let unknown = take_unknown(broker, &mut commit);
-        let mut results = if commit.partitions.is_empty() {
-            Vec::new()
-        } else {
-            match broker
-                .groups
-                .call(|c, token, now| c.offset_commit(token, &commit, now))
-                .await
-            {
-                Some(Reply::Commit(r)) => r,
-                _ => all_failed(&commit.partitions, LOST),
-            }
-        };
-        results.extend(unknown);
-        OffsetCommitResponse::default().with_topics(
-            by_topic(results)
-                .into_iter()
-                .map(|(topic, parts)| {
-                    OffsetCommitResponseTopic::default()
-                        .with_name(topic_name(topic))
-                        .with_partitions(
-                            parts
-                                .into_iter()
-                                .map(|(p, e)| {
-                                    OffsetCommitResponsePartition::default()
-                                        .with_partition_index(p)
-                                        .with_error_code(code(e))
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        )
+        let (commit, mut results) = without_unknown_partitions(broker, commit);
+        if !commit.partitions.is_empty() {
+            results.extend(
+                match broker
+                    .groups
+                    .call(|c, token, now| c.offset_commit(token, &commit, now))
+                    .await
+                {
+                    Some(Reply::Commit(r)) => r,
+                    _ => all_failed(&commit.partitions, LOST),
+                },
+            );
+        }
+        OffsetCommitResponse::default().with_topics(response_topics(
+            results,
+            |name, parts| {
+                OffsetCommitResponseTopic::default()
+                    .with_name(name)
+                    .with_partitions(parts)
+            },
+            |p, e| {
+                OffsetCommitResponsePartition::default()
+                    .with_partition_index(p)
+                    .with_error_code(e)
+            },
+        ))
     }
     .instrument(span)
     .await
@@ -270,7 +286,7 @@ pub async fn txn_offset_commit(
         producer_id = request.producer_id.0
     );
     async {
-        let mut commit = CommitRequest {
+        let commit = CommitRequest {
             group_id: request.group_id.to_string(),
             // v0–v2 carry no member: they commit like a standalone consumer.
             generation_id: if version >= 3 {
@@ -288,27 +304,20 @@ pub async fn txn_offset_commit(
             } else {
                 None
             },
-            partitions: commit_partitions(request.topics.iter().map(|t| {
-                (
-                    t.name.to_string(),
-                    t.partitions
-                        .iter()
-                        .map(|p| {
-                            let epoch = if version >= 2 {
-                                p.committed_leader_epoch
-                            } else {
-                                -1
-                            };
-                            (
-                                p.partition_index,
-                                p.committed_offset,
-                                epoch,
-                                p.committed_metadata.as_ref().map(|m| m.to_string()),
-                            )
-                        })
-                        .collect(),
-                )
-            })),
+            partitions: commit_partitions(
+                &request.topics,
+                |t| t.name.as_str(),
+                |t| &t.partitions,
+                |p| {
+                    (
+                        p.partition_index,
+                        p.committed_offset,
+                        p.committed_leader_epoch,
+                        p.committed_metadata.as_ref(),
+                    )
+                },
+                version >= 2,
+            ),
         };
         let producer = TransactionalWrite {
             transactional_id: request.transactional_id.to_string(),
@@ -316,40 +325,39 @@ pub async fn txn_offset_commit(
             producer_epoch: request.producer_epoch,
             add_partition: version >= 5,
         };
-        let unknown = take_unknown(broker, &mut commit);
-        let mut results = if commit.partitions.is_empty() {
-            Vec::new()
-        } else {
-            match broker
-                .groups
-                .call(|c, token, now| c.txn_offset_commit(token, &commit, producer, now))
-                .await
-            {
-                Some(Reply::Commit(r)) => r,
-                _ => all_failed(&commit.partitions, LOST),
-            }
-        };
-        results.extend(unknown);
-        TxnOffsetCommitResponse::default().with_topics(
-            by_topic(results)
-                .into_iter()
-                .map(|(topic, parts)| {
-                    TxnOffsetCommitResponseTopic::default()
-                        .with_name(topic_name(topic))
-                        .with_partitions(
-                            parts
-                                .into_iter()
-                                .map(|(p, e)| {
-                                    let e = txn_commit_error(e, version);
-                                    TxnOffsetCommitResponsePartition::default()
-                                        .with_partition_index(p)
-                                        .with_error_code(code(e))
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        )
+        let (commit, mut results) = without_unknown_partitions(broker, commit);
+        if !commit.partitions.is_empty() {
+            results.extend(
+                match broker
+                    .groups
+                    .call(|c, token, now| c.txn_offset_commit(token, &commit, producer, now))
+                    .await
+                {
+                    Some(Reply::Commit(r)) => r,
+                    _ => all_failed(&commit.partitions, LOST),
+                },
+            );
+        }
+        let results = results
+            .into_iter()
+            .map(|r| PartitionResult {
+                error: txn_commit_error(r.error, version),
+                ..r
+            })
+            .collect();
+        TxnOffsetCommitResponse::default().with_topics(response_topics(
+            results,
+            |name, parts| {
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(name)
+                    .with_partitions(parts)
+            },
+            |p, e| {
+                TxnOffsetCommitResponsePartition::default()
+                    .with_partition_index(p)
+                    .with_error_code(e)
+            },
+        ))
     }
     .instrument(span)
     .await
@@ -553,25 +561,19 @@ pub async fn offset_delete(broker: &Broker, request: OffsetDeleteRequest) -> Off
     let Some(Reply::Commit(results)) = reply else {
         return OffsetDeleteResponse::default().with_error_code(LOST.code());
     };
-    OffsetDeleteResponse::default().with_topics(
-        by_topic(results)
-            .into_iter()
-            .map(|(topic, parts)| {
-                OffsetDeleteResponseTopic::default()
-                    .with_name(topic_name(topic))
-                    .with_partitions(
-                        parts
-                            .into_iter()
-                            .map(|(p, e)| {
-                                OffsetDeleteResponsePartition::default()
-                                    .with_partition_index(p)
-                                    .with_error_code(code(e))
-                            })
-                            .collect(),
-                    )
-            })
-            .collect(),
-    )
+    OffsetDeleteResponse::default().with_topics(response_topics(
+        results,
+        |name, parts| {
+            OffsetDeleteResponseTopic::default()
+                .with_name(name)
+                .with_partitions(parts)
+        },
+        |p, e| {
+            OffsetDeleteResponsePartition::default()
+                .with_partition_index(p)
+                .with_error_code(e)
+        },
+    ))
 }
 
 pub async fn delete_groups(broker: &Broker, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
