@@ -171,7 +171,7 @@ fn produce_records(c: &mut samsa_tests::KafkaClient, topic: &str, n: usize) {
             .produce(
                 topic,
                 0,
-                BatchBuilder::new().record(&format!("r{i}")).build(),
+                BatchBuilder::new().record(format!("r{i}")).build(),
                 -1,
             )
             .unwrap();
