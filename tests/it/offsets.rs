@@ -1,4 +1,5 @@
-//! ListOffsets semantics and Fetch long polling.
+//! ListOffsets semantics, DeleteRecords, Fetch long polling, the first
+//! OffsetFetch of a fresh broker, and OffsetCommit of unknown partitions.
 
 use std::time::{Duration, Instant};
 
@@ -6,7 +7,9 @@ use kafka_protocol::messages::fetch_request::FetchRequest;
 use kafka_protocol::messages::ApiKey;
 use samsa_tests::batch::now_ms;
 use samsa_tests::client::fetch_request;
-use samsa_tests::codes::NONE;
+use samsa_tests::cluster::SamsaCluster;
+use samsa_tests::codes::{INVALID_TOPIC_EXCEPTION, NONE, OFFSET_OUT_OF_RANGE};
+use samsa_tests::txn::{create_topic_default_rf, partition_leaders};
 use samsa_tests::{unique_topic, BatchBuilder, SamsaNode};
 
 #[test]
@@ -159,4 +162,251 @@ fn fetch_long_poll_waits_and_wakes_on_produce() {
         "long poll answered {total:?} after the fetch and {after_ack:?} after the produce \
          was acknowledged (max_wait was 2000 ms)"
     );
+}
+
+/// Produces `n` single-record batches to partition 0 of `topic`.
+fn produce_records(c: &mut samsa_tests::KafkaClient, topic: &str, n: usize) {
+    for i in 0..n {
+        let r = c
+            .produce(
+                topic,
+                0,
+                BatchBuilder::new().record(format!("r{i}")).build(),
+                -1,
+            )
+            .unwrap();
+        assert_eq!(r.error_code, NONE, "{r:?}");
+    }
+}
+
+/// DeleteRecords moves the log start: earliest answers it, fetches below
+/// it are out of range, the records from it on stay readable, and the move
+/// survives a SIGKILL and restart. Offsets above the high watermark and internal
+/// topics are refused with Kafka's codes; -1 deletes up to the HW.
+#[test]
+fn delete_records_moves_the_log_start_and_survives_restart() {
+    let mut node = SamsaNode::start();
+    let mut c = node.client();
+    let t = unique_topic("delrec");
+    c.create_topic(&t, 1).unwrap();
+    produce_records(&mut c, &t, 10);
+
+    assert_eq!(
+        c.delete_records(&t, 0, 11).unwrap(),
+        (OFFSET_OUT_OF_RANGE, -1)
+    );
+    assert_eq!(c.delete_records(&t, 0, 6).unwrap(), (NONE, 6));
+    assert_eq!(c.list_offsets(&t, 0, -2).unwrap().offset, 6, "earliest");
+    assert_eq!(
+        c.fetch(&t, 0, 5, 0, 1).unwrap().error_code,
+        OFFSET_OUT_OF_RANGE
+    );
+    let read = c.fetch_all(&t, 0, 6).unwrap();
+    assert_eq!(read.first().map(|r| r.offset), Some(6), "{read:?}");
+    assert_eq!(read.len(), 4, "{read:?}");
+    // A lower offset leaves the log start where it is.
+    assert_eq!(c.delete_records(&t, 0, 3).unwrap(), (NONE, 6));
+    assert_eq!(
+        c.delete_records("__consumer_offsets", 0, 0).unwrap().0,
+        INVALID_TOPIC_EXCEPTION
+    );
+
+    node.sigkill();
+    node.restart();
+    let mut c = node.client();
+    assert_eq!(
+        c.list_offsets(&t, 0, -2).unwrap().offset,
+        6,
+        "earliest after restart"
+    );
+    assert_eq!(
+        c.delete_records(&t, 0, -1).unwrap(),
+        (NONE, 10),
+        "-1 = the high watermark"
+    );
+    assert_eq!(c.list_offsets(&t, 0, -2).unwrap().offset, 10);
+}
+
+/// Followers follow the leader's DeleteRecords: after the leader is
+/// killed, the new leader's log starts where the old one's did.
+/// Three nodes: in the `heavy` nextest group with the other cluster tests.
+#[test]
+fn cluster_delete_records_reaches_the_followers() {
+    let mut cluster = SamsaCluster::start(3, &[]);
+    let t = unique_topic("delrec-rf3");
+    create_topic_default_rf(&mut cluster.client(1), &t, 1).unwrap();
+    let leader = samsa_tests::wait_until("a leader", Duration::from_secs(30), || {
+        partition_leaders(&mut cluster.client(1), &t).map(|l| l[&0])
+    });
+    let mut c = cluster.client(leader);
+    produce_records(&mut c, &t, 10);
+    assert_eq!(c.delete_records(&t, 0, 7).unwrap(), (NONE, 7));
+
+    // One more acks=all record: the HW passes it only once every ISR
+    // follower fetched it, in an answer that carried the new log start.
+    produce_records(&mut c, &t, 1);
+    let survivor = *cluster.ids().iter().find(|&&id| id != leader).unwrap();
+    cluster.sigkill(leader);
+    let earliest = samsa_tests::wait_until(
+        "a new leader's earliest offset",
+        Duration::from_secs(60),
+        || {
+            let new_leader = partition_leaders(&mut cluster.client(survivor), &t)?[&0];
+            if new_leader == leader {
+                return None;
+            }
+            let r = cluster.client(new_leader).list_offsets(&t, 0, -2).ok()?;
+            (r.error_code == NONE).then_some(r.offset)
+        },
+    );
+    assert_eq!(earliest, 7, "the new leader's log start");
+}
+
+/// Waits until FindCoordinator(GROUP) names a coordinator for `group`
+/// (the first request creates `__consumer_offsets`).
+fn wait_group_coordinator(c: &mut samsa_tests::KafkaClient, group: &str) {
+    use samsa_tests::codes::COORDINATOR_NOT_AVAILABLE;
+    const GROUP_KEY: i8 = 0;
+    samsa_tests::wait_until("a group coordinator", Duration::from_secs(60), || {
+        let (code, _) = c.find_coordinator(GROUP_KEY, group).unwrap();
+        assert!(
+            code == NONE || code == COORDINATOR_NOT_AVAILABLE,
+            "FindCoordinator: {code}"
+        );
+        (code == NONE).then_some(())
+    });
+}
+
+/// The first group of a fresh broker creates `__consumer_offsets`, whose
+/// partitions open one by one. Once FindCoordinator names this broker, an
+/// OffsetFetch sent at once may have to wait for the partition to load
+/// (COORDINATOR_LOAD_IN_PROGRESS, which clients retry) but is never
+/// NOT_COORDINATOR, which librdkafka hands to the application as a consumer
+/// error (seen in librdkafka's 0113 cooperative_rebalance test).
+#[test]
+fn offset_fetch_right_after_find_coordinator_is_not_refused() {
+    use kafka_protocol::messages::{GroupId, OffsetFetchRequest};
+    use kafka_protocol::protocol::StrBytes;
+    use samsa_tests::codes::COORDINATOR_LOAD_IN_PROGRESS;
+
+    // Many offsets partitions, so that opening them takes a while, and a
+    // group of the last one to open, asked for without pause between
+    // tries: the first answer naming a coordinator comes as early as the
+    // broker gives one.
+    const PARTITIONS: i32 = 200;
+    let node = SamsaNode::start_with(&[&format!("offsets_topic_num_partitions={PARTITIONS}")]);
+    let mut c = node.client();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let prefix = unique_topic("first-group");
+    let group = (0..100_000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|g| samsa_tests::txn::transaction_state_partition(g, PARTITIONS) == PARTITIONS - 1)
+        .expect("a group id placed on the last offsets partition");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, _) = c.find_coordinator(0, &group).unwrap();
+        if code == NONE {
+            break;
+        }
+        assert_eq!(
+            code,
+            samsa_tests::codes::COORDINATOR_NOT_AVAILABLE,
+            "FindCoordinator"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no group coordinator within 60 s"
+        );
+    }
+    let fetch = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.clone())))
+        .with_topics(None);
+    let code = c.send(&fetch, 7).unwrap().error_code;
+    assert!(
+        code == NONE || code == COORDINATOR_LOAD_IN_PROGRESS,
+        "OffsetFetch right after FindCoordinator answered {code}"
+    );
+    // And it is served once loaded.
+    samsa_tests::wait_until("OffsetFetch served", Duration::from_secs(30), || {
+        (c.send(&fetch, 7).unwrap().error_code == NONE).then_some(())
+    });
+}
+
+/// As Kafka, OffsetCommit answers UNKNOWN_TOPIC_OR_PARTITION for each
+/// partition the metadata does not know, and commits the others (found by
+/// librdkafka's 0030 offset_commit test, which commits to a topic that
+/// does not exist).
+#[test]
+fn offset_commit_of_unknown_partitions_is_refused_per_partition() {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{GroupId, OffsetCommitRequest};
+    use kafka_protocol::protocol::StrBytes;
+    use samsa_tests::client::topic_name;
+    use samsa_tests::codes::{
+        COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
+        UNKNOWN_TOPIC_OR_PARTITION,
+    };
+
+    let node = SamsaNode::start();
+    let mut c = node.client();
+    let known = unique_topic("commit-known");
+    c.create_topic(&known, 1).unwrap();
+    let missing = unique_topic("commit-missing");
+    let group = unique_topic("commit-group");
+    let topic = |name: &str, partitions: &[i32]| {
+        OffsetCommitRequestTopic::default()
+            .with_name(topic_name(name))
+            .with_partitions(
+                partitions
+                    .iter()
+                    .map(|&p| {
+                        OffsetCommitRequestPartition::default()
+                            .with_partition_index(p)
+                            .with_committed_offset(5)
+                    })
+                    .collect(),
+            )
+    };
+    wait_group_coordinator(&mut c, &group);
+    // A standalone commit (no generation, no member), as librdkafka's
+    // rd_kafka_commit() of an unsubscribed consumer sends it.
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.clone())))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![topic(&known, &[0, 7]), topic(&missing, &[0, 1])]);
+    let answers = samsa_tests::wait_until(
+        "a loaded group coordinator",
+        Duration::from_secs(60),
+        || {
+            let resp = c.send(&commit, 8).unwrap();
+            let mut answers: Vec<(String, i32, i16)> = resp
+                .topics
+                .iter()
+                .flat_map(|t| {
+                    t.partitions
+                        .iter()
+                        .map(move |p| (t.name.0.to_string(), p.partition_index, p.error_code))
+                })
+                .collect();
+            answers.sort();
+            // Retry while the coordinator is created and loads.
+            let loading = answers.iter().any(|a| {
+                matches!(
+                    a.2,
+                    COORDINATOR_LOAD_IN_PROGRESS | COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR
+                )
+            });
+            (!loading).then_some(answers)
+        },
+    );
+    let mut expected = vec![
+        (known.clone(), 0, NONE),
+        (known.clone(), 7, UNKNOWN_TOPIC_OR_PARTITION),
+        (missing.clone(), 0, UNKNOWN_TOPIC_OR_PARTITION),
+        (missing.clone(), 1, UNKNOWN_TOPIC_OR_PARTITION),
+    ];
+    expected.sort();
+    assert_eq!(answers, expected);
 }

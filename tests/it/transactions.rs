@@ -1316,3 +1316,76 @@ fn stale_produce_of_a_finished_transaction_is_refused() {
     );
     assert!(read.aborted.is_empty(), "{:?}", read.aborted);
 }
+
+/// A transactional producer pipelines its first writes to a partition
+/// (librdkafka sends up to five Produce requests at once on a connection,
+/// each batch with the next sequence). The first write of a transaction
+/// waits for the leader's KIP-890 check with the coordinator, so the
+/// writes after it must wait their turn: appended in request order, every
+/// one is accepted at consecutive offsets. Out of order, a later sequence
+/// lands first and the earlier ones fail with OUT_OF_ORDER_SEQUENCE_NUMBER
+/// (found by librdkafka's 0103 `fatal_idempo` subtest on three nodes).
+/// The coordinator is on another node than the partition leader, so the
+/// check is a real round trip.
+#[test]
+fn cluster_pipelined_first_writes_of_a_transaction_keep_their_order() {
+    use kafka_protocol::messages::{ApiKey, ProduceRequest, TransactionalId};
+    use kafka_protocol::protocol::StrBytes;
+    const WRITES: i32 = 20;
+
+    let cluster = SamsaCluster::start(3, &[]);
+    let topic = unique_topic("pipelined-txn");
+    create_topic_default_rf(&mut cluster.client(1), &topic, 1).unwrap();
+    let leader = wait_until("a leader of the topic", VISIBLE, || {
+        partition_leaders(&mut cluster.client(1), &topic).map(|l| l[&0])
+    });
+    // A transactional id coordinated by another node than the leader.
+    let mut c1 = cluster.client(1);
+    let (id, coordinator) = (0..)
+        .map(|i| format!("{topic}-txn-{i}"))
+        .find_map(|id| {
+            let (code, node) =
+                retry_coordinator("FindCoordinator", VISIBLE, || c1.find_coordinator(1, &id))
+                    .unwrap();
+            assert_eq!(code, NONE, "FindCoordinator({id})");
+            (node != leader).then_some((id, node))
+        })
+        .unwrap();
+    let mut coord = cluster.client(coordinator);
+    let producer = init_txn_id(&mut coord, &id);
+    let (code, added) = retry_coordinator("AddPartitionsToTxn", VISIBLE, || {
+        let r = coord.add_partitions_to_txn(&id, producer, &topic, &[0])?;
+        Ok((r.first().map_or(-1, |p| p.1), r))
+    })
+    .unwrap();
+    assert_eq!(code, NONE, "AddPartitionsToTxn: {added:?}");
+
+    let mut c = cluster.client(leader);
+    // Transaction version 1 (explicit AddPartitionsToTxn), as librdkafka.
+    let version = c.version_for(ApiKey::Produce).unwrap().min(11);
+    let sent: Vec<i32> = (0..WRITES)
+        .map(|seq| {
+            let batch = txn_batch(producer.0, producer.1, seq, &format!("v{seq}"));
+            let req: ProduceRequest =
+                samsa_tests::client::produce_request(&topic, 0, batch, ACKS_ALL)
+                    .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
+                        id.clone(),
+                    ))));
+            c.send_only(&req, version).unwrap()
+        })
+        .collect();
+    let answers: Vec<(i32, i16, i64)> = sent
+        .into_iter()
+        .enumerate()
+        .map(|(seq, corr)| {
+            let resp = c.recv::<ProduceRequest>(corr, version).unwrap();
+            let p = &resp.responses[0].partition_responses[0];
+            (seq as i32, p.error_code, p.base_offset)
+        })
+        .collect();
+    let expected: Vec<(i32, i16, i64)> = (0..WRITES).map(|s| (s, NONE, i64::from(s))).collect();
+    assert_eq!(
+        answers, expected,
+        "(sequence, error, base offset) of pipelined first writes"
+    );
+}

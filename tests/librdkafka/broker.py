@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Helpers for run.sh: `broker.py free-port` prints a free TCP port on
-127.0.0.1; `broker.py wait PORT PID TIMEOUT` polls until the broker answers
-ApiVersions (exit 0), the process PID exits (exit 1) or TIMEOUT seconds pass
+127.0.0.1; `broker.py wait PORT PID TIMEOUT [BROKERS]` polls until the broker
+answers ApiVersions and, with BROKERS, its Metadata lists at least that many
+brokers (exit 0), the process PID exits (exit 1) or TIMEOUT seconds pass
 (exit 2)."""
 
 import os
@@ -26,6 +27,20 @@ def answers(port: int) -> bool:
             return struct.unpack(">i", recv(s, n)[:4])[0] == 77
     except (OSError, struct.error):
         return False
+
+
+def broker_count(port: int) -> int:
+    """Brokers in a Metadata v0 answer (-1 if the broker does not answer)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            # Metadata v0 with an empty topic array: all topics, and the brokers.
+            body = struct.pack(">hhih", 3, 0, 78, 3) + b"run" + struct.pack(">i", 0)
+            s.sendall(struct.pack(">i", len(body)) + body)
+            n = struct.unpack(">i", recv(s, 4))[0]
+            corr, brokers = struct.unpack(">ii", recv(s, n)[:8])
+            return brokers if corr == 78 else -1
+    except (OSError, struct.error):
+        return -1
 
 
 def recv(s, n):
@@ -57,10 +72,11 @@ def main():
         return 0
     if sys.argv[1] == "wait":
         port, pid, timeout = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+        brokers = int(sys.argv[5]) if len(sys.argv) > 5 else 0
         deadline = time.monotonic() + timeout
         pause = 0.005
         while time.monotonic() < deadline:
-            if answers(port):
+            if answers(port) and (brokers == 0 or broker_count(port) >= brokers):
                 return 0
             if not alive(pid):
                 return 1

@@ -5,12 +5,25 @@
 #   tests/librdkafka/run.sh            build (once, cached) and run the allowlist
 #   tests/librdkafka/run.sh --build    only build the suite
 #   TESTS=0090,0012 tests/librdkafka/run.sh   run these instead of the allowlist
+#   tests/librdkafka/run.sh --each 0090 0103@3/fenced 0111:noautocreate@3
+#                                      triage: each test alone, fresh brokers
+#
+# A test is given as NNNN[:SCENARIO][@NODES][/SUBTESTS]:
+#   SCENARIO  librdkafka's test scenario (default, noautocreate): samsa is
+#             configured like it and the runner gets -s SCENARIO;
+#   NODES     how many samsa nodes (default 1); more than one starts a
+#             cluster of combined controller+broker nodes, needed by tests
+#             that create replication-factor-3 topics;
+#   SUBTESTS  the runner's SUBTESTS filter (a substring of subtest names).
+# allowlist.txt says the same in columns: "NNNN [SCENARIO] [nodes=N]
+# [subtests=S]  # comment".
 #
 # The librdkafka source is the one bundled in the rdkafka-sys crate that the
 # workspace already depends on; it is copied and built under
 # <target>/librdkafka-suite (reused while the version and build flags match).
 # Environment: SAMSA_BIN (default <target>/debug/samsa), CARGO_TARGET_DIR,
-# JOBS (make parallelism, default 2), SUITE_DEBUG=1 keeps the samsa log.
+# JOBS (make parallelism, default 2), SUITE_DEBUG=1 keeps the samsa logs,
+# TEST_TIMEOUT (seconds per runner invocation, default 900).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -62,9 +75,6 @@ fi
 [ "${1:-}" = "--build" ] && exit 0
 
 # ------------------------------------------------------------- test list ---
-# Tests are given as tokens NNNN or NNNN:SCENARIO (librdkafka test scenario,
-# e.g. noautocreate: the broker runs without topic auto-creation and the
-# runner gets -s SCENARIO). allowlist.txt: "NNNN [SCENARIO]  # comment".
 mode=allowlist
 if [ "${1:-}" = "--each" ]; then
     mode=each
@@ -74,71 +84,126 @@ if [ "${1:-}" = "--each" ]; then
 elif [ -n "${TESTS:-}" ]; then
     tokens=${TESTS//,/ }
 else
-    tokens=$(sed -e 's/#.*//' "$here/allowlist.txt" | awk 'NF==1{print $1} NF>=2{print $1":"$2}')
+    tokens=$(sed -e 's/#.*//' "$here/allowlist.txt" | awk 'NF>=1{
+        tok = $1
+        for (i = 2; i <= NF; i++) {
+            if ($i ~ /^nodes=/) tok = tok "@" substr($i, 7)
+            else if ($i ~ /^subtests=/) subtests = substr($i, 10)
+            else tok = tok ":" $i
+        }
+        if (subtests != "") tok = tok "/" subtests
+        subtests = ""
+        print tok }')
 fi
 tokens=$(echo $tokens)
 [ -n "$tokens" ] || { log "empty test list"; exit 1; }
 [ -x "$samsa_bin" ] || { log "samsa binary not found at $samsa_bin (cargo build -p samsa)"; exit 1; }
 
-work=$(mktemp -d /tmp/samsa-librdkafka.XXXXXX)
-samsa_pid=
-stop_samsa() {
-    if [ -n "$samsa_pid" ] && kill -0 "$samsa_pid" 2>/dev/null; then
-        kill -KILL "$samsa_pid" 2>/dev/null || true
-        wait "$samsa_pid" 2>/dev/null || true
+# parse_token TOKEN: sets $t (test number), $scenario, $nodes, $subtests.
+parse_token() {
+    if [[ ! $1 =~ ^([0-9]{4})(:([A-Za-z0-9_]+))?(@([0-9]+))?(/([^,[:space:]]+))?$ ]]; then
+        log "bad test token '$1' (NNNN[:SCENARIO][@NODES][/SUBTESTS])"
+        exit 1
     fi
-    samsa_pid=
+    t=${BASH_REMATCH[1]}
+    scenario=${BASH_REMATCH[3]:-default}
+    nodes=${BASH_REMATCH[5]:-1}
+    subtests=${BASH_REMATCH[7]:-}
+}
+for tok in $tokens; do parse_token "$tok"; done
+# The setup a parsed token runs in, as a token without the number.
+setup_of() { echo "$scenario@$nodes${subtests:+/$subtests}"; }
+
+work=$(mktemp -d /tmp/samsa-librdkafka.XXXXXX)
+samsa_pids=()
+stop_samsa() {
+    local pid
+    for pid in "${samsa_pids[@]}"; do
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    samsa_pids=()
 }
 cleanup() {
-    local rc=$?
+    local rc=$? f
     stop_samsa
     if [ "$rc" -ne 0 ] || [ -n "${SUITE_DEBUG:-}" ]; then
-        if [ -f "$work/samsa.log" ]; then
-            log "samsa log (last 60 lines of $work/samsa.log):"
-            tail -60 "$work/samsa.log" >&2 || true
-        fi
+        for f in "$work"/samsa-*.log; do
+            [ -f "$f" ] || continue
+            log "samsa log (last 60 lines of $f):"
+            tail -60 "$f" >&2 || true
+        done
     fi
     if [ -z "${SUITE_DEBUG:-}" ]; then rm -rf "$work"; else log "kept $work"; fi
     exit "$rc"
 }
 trap cleanup EXIT INT TERM
 
-# start_samsa SCENARIO: a fresh samsa (new port, empty data dir) configured
-# like the suite's scenario file (tests/scenarios/*.json in the librdkafka
-# tree: default = auto_create_topics true, num_partitions 4), and test.conf.
+# start_samsa SCENARIO NODES: fresh samsa nodes (new ports, empty data dirs)
+# configured like the suite's scenario file (tests/scenarios/*.json in the
+# librdkafka tree: default = auto_create_topics true, num_partitions 4), and
+# the runner's test.conf (in $work) pointing at every node. NODES > 1: a cluster of combined
+# controller+broker nodes, ready once a node's Metadata lists all of them.
 start_samsa() {
-    local scenario=$1 port autocreate=true
+    local scenario=$1 n=$2 autocreate=true id voters= bootstrap= i
+    local -a ports cports settings
     [ "$scenario" = noautocreate ] && autocreate=false
     stop_samsa
-    rm -rf "$work/data"
-    port=$(python3 "$here/broker.py" free-port)
-    RUST_LOG=${RUST_LOG:-info} "$samsa_bin" server --node-id 1 \
-        --listen "127.0.0.1:$port" --advertised-listener "127.0.0.1:$port" \
-        --data-dir "$work/data" --set num_partitions=4 \
-        --set http_listen=127.0.0.1:0 \
-        --set auto_create_topics_enable=$autocreate \
-        >"$work/samsa.log" 2>&1 &
-    samsa_pid=$!
-    if ! python3 "$here/broker.py" wait "$port" "$samsa_pid" 60; then
-        log "samsa did not come up on port $port"
-        return 1
+    rm -rf "$work"/data-* "$work"/samsa-*.log
+    # Group settings stay at Kafka's defaults, as on the brokers the suite
+    # is written against: 0118 relies on the 3 s initial rebalance delay
+    # letting both of its consumers into the first generation.
+    settings=(--set num_partitions=4 --set auto_create_topics_enable=$autocreate
+        --set http_listen=127.0.0.1:0)
+    for ((id = 1; id <= n; id++)); do
+        ports[id]=$(python3 "$here/broker.py" free-port)
+        cports[id]=$(python3 "$here/broker.py" free-port)
+        voters+="${voters:+,}$id@127.0.0.1:${cports[id]}"
+        bootstrap+="${bootstrap:+,}127.0.0.1:${ports[id]}"
+    done
+    if [ "$n" -gt 1 ]; then
+        # Short broker sessions so a cluster registers and unfences in
+        # seconds (the cluster tests' settings, tests/src/cluster.rs).
+        settings+=(--set "controller_quorum_voters=$voters"
+            --set broker_session_timeout_ms=3000 --set broker_heartbeat_interval_ms=500
+            --set controller_request_timeout_ms=5000)
     fi
-    cat >"$suite/librdkafka/tests/test.conf" <<CONF
-bootstrap.servers=127.0.0.1:$port
+    for ((id = 1; id <= n; id++)); do
+        local -a cluster_args=()
+        [ "$n" -gt 1 ] && cluster_args=(--set "controller_listen=127.0.0.1:${cports[id]}")
+        RUST_LOG=${RUST_LOG:-info} "$samsa_bin" server --node-id "$id" \
+            --listen "127.0.0.1:${ports[id]}" --advertised-listener "127.0.0.1:${ports[id]}" \
+            --data-dir "$work/data-$id" "${settings[@]}" "${cluster_args[@]}" \
+            >"$work/samsa-$id.log" 2>&1 &
+        samsa_pids+=($!)
+    done
+    for ((id = 1; id <= n; id++)); do
+        i=$((id - 1))
+        if ! python3 "$here/broker.py" wait "${ports[id]}" "${samsa_pids[i]}" 90 "$n"; then
+            log "samsa node $id did not come up on port ${ports[id]} (with $n brokers)"
+            return 1
+        fi
+    done
+    cat >"$work/test.conf" <<CONF
+bootstrap.servers=$bootstrap
 broker.address.family=v4
 test.timeout.multiplier=2
 CONF
 }
 
-# run_runner TESTS SCENARIO OUT: the test-runner on comma-separated numbers.
+# run_runner TESTS SCENARIO SUBTESTS OUT: the test-runner on comma-separated
+# numbers.
 run_runner() {
-    local tests=$1 scenario=$2 out=$3 rc
+    local tests=$1 scenario=$2 subtests=$3 out=$4 rc
     set +e
     (
         cd "$suite/librdkafka/tests"
+        if [ -n "$subtests" ]; then export SUBTESTS="$subtests"; fi
         # CI=... would make the runner use 3 concurrent tests; -p1 keeps it at one.
+        # The runner reads its client config from RDKAFKA_TEST_CONF: one per
+        # run, so runs of this script do not share it.
         exec env -u CI LD_LIBRARY_PATH=../src:../src-cpp TEST_KAFKA_VERSION=3.7.0 \
-            TESTS="$tests" timeout -k 10 "${TEST_TIMEOUT:-900}" \
+            RDKAFKA_TEST_CONF="$work/test.conf" TESTS="$tests" timeout -k 10 "${TEST_TIMEOUT:-900}" \
             ./test-runner -p1 -L -s "$scenario"
     ) >"$out" 2>&1
     rc=$?
@@ -158,49 +223,55 @@ passed_tests() {
 first_failure() {
     sed 's/\x1b\[[0-9;]*m//g' "$1" | grep -A1 '^### Test' | grep -v '^###\|^--' | head -1 | cut -c1-160 || true
 }
+# A file-name-safe form of a token or setup.
+slug() { printf '%s' "$1" | tr -c 'A-Za-z0-9_.@-' '_'; }
 
 # ------------------------------------------------------------------- run ---
 if [ "$mode" = each ]; then
-    # Triage: every test alone against a fresh broker; one line each.
+    # Triage: every test alone against fresh brokers; one line each.
     log "running each of: $tokens"
     mkdir -p "$suite/triage"
     for tok in $tokens; do
-        t=${tok%%:*}; scenario=default
-        [ "$tok" != "$t" ] && scenario=${tok#*:}
-        start_samsa "$scenario"
+        parse_token "$tok"
+        name=$(slug "$tok")
+        start_samsa "$scenario" "$nodes"
         s=$SECONDS
-        if run_runner "$t" "$scenario" "$work/$t.log"; then rc=0; else rc=$?; fi
-        passed=$(passed_tests "$work/$t.log" | grep -c . || true)
-        skipped=$(table "$work/$t.log" | grep -c '| *SKIPPED' || true)
-        why=$(first_failure "$work/$t.log")
+        if run_runner "$t" "$scenario" "$subtests" "$work/$name.log"; then rc=0; else rc=$?; fi
+        passed=$(passed_tests "$work/$name.log" | grep -c . || true)
+        skipped=$(table "$work/$name.log" | grep -c '| *SKIPPED' || true)
+        why=$(first_failure "$work/$name.log")
         if [ "$rc" -ne 0 ]; then verdict="FAIL($rc)"
         elif [ "$passed" -eq 0 ]; then
             verdict=SKIPPED
-            why=$(table "$work/$t.log" | grep '| *SKIPPED' | sed 's/.*| //' | sort -u | paste -sd';' - || true)
+            why=$(table "$work/$name.log" | grep '| *SKIPPED' | sed 's/.*| //' | sort -u | paste -sd';' - || true)
         else verdict=PASS; fi
         printf '%s %-9s %4ss passed=%s skipped=%s %s\n' "$tok" "$verdict" $((SECONDS - s)) "$passed" "$skipped" "$why"
-        cp "$work/$t.log" "$suite/triage/$t.log"
-        cp "$work/samsa.log" "$suite/triage/$t.samsa.log"
+        cp "$work/$name.log" "$suite/triage/$name.log"
+        for f in "$work"/samsa-*.log; do cp "$f" "$suite/triage/$name.$(basename "$f")"; done
     done
     exit 0
 fi
 
+# Tests sharing a setup (scenario, node count, subtest filter) run in one
+# runner invocation against one fresh set of brokers.
 rc=0
 total_passed=0
-scenarios=$(for tok in $tokens; do if [ "${tok#*:}" != "$tok" ]; then echo "${tok#*:}"; else echo default; fi; done | sort -u)
-for scenario in $scenarios; do
+run_start=$SECONDS
+setups=$(for tok in $tokens; do parse_token "$tok"; setup_of; done | sort -u)
+for setup in $setups; do
     nums=$(for tok in $tokens; do
-        sc=default; [ "${tok#*:}" != "$tok" ] && sc=${tok#*:}
-        [ "$sc" = "$scenario" ] && echo "${tok%%:*}"
+        parse_token "$tok"
+        if [ "$(setup_of)" = "$setup" ]; then echo "$t"; fi
     done | paste -sd, -)
-    start_samsa "$scenario"
-    log "scenario $scenario: samsa (pid $samsa_pid) up; TESTS=$nums"
-    out=$work/test-runner-$scenario.log
+    parse_token "0000:$setup"
+    start_samsa "$scenario" "$nodes"
+    log "setup $setup: $nodes samsa node(s) (pids ${samsa_pids[*]}) up; TESTS=$nums${subtests:+ SUBTESTS=$subtests}"
+    out=$work/test-runner-$(slug "$setup").log
     start=$SECONDS
     src=0
-    run_runner "$nums" "$scenario" "$out" || src=$?
+    run_runner "$nums" "$scenario" "$subtests" "$out" || src=$?
     table "$out" >&2
-    log "scenario $scenario: test-runner exited $src after $((SECONDS - start)) s"
+    log "setup $setup: test-runner exited $src after $((SECONDS - start)) s"
     # Every allowlisted number must have run and passed: a test the runner
     # skipped (missing dependency, flags, scenario) proves nothing.
     for t in ${nums//,/ }; do
@@ -212,10 +283,12 @@ for scenario in $scenarios; do
     if [ "$src" -ne 0 ]; then
         rc=1
         log "first failure: $(first_failure "$out")"
-        cp "$out" "$suite/last-test-runner-$scenario.log" || true
-        log "full output kept in $suite/last-test-runner-$scenario.log"
+        keep=$suite/last-test-runner-$(slug "$setup")
+        mkdir -p "$keep"
+        cp "$out" "$work"/samsa-*.log "$keep/" || true
+        log "runner output and samsa logs kept in $keep/"
     fi
     total_passed=$((total_passed + $(passed_tests "$out" | grep -c . || true)))
 done
-log "$total_passed librdkafka tests passed$([ "$rc" -ne 0 ] && echo ', SOME FAILED')"
+log "$total_passed librdkafka tests passed in $((SECONDS - run_start)) s$([ "$rc" -ne 0 ] && echo ', SOME FAILED')"
 exit "$rc"

@@ -565,6 +565,37 @@ impl KafkaClient {
     }
 
     /// DeleteTopics for one topic by name; returns its error code.
+    /// DeleteRecords of one partition below `offset` (-1: the high
+    /// watermark); returns (error code, low watermark).
+    pub fn delete_records(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<(i16, i64)> {
+        use kafka_protocol::messages::delete_records_request::{
+            DeleteRecordsPartition, DeleteRecordsTopic,
+        };
+        let req = kafka_protocol::messages::DeleteRecordsRequest::default()
+            .with_topics(vec![DeleteRecordsTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(vec![DeleteRecordsPartition::default()
+                    .with_partition_index(partition)
+                    .with_offset(offset)])])
+            .with_timeout_ms(30_000);
+        let resp = self.call(&req)?;
+        resp.topics
+            .into_iter()
+            .find(|t| t.name.0.as_str() == topic)
+            .and_then(|t| {
+                t.partitions
+                    .into_iter()
+                    .find(|p| p.partition_index == partition)
+            })
+            .map(|p| (p.error_code, p.low_watermark))
+            .ok_or_else(|| anyhow!("DeleteRecords response lacks {topic}/{partition}"))
+    }
+
     pub fn delete_topic(&mut self, name: &str) -> Result<i16> {
         use kafka_protocol::messages::delete_topics_request::{
             DeleteTopicState, DeleteTopicsRequest,

@@ -26,8 +26,10 @@ pub use wait::wait_until;
 /// Kafka error codes the tests assert on (names as in the Kafka protocol guide).
 pub mod codes {
     pub const NONE: i16 = 0;
+    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
     pub const CORRUPT_MESSAGE: i16 = 2;
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
     pub const UNSUPPORTED_VERSION: i16 = 35;
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;

@@ -27,6 +27,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
@@ -211,6 +212,10 @@ async fn handle(
         ApiKey::DeleteTopics => {
             let request = decode(api_key, &mut body, v)?;
             respond!(handlers::admin::delete_topics(broker, request, v).await)
+        }
+        ApiKey::DeleteRecords => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::delete_records::handle(broker, request))
         }
         ApiKey::CreatePartitions => {
             let request = decode(api_key, &mut body, v)?;

@@ -15,7 +15,8 @@
 //! Invariants:
 //! - segments are keyed by base offset; each starts where the previous one
 //!   ends, so offsets are contiguous from `log_start_offset` (the first
-//!   segment's base) to `log_end_offset - 1`; the last segment is the active one;
+//!   segment's base, or inside the first segment after DeleteRecords) to
+//!   `log_end_offset - 1`; the last segment is the active one;
 //! - `log_start_offset <= high_watermark <= log_end_offset` and
 //!   `recovery_point <= log_end_offset`;
 //! - everything below `recovery_point` is fsynced, and so are the directory
@@ -1418,17 +1419,58 @@ impl PartitionLog {
             deleted += 1;
         }
         if deleted > 0 {
-            self.high_watermark = self.high_watermark.max(self.log_start_offset);
-            self.recovery_point = self.recovery_point.max(self.log_start_offset);
-            for offset in producer_state::list_snapshots(&self.dir)? {
-                if offset < self.log_start_offset {
-                    fsutil::remove_if_exists(&producer_state::snapshot_path(&self.dir, offset))?;
-                }
-            }
-            self.write_checkpoint()?;
+            self.after_log_start_moved()?;
         }
         self.producers.expire(now_ms);
         Ok(deleted)
+    }
+
+    /// DeleteRecords: moves the log start offset up to `offset`, which must
+    /// not be above the high watermark (`OffsetOutOfRange`), and deletes the
+    /// segments wholly below it (never the active one). The segment holding
+    /// the new log start stays; reads below it are out of range. Producer
+    /// state is kept (ids expire as usual). A lower or equal `offset`
+    /// changes nothing. Returns the log start offset after it.
+    pub fn delete_records_before(&mut self, offset: i64) -> Result<i64, StorageError> {
+        if offset > self.high_watermark || offset < 0 {
+            return Err(StorageError::OffsetOutOfRange {
+                offset,
+                log_start: self.log_start_offset,
+                log_end: self.high_watermark,
+            });
+        }
+        if offset <= self.log_start_offset {
+            return Ok(self.log_start_offset);
+        }
+        while self.segments.len() > 1 {
+            let Some((&base, oldest)) = self.segments.first_key_value() else {
+                break;
+            };
+            if oldest.next_offset() > offset {
+                break;
+            }
+            let Some(segment) = self.segments.remove(&base) else {
+                break;
+            };
+            info!(path = %segment.log_path().display(), offset, "delete-records deletes segment");
+            segment.remove_files(&self.dir)?;
+        }
+        self.log_start_offset = offset;
+        self.after_log_start_moved()?;
+        Ok(self.log_start_offset)
+    }
+
+    /// After the log start offset moved up: HW and recovery point not below
+    /// it, producer snapshots below it gone, the move checkpointed.
+    fn after_log_start_moved(&mut self) -> Result<(), StorageError> {
+        self.high_watermark = self.high_watermark.max(self.log_start_offset);
+        self.recovery_point = self.recovery_point.max(self.log_start_offset);
+        for offset in producer_state::list_snapshots(&self.dir)? {
+            if offset < self.log_start_offset {
+                fsutil::remove_if_exists(&producer_state::snapshot_path(&self.dir, offset))?;
+            }
+        }
+        self.write_checkpoint()
     }
 
     /// Removes every batch at or after `offset`; the batch containing `offset`

@@ -610,6 +610,51 @@ fn retention_by_size_deletes_oldest_segments_and_moves_log_start() {
 }
 
 #[test]
+fn delete_records_moves_log_start_inside_a_segment_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    let batch = batch_with(2, 900, NOW);
+    for _ in 0..20 {
+        log.append_as_leader(&batch, 0, NOW).unwrap();
+    }
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() > 2, "{bases:?}");
+    let end = log.log_end_offset();
+    assert!(
+        matches!(
+            log.delete_records_before(1),
+            Err(StorageError::OffsetOutOfRange { .. })
+        ),
+        "above the high watermark"
+    );
+    log.set_high_watermark(end);
+    // Inside the third segment: the two before it go, it stays.
+    let target = bases[2] + 1;
+    assert_eq!(log.delete_records_before(target).unwrap(), target);
+    assert_eq!(log.log_start_offset(), target);
+    assert_eq!(log.segment_base_offsets()[0], bases[2]);
+    assert!(matches!(
+        log.read(target - 1, 100, i64::MAX),
+        Err(StorageError::OffsetOutOfRange { offset, log_start, .. }) if offset == target - 1 && log_start == target
+    ));
+    // The batch holding the new log start is still served whole.
+    let first = log.read(target, 100, i64::MAX).unwrap();
+    assert_eq!(first.first_batch_offset, Some(bases[2]));
+    // Lower offsets change nothing; persisted across a reopen.
+    assert_eq!(log.delete_records_before(2).unwrap(), target);
+    drop(log);
+    let mut log = open(dir.path(), &config);
+    assert_eq!(log.log_start_offset(), target);
+    assert_eq!(log.log_end_offset(), end);
+    // Up to the log end: everything is gone but the active segment.
+    log.set_high_watermark(end);
+    assert_eq!(log.delete_records_before(end).unwrap(), end);
+    assert_eq!(log.segment_count(), 1);
+    assert!(log.read(end, 100, i64::MAX).unwrap().records.is_empty());
+}
+
+#[test]
 fn retention_by_time_uses_the_newest_timestamp_of_each_segment() {
     let dir = tempfile::tempdir().unwrap();
     let config = LogConfig {

@@ -130,6 +130,15 @@ impl GroupShell {
 
     /// The broker coordinating `group_id` (creating `__consumer_offsets` on
     /// first use): COORDINATOR_NOT_AVAILABLE until it has a live leader.
+    ///
+    /// When that is this broker, it answers only once its replica of the
+    /// partition is open and leading, and first makes the coordinator hold
+    /// the partition (loading, if not loaded): a client that sends its
+    /// OffsetFetch right after gets COORDINATOR_LOAD_IN_PROGRESS, which it
+    /// retries, not NOT_COORDINATOR. The partitions of a just-created
+    /// `__consumer_offsets` open one by one while the metadata already
+    /// names their leader, and the ownership loop only takes them over
+    /// after the last one opened.
     pub fn coordinator_node(
         &self,
         broker: &Broker,
@@ -137,7 +146,23 @@ impl GroupShell {
     ) -> Result<BrokerInfo, ResponseError> {
         self.topic
             .ensure(broker, self.broker_arc(), |b| b.groups.poke())?;
-        self.topic.leader_of(broker, self.partition_for(group_id))
+        let p = self.partition_for(group_id);
+        let node = self.topic.leader_of(broker, p)?;
+        if node.node_id == broker.config.node_id {
+            let led = broker
+                .replicas
+                .get(CONSUMER_OFFSETS_TOPIC, p)
+                .map(|r| r.leadership())
+                .filter(|l| l.is_leader)
+                .map(|l| l.leader_epoch);
+            let Some(epoch) = led else {
+                return Err(ResponseError::CoordinatorNotAvailable);
+            };
+            if self.lock().coordinator_epoch(p) != Some(epoch) {
+                self.reconcile(broker);
+            }
+        }
+        Ok(node)
     }
 
     /// Ok if `__consumer_offsets` exists; otherwise starts creating it and

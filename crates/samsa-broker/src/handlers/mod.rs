@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod api_versions;
 pub mod configs;
+pub mod delete_records;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod group;

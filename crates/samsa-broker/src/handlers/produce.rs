@@ -16,7 +16,11 @@
 //! (Produce v12+, transaction version 2: adds it), see
 //! `transactions::verify`; an unverified write is refused
 //! (INVALID_TXN_STATE, or TRANSACTION_ABORTABLE for v12+), a coordinator
-//! that cannot answer now gives NOT_ENOUGH_REPLICAS (retriable).
+//! that cannot answer now gives NOT_ENOUGH_REPLICAS (retriable). A
+//! producer's transactional writes to a partition are verified and
+//! appended one at a time, in request order (`Partition::txn_write_turn`).
+
+use std::sync::Arc;
 
 use futures::future::join_all;
 use kafka_protocol::error::ResponseError;
@@ -113,6 +117,13 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                     .ok()
                     .filter(BatchHeader::is_transactional)
                     .map(|h| (h.producer_id, h.producer_epoch));
+                // Held through the append: the producer's pipelined writes
+                // land in request order even while one waits for its
+                // verification.
+                let _turn = match txn {
+                    Some((producer_id, _)) => Some(partition.txn_write_turn(producer_id).await),
+                    None => None,
+                };
                 if let Some((producer_id, producer_epoch)) = txn {
                     let Some(transactional_id) = request.transactional_id.as_ref() else {
                         // Unreachable: `untagged_txn` answered above.
@@ -196,7 +207,7 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                                 end_offset: info.last_offset + 1,
                                 leader_epoch,
                             });
-                            hosts.push(partition);
+                            hosts.push(Arc::clone(&partition));
                         }
                         None
                     }

@@ -207,6 +207,7 @@ fn apply(
                 fetch_offset,
                 &data.records,
                 data.high_watermark,
+                data.log_start_offset,
                 now,
             )?;
             Ok(true)

@@ -414,6 +414,7 @@ impl Partition {
         fetch_offset: i64,
         records: &[u8],
         leader_hw: i64,
+        leader_log_start: i64,
         now_ms: i64,
     ) -> Result<(), PartitionError> {
         let (hw, leo) = self.with_log_and_state(|log, state| {
@@ -428,6 +429,12 @@ impl Partition {
                 log.append_as_follower(records, now_ms)?;
             }
             log.set_high_watermark(leader_hw);
+            // Records the leader deleted (DeleteRecords) go here too, as far
+            // as this replica's high watermark.
+            let start = leader_log_start.min(log.high_watermark());
+            if start > log.log_start_offset() {
+                log.delete_records_before(start)?;
+            }
             Ok((log.high_watermark(), log.log_end_offset()))
         })?;
         self.publish(hw, leo);
