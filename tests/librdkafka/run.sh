@@ -23,7 +23,8 @@
 # <target>/librdkafka-suite (reused while the version and build flags match).
 # Environment: SAMSA_BIN (default <target>/debug/samsa), CARGO_TARGET_DIR,
 # JOBS (make parallelism, default 2), SUITE_DEBUG=1 keeps the samsa logs,
-# TEST_TIMEOUT (seconds per runner invocation, default 900).
+# TEST_TIMEOUT (seconds per runner invocation, default 1800: the one-node
+# group of the allowlist takes ~12 min on 2 cores).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -203,7 +204,7 @@ run_runner() {
         # The runner reads its client config from RDKAFKA_TEST_CONF: one per
         # run, so runs of this script do not share it.
         exec env -u CI LD_LIBRARY_PATH=../src:../src-cpp TEST_KAFKA_VERSION=3.7.0 \
-            RDKAFKA_TEST_CONF="$work/test.conf" TESTS="$tests" timeout -k 10 "${TEST_TIMEOUT:-900}" \
+            RDKAFKA_TEST_CONF="$work/test.conf" TESTS="$tests" timeout -k 10 "${TEST_TIMEOUT:-1800}" \
             ./test-runner -p1 -L -s "$scenario"
     ) >"$out" 2>&1
     rc=$?
