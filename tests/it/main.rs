@@ -14,5 +14,6 @@ mod persistence;
 mod pipeline;
 mod rdkafka_eos;
 mod replication;
+mod stage_start;
 mod transactions;
 mod transactions_smoke;
