@@ -15,6 +15,7 @@ mod persistence;
 mod pipeline;
 mod rdkafka_eos;
 mod replication;
+mod stage_start;
 mod transactions;
 mod transactions_smoke;
 mod txn_tools;

@@ -19,6 +19,9 @@
 //!   before anything else is read, so aborted output is written again, once;
 //! - on a revoke the open transaction is committed (or, if the partitions
 //!   were lost, aborted) before the partitions go to another member;
+//! - an assigned partition starts at the group's committed offset as this
+//!   stage fetched it, asked again until no open transaction holds it
+//!   ([`start_offsets`]), never at librdkafka's own fetch;
 //! - a fatal producer error (fenced by a newer process of the same slot,
 //!   whose `transactional.id` is `<prefix>-<slot>`) or a failure to recover
 //!   ends the process with a non-zero status: a supervisor restarts the
@@ -42,10 +45,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::client::{self, forward_error, forward_log, ConnectArgs};
@@ -519,17 +523,9 @@ fn positions(consumer: &StageConsumer) -> Result<BTreeMap<(String, i32), i64>> {
 /// Moves every assigned partition back to its committed offset (the log
 /// start if the group never committed one), dropping what was prefetched.
 fn rewind(consumer: &StageConsumer) -> Result<()> {
-    let committed = consumer
-        .committed(TXN_CALL_TIMEOUT)
+    let assignment = consumer.assignment().context("the consumer's assignment")?;
+    let tpl = start_offsets(consumer, &assignment)
         .context("cannot fetch the committed offsets to rewind to")?;
-    let mut tpl = TopicPartitionList::new();
-    for e in committed.elements() {
-        let offset = match e.offset() {
-            Offset::Offset(o) => Offset::Offset(o),
-            _ => Offset::Beginning,
-        };
-        tpl.add_partition_offset(e.topic(), e.partition(), offset)?;
-    }
     if tpl.count() == 0 {
         return Ok(());
     }
@@ -592,46 +588,140 @@ impl ClientContext for StageConsumerContext {
 }
 
 impl ConsumerContext for StageConsumerContext {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    /// Assigned partitions start at offsets this stage fetched itself (see
+    /// [`start_offsets`]), never at librdkafka's own committed-offset fetch.
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
         let t = &self.transactor;
-        match rebalance {
-            Rebalance::Revoke(tpl) => {
-                let lost = consumer.assignment_lost();
-                tracing::info!(
-                    stage = %t.label,
-                    partitions = tpl.count(),
-                    lost,
-                    open = t.is_open(),
-                    "partitions revoked"
-                );
-                let outcome = if lost {
-                    // Another member may own them already: our offsets
-                    // would be fenced, so don't try.
-                    if t.is_open() {
-                        t.abort()
-                    } else {
-                        Ok(())
-                    }
-                } else {
-                    t.commit(consumer)
-                };
-                match outcome {
-                    Ok(()) => {}
-                    Err(TxnError::Abortable(err)) => {
-                        if let Err(e) = t.abort() {
-                            t.set_fatal(&anyhow!("abort on revoke after {err}: {e:?}"));
-                        }
-                    }
-                    Err(TxnError::Fatal(err)) => t.set_fatal(&err),
-                }
-                // The next assignment starts from committed offsets.
-                t.state().committed.clear();
-            }
-            Rebalance::Assign(tpl) => {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        let result = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 tracing::info!(stage = %t.label, partitions = tpl.count(), "partitions assigned");
+                // `tpl` is librdkafka's own list: assign a new one.
+                let start = start_offsets(consumer, tpl).unwrap_or_else(|e| {
+                    // The main loop ends the process before it commits anything.
+                    t.set_fatal(&e.context("cannot fetch the committed offsets to start from"));
+                    tpl.clone()
+                });
+                if cooperative {
+                    consumer.incremental_assign(&start)
+                } else {
+                    consumer.assign(&start)
+                }
             }
-            Rebalance::Error(err) => tracing::warn!(stage = %t.label, "rebalance error: {err}"),
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                self.revoke(consumer, tpl);
+                if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
+            }
+            other => {
+                tracing::warn!(stage = %t.label, "rebalance error: {}", RDKafkaErrorCode::from(other));
+                consumer.unassign()
+            }
+        };
+        if let Err(e) = result {
+            t.set_fatal(&anyhow!("applying the rebalance: {e}"));
         }
+    }
+}
+
+impl StageConsumerContext {
+    fn revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+        let t = &self.transactor;
+        let lost = consumer.assignment_lost();
+        tracing::info!(
+            stage = %t.label,
+            partitions = tpl.count(),
+            lost,
+            open = t.is_open(),
+            "partitions revoked"
+        );
+        let outcome = if lost {
+            // Another member may own them already: our offsets
+            // would be fenced, so don't try.
+            if t.is_open() {
+                t.abort()
+            } else {
+                Ok(())
+            }
+        } else {
+            t.commit(consumer)
+        };
+        match outcome {
+            Ok(()) => {}
+            Err(TxnError::Abortable(err)) => {
+                if let Err(e) = t.abort() {
+                    t.set_fatal(&anyhow!("abort on revoke after {err}: {e:?}"));
+                }
+            }
+            Err(TxnError::Fatal(err)) => t.set_fatal(&err),
+        }
+        // The next assignment starts from committed offsets.
+        t.state().committed.clear();
+    }
+}
+
+/// How long an assignment waits for offsets held by open transactions.
+const STABLE_OFFSETS_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The offsets the partitions of `tpl` start at: the group's committed
+/// offset, or the log start where the group never committed one.
+///
+/// librdkafka's own fetch at assignment time is not safe for a
+/// read_committed consumer: the coordinator answers a partition whose
+/// offset sits in an open transaction with UNSTABLE_OFFSET_COMMIT and
+/// offset -1, and when a rebalance re-assigns that partition while such
+/// an answer is on its way (a retry waits up to a second), librdkafka takes
+/// the -1 as "no committed offset" and starts at `auto.offset.reset`, the
+/// log start: everything already committed is read and written again. Here
+/// an UNSTABLE_OFFSET_COMMIT (or any other per-partition error) is asked
+/// again until the offset is stable, and only an answer without error and
+/// without offset means the log start.
+fn start_offsets<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    tpl: &TopicPartitionList,
+) -> Result<TopicPartitionList> {
+    let deadline = Instant::now() + STABLE_OFFSETS_TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let committed =
+            consumer.committed_offsets(tpl.clone(), left.max(Duration::from_millis(100)));
+        let why = match committed {
+            Ok(committed) => match committed.elements().iter().find_map(|e| {
+                e.error()
+                    .err()
+                    .map(|err| format!("{}[{}]: {err}", e.topic(), e.partition()))
+            }) {
+                None => {
+                    let mut start = TopicPartitionList::new();
+                    for e in committed.elements() {
+                        let offset = match e.offset() {
+                            Offset::Offset(o) => Offset::Offset(o),
+                            _ => Offset::Beginning,
+                        };
+                        start.add_partition_offset(e.topic(), e.partition(), offset)?;
+                    }
+                    return Ok(start);
+                }
+                Some(why) => why,
+            },
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() >= deadline {
+            bail!("{why}");
+        }
+        tracing::debug!("committed offsets not stable yet ({why}); asking again");
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
