@@ -216,9 +216,17 @@ run_runner() {
 table() {
     sed 's/\x1b\[[0-9;]*m//g' "$1" | sed -n '/SUMMARY/,$p' | grep -E '^\| [0-9]{4}_' | sort -u || true
 }
-# Names of the tests the runner reports PASSED.
+# Names of the tests the runner reports PASSED: by their summary row, or by
+# the "Test NNNN_name PASSED" banner (the runner's main thread can print into
+# the middle of a summary row, leaving it without its verdict); never a test
+# whose row says FAILED.
 passed_tests() {
-    table "$1" | grep '| *PASSED' | awk '{print $2}' || true
+    local failed
+    failed=$(table "$1" | grep '| *FAILED' | awk '{print $2}' || true)
+    {
+        table "$1" | grep '| *PASSED' | awk '{print $2}'
+        sed 's/\x1b\[[0-9;]*m//g' "$1" | grep -oE '=+ Test [0-9]{4}_[A-Za-z0-9_]+ PASSED =+' | awk '{print $3}'
+    } | sort -u | grep -vxF -f <(printf '%s\n' "$failed" | grep .) || true
 }
 # The first failure message of a runner log.
 first_failure() {
