@@ -503,21 +503,19 @@ pub fn wait_committed_offset(
     expected: i64,
     timeout: Duration,
 ) -> std::result::Result<i64, String> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let last = match bootstrap
+    let mut last = String::new();
+    crate::wait::try_wait_until(timeout, || {
+        match bootstrap
             .group_coordinator(group)
             .and_then(|mut c| c.committed_offset(group, topic, partition))
         {
-            Ok(o) if o == expected => return Ok(o),
-            Ok(o) => format!("committed offset {o}"),
-            Err(e) => format!("{e:#}"),
-        };
-        if Instant::now() >= deadline {
-            return Err(last);
+            Ok(o) if o == expected => return Some(o),
+            Ok(o) => last = format!("committed offset {o}"),
+            Err(e) => last = format!("{e:#}"),
         }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        None
+    })
+    .ok_or(last)
 }
 
 /// A librdkafka consumer-group member as the seed's consume-transform-
