@@ -252,6 +252,7 @@ pub fn read_log(broker: &Broker, topic: &str, p: i32) -> Result<Vec<LogEntry>, S
                 let record = record.map_err(|e| e.to_string())?;
                 let Some(key) = record.key else { continue };
                 entries.push(LogEntry::Record {
+                    offset: header.base_offset + i64::from(record.offset_delta),
                     producer_id,
                     key: key.to_vec(),
                     value: record.value.map(<[u8]>::to_vec),

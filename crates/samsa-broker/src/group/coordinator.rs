@@ -15,7 +15,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use tracing::{debug, info};
 
-use super::records::{GroupRecord, LoadedGroup, OffsetAndMetadata, StoredGroup, StoredMember};
+use super::records::{
+    commit_offsets, GroupRecord, LoadedGroup, LoggedOffset, OffsetAndMetadata, StoredGroup,
+    StoredMember,
+};
 use super::GroupState;
 use crate::error::txn_append_error_code;
 use crate::txn::{coordinator_partition, LedByImage};
@@ -257,11 +260,11 @@ struct Group {
     initial_delay: Option<InitialDelay>,
     /// The write of the leader's assignment, while in flight.
     assignment_write: Option<WriteId>,
-    offsets: BTreeMap<(String, i32), OffsetAndMetadata>,
+    offsets: BTreeMap<(String, i32), LoggedOffset>,
     /// Plain commits not yet durable (OffsetFetch `require_stable`).
     pending_commits: BTreeMap<(String, i32), u32>,
     /// Durable transactional offsets waiting for their producer's marker.
-    pending_txn: BTreeMap<i64, BTreeMap<(String, i32), OffsetAndMetadata>>,
+    pending_txn: BTreeMap<i64, BTreeMap<(String, i32), LoggedOffset>>,
     next_join_seq: u64,
 }
 
@@ -1131,7 +1134,7 @@ impl GroupCoordinator {
             if let Some(pending) = group.pending_txn.remove(&producer_id) {
                 debug!(group = %group.id, producer_id, commit, partitions = pending.len(), "transactional offsets resolved");
                 if commit {
-                    group.offsets.extend(pending);
+                    commit_offsets(&mut group.offsets, pending);
                 }
             }
         }
@@ -1182,7 +1185,7 @@ impl GroupCoordinator {
                 FetchedOffset {
                     topic,
                     partition,
-                    offset: group.and_then(|g| g.offsets.get(&key).cloned()),
+                    offset: group.and_then(|g| g.offsets.get(&key).map(|o| o.value.clone())),
                     error: None,
                 }
             })
@@ -1359,19 +1362,22 @@ impl GroupCoordinator {
 
     // ---- write completion ------------------------------------------------
 
-    /// The shell reports a write: `Ok` once durable (acks=all), or the
-    /// append's error. Only now do committed offsets become visible, and
-    /// members get the leader's assignment.
+    /// The shell reports a write: `Ok(base offset of its batch)` once
+    /// durable (acks=all), or the append's error. Only now do committed
+    /// offsets become visible, and members get the leader's assignment.
     pub fn complete_write(
         &mut self,
         id: WriteId,
-        result: Result<(), ResponseError>,
+        result: Result<i64, ResponseError>,
         now_ms: i64,
     ) -> Step {
         let Some(pending) = self.writes.pending.remove(&id) else {
             return Step::default();
         };
-        let error = result.err().map(commit_append_error);
+        let (log_offset, error) = match result {
+            Ok(base_offset) => (base_offset, None),
+            Err(e) => (-1, Some(commit_append_error(e))),
+        };
         let group = self.groups.get_mut(&pending.group);
         match pending.kind {
             WriteKind::Metadata => Step::default(),
@@ -1452,16 +1458,19 @@ impl GroupCoordinator {
                             }
                         }
                         if error.is_none() {
+                            let logged = LoggedOffset {
+                                value: o.clone(),
+                                log_offset,
+                            };
                             match producer_id {
-                                None => {
-                                    group.offsets.insert(tp.clone(), o.clone());
-                                }
+                                // Writes can complete out of log order.
+                                None => commit_offsets(&mut group.offsets, [(tp.clone(), logged)]),
                                 Some(pid) => {
                                     group
                                         .pending_txn
                                         .entry(pid)
                                         .or_default()
-                                        .insert(tp.clone(), o.clone());
+                                        .insert(tp.clone(), logged);
                                 }
                             }
                         }

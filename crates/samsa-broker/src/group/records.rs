@@ -22,7 +22,9 @@
 //! Offsets committed in a transaction are written by the producer in
 //! transactional batches. Replay ([`replay`]) keeps them pending per
 //! producer until that producer's COMMIT marker (they become the committed
-//! offsets) or ABORT marker (they are dropped) appears later in the log.
+//! offsets, unless a partition's committed offset has a later record:
+//! [`commit_offsets`]) or ABORT marker (they are dropped) appears later in
+//! the log.
 //!
 //! Decoding is total: any byte string gives a value or a [`RecordError`],
 //! never a panic.
@@ -65,6 +67,34 @@ pub struct OffsetAndMetadata {
     pub leader_epoch: i32,
     pub metadata: Option<String>,
     pub commit_timestamp: i64,
+}
+
+/// An offset as the coordinator holds it: the committed value and the
+/// position of its record in `__consumer_offsets`. The position orders
+/// commits whose effects arrive out of log order: a transactional offset
+/// takes effect at its COMMIT marker, which can come after a newer plain
+/// commit of the same partition (Kafka's rule: the later record wins).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedOffset {
+    pub value: OffsetAndMetadata,
+    /// Offset of the record in its `__consumer_offsets` partition.
+    pub log_offset: i64,
+}
+
+/// Makes `incoming` the committed offsets of their partitions, except where
+/// the committed one's record is later in the log.
+pub fn commit_offsets(
+    committed: &mut BTreeMap<(String, i32), LoggedOffset>,
+    incoming: impl IntoIterator<Item = ((String, i32), LoggedOffset)>,
+) {
+    for (tp, o) in incoming {
+        match committed.get(&tp) {
+            Some(current) if current.log_offset > o.log_offset => {}
+            _ => {
+                committed.insert(tp, o);
+            }
+        }
+    }
 }
 
 /// A member as persisted with its group.
@@ -297,16 +327,18 @@ fn decode_group(bytes: &[u8]) -> Result<StoredGroup, RecordError> {
 pub struct LoadedGroup {
     /// Latest group metadata (`None`: only offsets, or deleted).
     pub metadata: Option<StoredGroup>,
-    pub offsets: BTreeMap<(String, i32), OffsetAndMetadata>,
+    pub offsets: BTreeMap<(String, i32), LoggedOffset>,
     /// Transactional offsets whose marker is not in the log yet, per producer id.
-    pub pending_txn: BTreeMap<i64, BTreeMap<(String, i32), OffsetAndMetadata>>,
+    pub pending_txn: BTreeMap<i64, BTreeMap<(String, i32), LoggedOffset>>,
 }
 
 /// One entry of a `__consumer_offsets` partition, in log order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogEntry {
-    /// A data record; `producer_id` is set for records of a transactional batch.
+    /// A data record at `offset`; `producer_id` is set for records of a
+    /// transactional batch.
     Record {
+        offset: i64,
         producer_id: Option<i64>,
         key: Vec<u8>,
         value: Option<Vec<u8>>,
@@ -333,6 +365,7 @@ pub fn replay(
     for (index, entry) in entries.into_iter().enumerate() {
         match entry {
             LogEntry::Record {
+                offset,
                 producer_id,
                 key,
                 value,
@@ -348,16 +381,24 @@ pub fn replay(
                         },
                         GroupRecordValue::Offset(v),
                     ) => match (producer_id, v) {
-                        (Some(pid), Some(v)) => {
-                            group
-                                .pending_txn
-                                .entry(pid)
-                                .or_default()
-                                .insert((topic, partition), v);
+                        (Some(pid), Some(value)) => {
+                            group.pending_txn.entry(pid).or_default().insert(
+                                (topic, partition),
+                                LoggedOffset {
+                                    value,
+                                    log_offset: offset,
+                                },
+                            );
                             pending_groups.entry(pid).or_default().insert(name);
                         }
-                        (_, Some(v)) => {
-                            group.offsets.insert((topic, partition), v);
+                        (_, Some(value)) => {
+                            group.offsets.insert(
+                                (topic, partition),
+                                LoggedOffset {
+                                    value,
+                                    log_offset: offset,
+                                },
+                            );
                         }
                         (_, None) => {
                             group.offsets.remove(&(topic, partition));
@@ -385,7 +426,7 @@ pub fn replay(
                     if let Some(group) = groups.get_mut(&name) {
                         if let Some(pending) = group.pending_txn.remove(&producer_id) {
                             if commit {
-                                group.offsets.extend(pending);
+                                commit_offsets(&mut group.offsets, pending);
                             }
                         }
                     }

@@ -80,19 +80,21 @@ impl Harness {
         while !self.writes.is_empty() {
             let writes = std::mem::take(&mut self.writes);
             for w in writes {
+                let log = self.log.entry(w.partition).or_default();
+                let base_offset = log.len() as i64;
                 if error.is_none() {
-                    let log = self.log.entry(w.partition).or_default();
                     for r in &w.records {
                         log.push(LogEntry::Record {
+                            offset: log.len() as i64,
                             producer_id: w.transactional.as_ref().map(|t| t.producer_id),
                             key: r.key.clone(),
                             value: r.value.clone(),
                         });
                     }
                 }
-                let step = self
-                    .c
-                    .complete_write(w.id, error.map_or(Ok(()), Err), self.now);
+                let step =
+                    self.c
+                        .complete_write(w.id, error.map_or(Ok(base_offset), Err), self.now);
                 self.apply(step);
             }
         }
@@ -786,15 +788,12 @@ fn transactional_offsets_wait_for_the_commit_marker_and_vanish_on_abort() {
     );
 }
 
-// Known bug, not fixed yet: `complete_transaction` (and replay) move a
-// producer's pending offsets over the committed ones whatever their order in
-// the log. Kafka replaces a committed offset by a transactional one at its
-// COMMIT marker only if the transactional offset record comes later in the
-// log than the committed offset's record. Here an older transaction that
-// commits late sends the group's offset backwards (the stage_start
-// integration test shows it with librdkafka: output read twice).
+// A COMMIT marker replaces a committed offset by the producer's pending one
+// only if the pending offset's record is later in the log: a transaction
+// that commits late (its coordinator failed over, say) must not send the
+// group's offset back to before a newer commit, or the consumer reads its
+// input again. Live and on replay alike.
 #[test]
-#[ignore = "known bug: a late COMMIT marker applies an older pending offset over a newer commit"]
 fn a_late_commit_marker_does_not_replace_a_newer_committed_offset() {
     let mut h = Harness::new(0);
     let a = h.stable_one();
@@ -808,6 +807,45 @@ fn a_late_commit_marker_does_not_replace_a_newer_committed_offset() {
     assert_eq!(h.commit_error(t), None);
     h.c.complete_transaction(p, 77, true);
     assert_eq!(h.committed(false), Ok(Some(50)));
+
+    // The same log replayed by the next leader, the marker after both.
+    let mut log = h.log[&p].clone();
+    log.push(LogEntry::Marker {
+        producer_id: 77,
+        commit: true,
+    });
+    let groups = replay(log).unwrap();
+    assert_eq!(
+        groups[GROUP].offsets[&("t".to_string(), 0)].value.offset,
+        50
+    );
+
+    // A transactional offset written after the plain commit does win.
+    let t = txn_commit(&mut h, 78, 60, 1, &a);
+    h.flush(None);
+    assert_eq!(h.commit_error(t), None);
+    h.c.complete_transaction(p, 78, true);
+    assert_eq!(h.committed(false), Ok(Some(60)));
+}
+
+// Writes of one group can be reported durable out of log order (each waits
+// for acks=all on its own); the later record is the committed offset.
+#[test]
+fn plain_commits_completing_out_of_log_order_keep_the_later_record() {
+    let mut h = Harness::new(0);
+    let a = h.stable_one();
+    let first = h.commit(1, &a, 10);
+    let second = h.commit(1, &a, 11);
+    assert_eq!(h.writes.len(), 2);
+    let later = h.writes.pop().unwrap();
+    let earlier = h.writes.pop().unwrap();
+    let step = h.c.complete_write(later.id, Ok(5), h.now);
+    h.apply(step);
+    let step = h.c.complete_write(earlier.id, Ok(4), h.now);
+    h.apply(step);
+    assert_eq!(h.commit_error(first), None);
+    assert_eq!(h.commit_error(second), None);
+    assert_eq!(h.committed(false), Ok(Some(11)));
 }
 
 #[test]
@@ -863,29 +901,30 @@ fn replay_resolves_transactional_offsets_by_the_markers_in_the_log() {
         metadata: Some("m".into()),
         commit_timestamp: 5,
     };
-    let rec = |pid: Option<i64>, r: GroupRecord| LogEntry::Record {
+    let rec = |offset: i64, pid: Option<i64>, r: GroupRecord| LogEntry::Record {
+        offset,
         producer_id: pid,
         key: r.key,
         value: r.value,
     };
     let entries = vec![
-        rec(None, GroupRecord::offset(GROUP, "t", 0, Some(&o(1)))),
-        rec(Some(9), GroupRecord::offset(GROUP, "t", 0, Some(&o(2)))),
-        rec(Some(8), GroupRecord::offset(GROUP, "t", 1, Some(&o(3)))),
+        rec(0, None, GroupRecord::offset(GROUP, "t", 0, Some(&o(1)))),
+        rec(1, Some(9), GroupRecord::offset(GROUP, "t", 0, Some(&o(2)))),
+        rec(2, Some(8), GroupRecord::offset(GROUP, "t", 1, Some(&o(3)))),
         LogEntry::Marker {
             producer_id: 9,
             commit: true,
         },
-        rec(Some(9), GroupRecord::offset(GROUP, "t", 0, Some(&o(4)))),
+        rec(4, Some(9), GroupRecord::offset(GROUP, "t", 0, Some(&o(4)))),
         LogEntry::Marker {
             producer_id: 9,
             commit: false,
         },
-        rec(Some(7), GroupRecord::offset(GROUP, "t", 2, Some(&o(5)))),
+        rec(6, Some(7), GroupRecord::offset(GROUP, "t", 2, Some(&o(5)))),
     ];
     let groups = replay(entries).unwrap();
     let g = &groups[GROUP];
-    assert_eq!(g.offsets[&("t".to_string(), 0)].offset, 2);
+    assert_eq!(g.offsets[&("t".to_string(), 0)].value.offset, 2);
     assert!(!g.offsets.contains_key(&("t".to_string(), 1)));
     assert_eq!(
         g.pending_txn.keys().copied().collect::<Vec<_>>(),
@@ -946,6 +985,7 @@ fn records_round_trip_and_garbage_is_an_error() {
         x = x.wrapping_add(1);
     }
     assert!(replay(vec![LogEntry::Record {
+        offset: 0,
         producer_id: None,
         key: vec![0, 9],
         value: None

@@ -336,8 +336,9 @@ fn load(broker: &Broker, p: i32, e: i32) {
     broker.groups.timer.notify_one();
 }
 
-/// Appends `write` to its offsets partition and waits for acks=all.
-async fn persist(broker: &Broker, write: &GroupWrite) -> Result<(), ResponseError> {
+/// Appends `write` to its offsets partition and waits for acks=all; the
+/// base offset of its batch.
+async fn persist(broker: &Broker, write: &GroupWrite) -> Result<i64, ResponseError> {
     let partition = writable_partition(
         broker,
         CONSUMER_OFFSETS_TOPIC,
@@ -387,7 +388,8 @@ async fn persist(broker: &Broker, write: &GroupWrite) -> Result<(), ResponseErro
                 .0
         }
     };
-    wait_durable(&partition, info.last_offset + 1, write.coordinator_epoch).await
+    wait_durable(&partition, info.last_offset + 1, write.coordinator_epoch).await?;
+    Ok(info.base_offset)
 }
 
 /// Ownership reconciliation and the coordinator's timers, until `stop`.
