@@ -521,3 +521,59 @@ fn txn_offset_commit_fences_zombies_and_stale_producers() {
         || (stable_offset(&connect, &group, &topic) == (0, -1)).then_some(()),
     );
 }
+
+/// Offset retention (`offsets_retention_minutes`, a minute being the least
+/// Kafka's setting allows): the offsets a group committed stay while it has
+/// a member and for the retention after its last member left, then expire,
+/// and a consumer of the group starts over at `auto.offset.reset`.
+#[test]
+fn committed_offsets_expire_a_retention_after_the_group_empties() {
+    let node = SamsaNode::start_with(&[
+        "offsets_retention_minutes=1",
+        "offsets_retention_check_interval_ms=500",
+    ]);
+    let bootstrap = node.bootstrap();
+    let mut admin = node.client();
+    let topic = unique_topic("retention");
+    let group = unique_topic("retention-g");
+    admin.create_topic(&topic, 1).unwrap();
+    produce_to(&bootstrap, &topic, 1, 3, "r");
+
+    let consumer = group_consumer(&bootstrap, &group, &topic);
+    let mut seen = BTreeMap::new();
+    wait_until("three records read", Duration::from_secs(60), || {
+        poll_into(&consumer, &mut seen);
+        (seen.get(&0).map_or(0, BTreeSet::len) == 3).then_some(())
+    });
+    consumer.commit_consumer_state(CommitMode::Sync).unwrap();
+    drop(consumer);
+    let emptied = Instant::now();
+    assert_eq!(
+        samsa_tests::group::wait_committed_offset(
+            &mut admin,
+            &group,
+            &topic,
+            0,
+            3,
+            Duration::from_secs(30)
+        ),
+        Ok(3),
+        "committed, and kept once the group is empty"
+    );
+    samsa_tests::group::wait_committed_offset(
+        &mut admin,
+        &group,
+        &topic,
+        0,
+        -1,
+        Duration::from_secs(120),
+    )
+    .unwrap_or_else(|last| panic!("the offset never expired: {last}"));
+    // The broker's clock started when the member left, a moment before
+    // `emptied`; the expiry cannot come before the retention.
+    assert!(
+        emptied.elapsed() >= Duration::from_secs(55),
+        "expired {:?} after the group emptied, before its retention of a minute",
+        emptied.elapsed()
+    );
+}

@@ -136,6 +136,13 @@ pub struct BrokerConfig {
     pub group_min_session_timeout_ms: i32,
     /// `group.max.session.timeout.ms`: the largest session timeout.
     pub group_max_session_timeout_ms: i32,
+    /// `offsets.retention.minutes`: how long a group's committed offsets
+    /// outlive its last member (for a Stable group: offsets of topics it no
+    /// longer subscribes to, counted from their commit).
+    pub offsets_retention_minutes: i64,
+    /// `offsets.retention.check.interval.ms`: how often expired offsets are
+    /// looked for.
+    pub offsets_retention_check_interval_ms: i64,
 }
 
 impl Default for BrokerConfig {
@@ -178,6 +185,8 @@ impl Default for BrokerConfig {
             group_initial_rebalance_delay_ms: 3_000,
             group_min_session_timeout_ms: 6_000,
             group_max_session_timeout_ms: 1_800_000,
+            offsets_retention_minutes: 7 * 24 * 60,
+            offsets_retention_check_interval_ms: 600_000,
         }
     }
 }

@@ -38,6 +38,11 @@ pub struct GroupConfig {
     pub max_size: usize,
     /// `offset.metadata.max.bytes`.
     pub offset_metadata_max_bytes: usize,
+    /// `offsets.retention.minutes` in ms: how long the offsets of a group
+    /// without members outlive it (see [`GroupCoordinator::tick`]).
+    pub offsets_retention_ms: i64,
+    /// `offsets.retention.check.interval.ms`.
+    pub offsets_retention_check_interval_ms: i64,
 }
 
 impl Default for GroupConfig {
@@ -49,6 +54,8 @@ impl Default for GroupConfig {
             max_session_timeout_ms: 1_800_000,
             max_size: i32::MAX as usize,
             offset_metadata_max_bytes: 4096,
+            offsets_retention_ms: 7 * 24 * 3600 * 1000,
+            offsets_retention_check_interval_ms: 600_000,
         }
     }
 }
@@ -364,6 +371,38 @@ impl Group {
             .unwrap_or(0)
     }
 
+    /// The partitions whose offsets are past retention at `now` (see
+    /// [`GroupCoordinator::expire_offsets`]).
+    fn expired_offsets(&self, now: i64, retention_ms: i64) -> Vec<(String, i32)> {
+        enum Since {
+            BecameEmpty(i64),
+            Commit,
+        }
+        let (since, subscribed) = match (&self.protocol_type, self.state) {
+            (Some(_), GroupState::Empty) => (Since::BecameEmpty(self.state_since), None),
+            (Some(t), GroupState::Stable) if t == "consumer" => match self.subscribed_topics() {
+                Some(topics) => (Since::Commit, Some(topics)),
+                None => return Vec::new(),
+            },
+            (None, _) => (Since::Commit, None),
+            _ => return Vec::new(),
+        };
+        self.offsets
+            .iter()
+            .filter(|(tp, o)| {
+                let base = match since {
+                    Since::BecameEmpty(t) => t,
+                    Since::Commit => o.value.commit_timestamp,
+                };
+                now.saturating_sub(base) >= retention_ms
+                    && subscribed.as_ref().is_none_or(|s| !s.contains(&tp.0))
+                    && !self.pending_commits.contains_key(*tp)
+                    && !self.pending_txn.values().any(|p| p.contains_key(*tp))
+            })
+            .map(|(tp, _)| tp.clone())
+            .collect()
+    }
+
     fn stored(&self) -> StoredGroup {
         let protocol = self.protocol.clone().unwrap_or_default();
         StoredGroup {
@@ -523,6 +562,9 @@ pub struct GroupCoordinator {
     /// Markers that reached a partition while it was loading.
     markers_while_loading: BTreeMap<i32, Vec<(i64, bool)>>,
     led_by_image: LedByImage,
+    /// When [`Self::tick`] next expires offsets (0: at the first tick,
+    /// which only schedules the first check an interval later).
+    retention_check_at: i64,
 }
 
 fn str_bytes(s: &str) -> StrBytes {
@@ -579,6 +621,7 @@ impl GroupCoordinator {
             next_member: 0,
             markers_while_loading: BTreeMap::new(),
             led_by_image: LedByImage::default(),
+            retention_check_at: 0,
         }
     }
 
@@ -991,12 +1034,21 @@ impl GroupCoordinator {
                 consider(m.session_deadline);
             }
         }
+        consider(self.retention_check_at);
         next
     }
 
-    /// Expires sessions, pending members and rebalance phases due by `now_ms`.
+    /// Expires sessions, pending members and rebalance phases due by
+    /// `now_ms`, and every `offsets_retention_check_interval_ms` the
+    /// offsets past their retention ([`Self::expire_offsets`]).
     pub fn tick(&mut self, now_ms: i64) -> Step {
         let mut step = Step::default();
+        if self.retention_check_at <= now_ms {
+            if self.retention_check_at > 0 {
+                step.merge(self.expire_offsets(now_ms));
+            }
+            self.retention_check_at = now_ms + self.config.offsets_retention_check_interval_ms;
+        }
         let due: Vec<String> = self
             .groups
             .values()
@@ -1019,6 +1071,57 @@ impl GroupCoordinator {
             };
             expire(group, &mut ctx);
             step.merge(ctx.step);
+        }
+        step
+    }
+
+    /// Offset retention as Kafka keeps it (KIP-211): the offsets of a group
+    /// with no members expire `offsets_retention_ms` after it became Empty
+    /// (after their commit, for a group that only stores offsets); a Stable
+    /// consumer group loses only the offsets of topics none of its members
+    /// subscribes to, `offsets_retention_ms` after their commit. Offsets
+    /// with a commit in flight or pending in a transaction stay. An Empty
+    /// group left without offsets is deleted. The tombstones are written
+    /// like any group write; memory forgets at once (a failed write leaves
+    /// the offsets to the next check after a reload).
+    pub fn expire_offsets(&mut self, now_ms: i64) -> Step {
+        let retention = self.config.offsets_retention_ms;
+        let mut step = Step::default();
+        let mut deleted = Vec::new();
+        let ids: Vec<String> = self.groups.keys().cloned().collect();
+        for group_id in ids {
+            let Ok((group, mut ctx)) = self.group_ctx(&group_id, now_ms) else {
+                continue;
+            };
+            let expired = group.expired_offsets(now_ms, retention);
+            let mut records: Vec<GroupRecord> = expired
+                .iter()
+                .map(|(t, p)| GroupRecord::offset(&group.id, t, *p, None))
+                .collect();
+            for tp in &expired {
+                group.offsets.remove(tp);
+            }
+            let empty = group.state == GroupState::Empty
+                && group.offsets.is_empty()
+                && group.pending_commits.is_empty()
+                && group.pending_txn.is_empty()
+                && group.assignment_write.is_none();
+            if empty {
+                records.push(GroupRecord::group(&group.id, None));
+                deleted.push(group_id.clone());
+            }
+            if records.is_empty() {
+                continue;
+            }
+            info!(group = %group.id, offsets = expired.len(), deleted = empty, "offsets expired");
+            let write = ctx
+                .writes
+                .add(group, ctx.epoch, records, WriteKind::Metadata);
+            ctx.step.writes.push(write);
+            step.merge(ctx.step);
+        }
+        for group_id in deleted {
+            self.groups.remove(&group_id);
         }
         step
     }
@@ -1572,7 +1675,10 @@ fn restore_group(name: String, p: i32, l: LoadedGroup, now_ms: i64) -> Group {
         }
         group.members.insert(m.member_id, member);
     }
-    if !group.members.is_empty() {
+    if group.members.is_empty() {
+        // Empty since the record was written: offset retention counts from then.
+        group.state_since = meta.state_timestamp;
+    } else {
         group.state = GroupState::Stable;
     }
     group

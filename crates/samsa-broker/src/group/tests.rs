@@ -45,10 +45,13 @@ struct Harness {
 
 impl Harness {
     fn new(delay_ms: i32) -> Self {
-        let config = GroupConfig {
+        Self::with(GroupConfig {
             initial_rebalance_delay_ms: delay_ms,
             ..GroupConfig::default()
-        };
+        })
+    }
+
+    fn with(config: GroupConfig) -> Self {
         let mut c = GroupCoordinator::new(config, 7);
         let p = c.partition_for(GROUP);
         c.begin_loading(p, 1).unwrap();
@@ -991,4 +994,168 @@ fn records_round_trip_and_garbage_is_an_error() {
         value: None
     }])
     .is_err());
+}
+
+// ---- offset retention ----------------------------------------------------
+
+const RETENTION: i64 = 60_000;
+const CHECK_EVERY: i64 = 1_000;
+
+fn retention_harness() -> Harness {
+    let mut h = Harness::with(GroupConfig {
+        initial_rebalance_delay_ms: 0,
+        offsets_retention_ms: RETENTION,
+        offsets_retention_check_interval_ms: CHECK_EVERY,
+        ..GroupConfig::default()
+    });
+    // The first tick schedules the first check an interval later.
+    h.tick_at(h.now);
+    h
+}
+
+/// A commit of `offset` to each of `partitions` (topic, partition).
+fn commit_partitions(
+    h: &mut Harness,
+    generation: i32,
+    member: &str,
+    partitions: &[(&str, i32)],
+    offset: i64,
+) -> Token {
+    let mut request = commit_request(generation, member, None, offset);
+    request.partitions = partitions
+        .iter()
+        .map(|(topic, partition)| CommitPartition {
+            topic: (*topic).into(),
+            partition: *partition,
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+        })
+        .collect();
+    let t = h.token();
+    let step = h.c.offset_commit(t, &request, 9, h.now);
+    h.apply(step);
+    t
+}
+
+fn fetched(h: &Harness, topic: &str) -> Option<i64> {
+    let wanted = [(topic.to_string(), vec![0])];
+    let r = h.c.offset_fetch(GROUP, Some(&wanted), false).unwrap();
+    r[0].offset.as_ref().map(|o| o.offset)
+}
+
+#[test]
+fn offsets_of_a_group_without_members_expire_after_retention_and_the_group_goes() {
+    let mut h = retention_harness();
+    let a = h.stable_one();
+    let t = h.commit(1, &a, 5);
+    h.flush(None);
+    assert_eq!(h.commit_error(t), None);
+    // The member stays for twice the retention: retention counts from the
+    // moment the group became Empty, not from the commit.
+    for beat in 0..(2 * RETENTION / 5_000) {
+        h.tick_at(h.now + 5_000);
+        assert_eq!(h.heartbeat(&a, None, 1), None, "heartbeat {beat}");
+    }
+    h.flush(None);
+    assert_eq!(
+        h.committed(false),
+        Ok(Some(5)),
+        "kept while the group had members"
+    );
+    let request = LeaveGroupRequest::default()
+        .with_group_id(GroupId(s(GROUP)))
+        .with_members(vec![MemberIdentity::default().with_member_id(s(&a))]);
+    let (_, step) = h.c.leave_group(&request, 3, h.now);
+    h.apply(step);
+    h.flush(None);
+    assert_eq!(h.state(), GroupState::Empty);
+    let empty_since = h.now;
+
+    h.tick_at(empty_since + RETENTION - CHECK_EVERY);
+    assert_eq!(h.committed(false), Ok(Some(5)), "not yet");
+    h.tick_at(empty_since + RETENTION + CHECK_EVERY);
+    assert!(!h.writes.is_empty(), "tombstones written");
+    h.flush(None);
+    assert_eq!(h.state(), GroupState::Dead, "deleted");
+    assert_eq!(h.committed(false), Ok(None));
+    let p = h.c.partition_for(GROUP);
+    assert!(
+        replay(h.log[&p].clone()).unwrap().is_empty(),
+        "a new leader finds neither offsets nor group"
+    );
+}
+
+#[test]
+fn offsets_of_a_standalone_committer_expire_by_commit_time() {
+    let mut h = retention_harness();
+    let first = commit_partitions(&mut h, -1, "", &[("early", 0)], 1);
+    h.flush(None);
+    assert_eq!(h.commit_error(first), None);
+    let early_at = h.now;
+    h.tick_at(early_at + RETENTION / 2);
+    let later = commit_partitions(&mut h, -1, "", &[("late", 0)], 2);
+    h.flush(None);
+    assert_eq!(h.commit_error(later), None);
+
+    h.tick_at(early_at + RETENTION + CHECK_EVERY);
+    h.flush(None);
+    assert_eq!(fetched(&h, "early"), None, "past retention");
+    assert_eq!(fetched(&h, "late"), Some(2), "committed later: kept");
+    h.tick_at(early_at + RETENTION / 2 + RETENTION + CHECK_EVERY);
+    h.flush(None);
+    assert_eq!(fetched(&h, "late"), None);
+}
+
+#[test]
+fn a_stable_consumer_group_loses_only_offsets_of_topics_it_does_not_subscribe_to() {
+    use kafka_protocol::messages::ConsumerProtocolSubscription;
+    use kafka_protocol::protocol::Encodable;
+    let mut subscription = Vec::new();
+    subscription.extend_from_slice(&1i16.to_be_bytes());
+    ConsumerProtocolSubscription::default()
+        .with_topics(vec![s("t")])
+        .encode(&mut subscription, 1)
+        .unwrap();
+    let mut h = retention_harness();
+    let t = h.join_with(
+        Harness::join_request("", None, &[("range", &subscription)]),
+        3,
+    );
+    let a = h.join_reply(t).member_id.to_string();
+    let ts = h.sync(&a, 1, &[(&a, b"")]);
+    h.flush(None);
+    h.sync_reply(ts);
+    let c = commit_partitions(&mut h, 1, &a, &[("t", 0), ("old", 0)], 7);
+    h.flush(None);
+    assert_eq!(h.commit_error(c), None);
+    for step in 1..=(RETENTION / 5_000 + 1) {
+        h.tick_at(h.now + 5_000);
+        assert_eq!(h.heartbeat(&a, None, 1), None, "heartbeat {step}");
+    }
+    h.flush(None);
+    assert_eq!(h.state(), GroupState::Stable);
+    assert_eq!(fetched(&h, "t"), Some(7), "subscribed: kept");
+    assert_eq!(fetched(&h, "old"), None, "not subscribed: expired");
+}
+
+#[test]
+fn offsets_pending_in_a_transaction_do_not_expire() {
+    let mut h = retention_harness();
+    let c = h.commit_at(-1, "", 3, 9);
+    h.flush(None);
+    assert_eq!(h.commit_error(c), None);
+    let t = txn_commit(&mut h, 5, 4, -1, "");
+    h.flush(None);
+    assert_eq!(h.commit_error(t), None);
+    h.tick_at(h.now + RETENTION + CHECK_EVERY);
+    h.flush(None);
+    assert_eq!(
+        h.committed(false),
+        Ok(Some(3)),
+        "pending in a transaction: kept"
+    );
+    let p = h.c.partition_for(GROUP);
+    h.c.complete_transaction(p, 5, true);
+    assert_eq!(h.committed(false), Ok(Some(4)));
 }

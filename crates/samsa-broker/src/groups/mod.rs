@@ -65,6 +65,8 @@ pub(crate) fn group_config(config: &BrokerConfig) -> GroupConfig {
         initial_rebalance_delay_ms: config.group_initial_rebalance_delay_ms,
         min_session_timeout_ms: config.group_min_session_timeout_ms,
         max_session_timeout_ms: config.group_max_session_timeout_ms,
+        offsets_retention_ms: config.offsets_retention_minutes.saturating_mul(60_000),
+        offsets_retention_check_interval_ms: config.offsets_retention_check_interval_ms.max(1),
         ..GroupConfig::default()
     }
 }
