@@ -490,6 +490,17 @@ enum WriteKind {
     DeleteGroup {
         token: Token,
     },
+    /// The metadata naming a static member's new member id (Stable group,
+    /// no rebalance); the JoinGroup answer waits for it.
+    StaticRejoin {
+        token: Token,
+        version: i16,
+        response: Box<JoinGroupResponse>,
+        /// The member as it was under its old id.
+        previous: Box<Member>,
+        new_id: String,
+        was_leader: bool,
+    },
     DeleteOffsets {
         token: Token,
         partitions: Vec<(String, i32)>,
@@ -1615,6 +1626,22 @@ impl GroupCoordinator {
                 );
                 Step::reply(token, Reply::Commit(refused))
             }
+            WriteKind::StaticRejoin {
+                token,
+                version,
+                response,
+                previous,
+                new_id,
+                was_leader,
+            } => {
+                let Some(e) = error else {
+                    return Step::reply(token, Reply::Join(*response));
+                };
+                if let Some(group) = group {
+                    revert_static_rejoin(group, *previous, &new_id, was_leader);
+                }
+                Step::reply(token, Reply::Join(join_error(version, e, &new_id)))
+            }
             WriteKind::DeleteGroup { token } => {
                 if error.is_none() {
                     if let Some(g) = group {
@@ -2017,6 +2044,30 @@ fn add_member_and_rebalance(group: &mut Group, ctx: &mut Ctx<'_>, args: JoinArgs
     }
 }
 
+/// A failed write of a static member's new id: the member gets its old id
+/// back (unless the group moved on meanwhile), so that the group and its
+/// log agree on who is in it.
+fn revert_static_rejoin(group: &mut Group, previous: Member, new_id: &str, was_leader: bool) {
+    let Some(current) = group.members.get(new_id) else {
+        return;
+    };
+    if current.join.is_some() || current.sync.is_some() {
+        // The member has already sent a further request under the new id.
+        return;
+    }
+    info!(group = %group.id, old = %previous.id, new = %new_id, "static member rejoin not stored; old member id restored");
+    group.members.remove(new_id);
+    if let Some(instance) = &previous.instance_id {
+        group
+            .static_members
+            .insert(instance.clone(), previous.id.clone());
+    }
+    if was_leader {
+        group.leader = Some(previous.id.clone());
+    }
+    group.members.insert(previous.id.clone(), previous);
+}
+
 /// A static member rejoins under a new member id: the old id is fenced.
 /// In a Stable group whose member keeps its protocols this needs no
 /// rebalance (the member gets the current generation and its assignment
@@ -2037,6 +2088,12 @@ fn replace_static_member(
     fail_parked(&mut ctx.step, &member, ResponseError::FencedInstanceId);
     info!(group = %group.id, old = %old_id, new = %new_id, "static member rejoined; old member id fenced");
     let unchanged = member.same_protocols(&args.protocols);
+    let previous = Member {
+        join: None,
+        sync: None,
+        ..member.clone()
+    };
+    let was_leader = group.leader.as_deref() == Some(old_id.as_str());
     member.id = new_id.clone();
     member.client = args.client.clone();
     member.session_timeout_ms = args.session_timeout_ms;
@@ -2063,13 +2120,18 @@ fn replace_static_member(
                 response =
                     join_response(group, &new_id, args.version, true).with_skip_assignment(true);
             }
-            ctx.step
-                .deliveries
-                .push((args.token, Reply::Join(response)));
+            // Answered once the new member id is durable; a failed write
+            // puts the old member back (Kafka's static-member replacement).
             let record = GroupRecord::group(&group.id, Some(&group.stored()));
-            let write = ctx
-                .writes
-                .add(group, ctx.epoch, vec![record], WriteKind::Metadata);
+            let kind = WriteKind::StaticRejoin {
+                token: args.token,
+                version: args.version,
+                response: Box::new(response),
+                previous: Box::new(previous),
+                new_id,
+                was_leader,
+            };
+            let write = ctx.writes.add(group, ctx.epoch, vec![record], kind);
             ctx.step.writes.push(write);
         }
         GroupState::PreparingRebalance => {

@@ -437,6 +437,8 @@ fn static_member_rejoining_in_a_stable_group_fences_the_old_id_without_a_rebalan
     assert_eq!(h.sync_reply(ts).assignment.as_ref(), b"x");
 
     let t = h.join("", Some("i1"));
+    assert!(h.take(t).is_none(), "answered once the new id is durable");
+    h.flush(None);
     let r = h.join_reply(t);
     let new = r.member_id.to_string();
     assert_ne!(new, old);
@@ -450,6 +452,31 @@ fn static_member_rejoining_in_a_stable_group_fences_the_old_id_without_a_rebalan
     assert_eq!(h.heartbeat(&new, Some("i1"), 1), None);
     let ts = h.sync(&new, 1, &[]);
     assert_eq!(h.sync_reply(ts).assignment.as_ref(), b"x");
+}
+
+// Kafka's static-member replacement: if the metadata naming the new member
+// id cannot be stored, the rejoin fails and the old member id is back, so
+// the group in memory and the one in the log (which a new coordinator would
+// load) agree.
+#[test]
+fn a_static_rejoin_whose_write_fails_restores_the_old_member_id() {
+    let mut h = Harness::new(0);
+    let t = h.join("", Some("i1"));
+    let old = h.join_reply(t).member_id.to_string();
+    let ts = h.sync(&old, 1, &[(&old, b"x")]);
+    h.flush(None);
+    h.sync_reply(ts);
+
+    let t = h.join("", Some("i1"));
+    h.flush(Some(E::NotEnoughReplicas));
+    let r = h.join_reply(t);
+    assert_ne!(r.error_code, 0, "the rejoin fails: {r:?}");
+    assert_eq!(h.state(), GroupState::Stable);
+    assert_eq!(h.heartbeat(&old, Some("i1"), 1), None, "old id restored");
+    let ts = h.sync(&old, 1, &[]);
+    assert_eq!(h.sync_reply(ts).assignment.as_ref(), b"x");
+    let leader = h.c.describe_group(GROUP).unwrap().members;
+    assert_eq!(leader.len(), 1);
 }
 
 #[test]
@@ -882,6 +909,7 @@ fn txn_offset_commit_fences_a_replaced_static_member() {
     h.flush(None);
     h.sync_reply(sy);
     let ts = h.join("", Some("i1"));
+    h.flush(None);
     assert_eq!(h.join_reply(ts).error_code, 0);
     let t = h.token();
     let request = commit_request(1, old, Some("i1".into()), 1);
