@@ -1027,3 +1027,58 @@ fn group_demos_run_against_one_node() {
         "these demos failed (output above): {failed:?}"
     );
 }
+
+/// DescribeGroups as Kafka answers it: a Stable group with its member, and
+/// a group nobody knows — state Dead up to v5, GROUP_ID_NOT_FOUND with a
+/// message from v6 on (KIP-1043).
+#[test]
+fn describe_groups_reports_members_and_unknown_groups_by_version() {
+    use kafka_protocol::messages::{DescribeGroupsRequest, GroupId};
+    use kafka_protocol::protocol::StrBytes;
+
+    let node = SamsaNode::start();
+    let topic = unique_topic("describe");
+    let group = unique_topic("describe-group");
+    let unknown = unique_topic("describe-nobody");
+    node.client().create_topic(&topic, 1).unwrap();
+    let mut c = node.client().group_coordinator(&group).unwrap();
+    let me = join_alone(&mut c, &JoinSpec::new(&group, &topic), &[0]);
+    for version in [5, 6] {
+        let request = DescribeGroupsRequest::default().with_groups(vec![
+            GroupId(StrBytes::from_string(group.clone())),
+            GroupId(StrBytes::from_string(unknown.clone())),
+        ]);
+        let r = c.send(&request, version).unwrap();
+        let (known, nobody) = (&r.groups[0], &r.groups[1]);
+        assert_eq!(
+            (known.error_code, known.group_state.as_str()),
+            (NONE, "Stable"),
+            "v{version}"
+        );
+        assert_eq!(known.protocol_type.as_str(), "consumer");
+        assert_eq!(
+            known
+                .members
+                .iter()
+                .map(|m| m.member_id.to_string())
+                .collect::<Vec<_>>(),
+            vec![me.member_id.clone()]
+        );
+        if version >= 6 {
+            assert_eq!(nobody.error_code, GROUP_ID_NOT_FOUND, "v6: {nobody:?}");
+            assert!(
+                nobody
+                    .error_message
+                    .as_ref()
+                    .is_some_and(|m| m.contains(unknown.as_str())),
+                "{nobody:?}"
+            );
+        } else {
+            assert_eq!(
+                (nobody.error_code, nobody.group_state.as_str()),
+                (NONE, "Dead"),
+                "v5: {nobody:?}"
+            );
+        }
+    }
+}

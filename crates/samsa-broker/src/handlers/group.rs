@@ -639,7 +639,12 @@ pub fn describe_groups(
                         );
                     // v6 (KIP-1043) reports an unknown group as not found.
                     if unknown && version >= 6 {
-                        described.with_error_code(ResponseError::GroupIdNotFound.code())
+                        described
+                            .with_error_code(ResponseError::GroupIdNotFound.code())
+                            .with_error_message(Some(str_bytes(format!(
+                                "Group {} not found.",
+                                g.as_str()
+                            ))))
                     } else {
                         described
                     }
