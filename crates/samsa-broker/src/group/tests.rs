@@ -243,6 +243,39 @@ impl Harness {
         self.c.describe_group(GROUP).unwrap().state
     }
 
+    /// One static member (`instance`) joined, synced (assignment "x") and
+    /// Stable at generation 1; its member id.
+    fn stable_static(&mut self, instance: &str) -> String {
+        let t = self.join("", Some(instance));
+        let id = self.join_reply(t).member_id.to_string();
+        let ts = self.sync(&id, 1, &[(&id, b"x")]);
+        self.flush(None);
+        assert_eq!(self.sync_reply(ts).assignment.as_ref(), b"x");
+        id
+    }
+
+    /// One member whose consumer-protocol subscription is `topic`, joined,
+    /// synced and Stable at generation 1; its member id.
+    fn stable_subscriber(&mut self, topic: &str) -> String {
+        use kafka_protocol::messages::ConsumerProtocolSubscription;
+        use kafka_protocol::protocol::Encodable;
+        let mut subscription = Vec::new();
+        subscription.extend_from_slice(&1i16.to_be_bytes());
+        ConsumerProtocolSubscription::default()
+            .with_topics(vec![s(topic)])
+            .encode(&mut subscription, 1)
+            .unwrap();
+        let t = self.join_with(
+            Harness::join_request("", None, &[("range", &subscription)]),
+            3,
+        );
+        let id = self.join_reply(t).member_id.to_string();
+        let ts = self.sync(&id, 1, &[(&id, b"")]);
+        self.flush(None);
+        self.sync_reply(ts);
+        id
+    }
+
     /// One member joined, synced and Stable at generation 1.
     fn stable_one(&mut self) -> String {
         let (a, ja) = self.new_member();
@@ -461,12 +494,7 @@ fn static_member_rejoining_in_a_stable_group_fences_the_old_id_without_a_rebalan
 #[test]
 fn a_static_rejoin_whose_write_fails_restores_the_old_member_id() {
     let mut h = Harness::new(0);
-    let t = h.join("", Some("i1"));
-    let old = h.join_reply(t).member_id.to_string();
-    let ts = h.sync(&old, 1, &[(&old, b"x")]);
-    h.flush(None);
-    h.sync_reply(ts);
-
+    let old = h.stable_static("i1");
     let t = h.join("", Some("i1"));
     h.flush(Some(E::NotEnoughReplicas));
     let r = h.join_reply(t);
@@ -610,23 +638,8 @@ fn delete_groups_refuses_a_live_group_and_tombstones_an_empty_one() {
 
 #[test]
 fn offset_delete_refuses_subscribed_topics() {
-    use kafka_protocol::messages::ConsumerProtocolSubscription;
-    use kafka_protocol::protocol::Encodable;
-    let mut subscription = Vec::new();
-    subscription.extend_from_slice(&1i16.to_be_bytes());
-    ConsumerProtocolSubscription::default()
-        .with_topics(vec![s("t")])
-        .encode(&mut subscription, 1)
-        .unwrap();
     let mut h = Harness::new(0);
-    let t = h.join_with(
-        Harness::join_request("", None, &[("range", &subscription)]),
-        3,
-    );
-    let a = h.join_reply(t).member_id.to_string();
-    let ts = h.sync(&a, 1, &[(&a, b"")]);
-    h.flush(None);
-    h.sync_reply(ts);
+    let a = h.stable_subscriber("t");
     let c = h.commit(1, &a, 3);
     h.flush(None);
     h.commit_error(c);
@@ -903,11 +916,7 @@ fn txn_offset_commit_fences_zombie_members_kip_447() {
 #[test]
 fn txn_offset_commit_fences_a_replaced_static_member() {
     let mut h = Harness::new(0);
-    let ts = h.join("", Some("i1"));
-    let old = h.join_reply(ts).member_id.to_string();
-    let sy = h.sync(&old, 1, &[(&old, b"x")]);
-    h.flush(None);
-    h.sync_reply(sy);
+    let old = h.stable_static("i1");
     let ts = h.join("", Some("i1"));
     h.flush(None);
     assert_eq!(h.join_reply(ts).error_code, 0);
@@ -1137,23 +1146,8 @@ fn offsets_of_a_standalone_committer_expire_by_commit_time() {
 
 #[test]
 fn a_stable_consumer_group_loses_only_offsets_of_topics_it_does_not_subscribe_to() {
-    use kafka_protocol::messages::ConsumerProtocolSubscription;
-    use kafka_protocol::protocol::Encodable;
-    let mut subscription = Vec::new();
-    subscription.extend_from_slice(&1i16.to_be_bytes());
-    ConsumerProtocolSubscription::default()
-        .with_topics(vec![s("t")])
-        .encode(&mut subscription, 1)
-        .unwrap();
     let mut h = retention_harness();
-    let t = h.join_with(
-        Harness::join_request("", None, &[("range", &subscription)]),
-        3,
-    );
-    let a = h.join_reply(t).member_id.to_string();
-    let ts = h.sync(&a, 1, &[(&a, b"")]);
-    h.flush(None);
-    h.sync_reply(ts);
+    let a = h.stable_subscriber("t");
     let c = commit_partitions(&mut h, 1, &a, &[("t", 0), ("old", 0)], 7);
     h.flush(None);
     assert_eq!(h.commit_error(c), None);
