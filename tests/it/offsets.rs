@@ -235,24 +235,9 @@ fn cluster_delete_records_reaches_the_followers() {
     let mut cluster = SamsaCluster::start(3, &[]);
     let t = unique_topic("delrec-rf3");
     create_topic_default_rf(&mut cluster.client(1), &t, 1).unwrap();
-    let leader = samsa_tests::wait_until("a leader", Duration::from_secs(30), || {
-        partition_leaders(&mut cluster.client(1), &t).map(|l| l[&0])
-    });
+    let leader = samsa_tests::txn::serving_leader(&cluster, 1, &t, 0, Duration::from_secs(30));
     let mut c = cluster.client(leader);
-    // The metadata of node 1 can name the leader before the leader has
-    // applied that record itself; it refuses with NOT_LEADER_OR_FOLLOWER
-    // until then, which a client retries.
-    samsa_tests::wait_until("the leader to accept", Duration::from_secs(30), || {
-        let r = c
-            .produce(&t, 0, BatchBuilder::new().record("r0").build(), -1)
-            .unwrap();
-        if r.error_code == samsa_tests::codes::NOT_LEADER_OR_FOLLOWER {
-            return None;
-        }
-        assert_eq!(r.error_code, NONE, "{r:?}");
-        Some(())
-    });
-    produce_records(&mut c, &t, 9);
+    produce_records(&mut c, &t, 10);
     assert_eq!(c.delete_records(&t, 0, 7).unwrap(), (NONE, 7));
 
     // One more acks=all record: the HW passes it only once every ISR

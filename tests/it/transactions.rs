@@ -1336,9 +1336,7 @@ fn cluster_pipelined_first_writes_of_a_transaction_keep_their_order() {
     let cluster = SamsaCluster::start(3, &[]);
     let topic = unique_topic("pipelined-txn");
     create_topic_default_rf(&mut cluster.client(1), &topic, 1).unwrap();
-    let leader = wait_until("a leader of the topic", VISIBLE, || {
-        partition_leaders(&mut cluster.client(1), &topic).map(|l| l[&0])
-    });
+    let leader = samsa_tests::txn::serving_leader(&cluster, 1, &topic, 0, VISIBLE);
     // A transactional id coordinated by another node than the leader.
     let mut c1 = cluster.client(1);
     let (id, coordinator) = (0..)

@@ -409,6 +409,27 @@ pub fn partition_leaders(client: &mut KafkaClient, topic: &str) -> Option<BTreeM
     Some(out)
 }
 
+/// The leader of `topic`-`partition` once it serves the partition: node
+/// `ask`'s Metadata can name a leader before that broker has applied its
+/// leadership (it answers NOT_LEADER_OR_FOLLOWER until then, which clients
+/// retry), so this waits until the named leader answers ListOffsets for it.
+pub fn serving_leader(
+    cluster: &crate::cluster::SamsaCluster,
+    ask: i32,
+    topic: &str,
+    partition: i32,
+    timeout: std::time::Duration,
+) -> i32 {
+    crate::wait::wait_until("a serving leader", timeout, || {
+        let leader = *partition_leaders(&mut cluster.client(ask), topic)?.get(&partition)?;
+        let answer = cluster
+            .client(leader)
+            .list_offsets(topic, partition, -1)
+            .ok()?;
+        (answer.error_code == 0).then_some(leader)
+    })
+}
+
 /// The broker leading the `__transaction_state` partition of
 /// `transactional_id` (per Kafka's placement), from `client`'s Metadata.
 pub fn transaction_state_leader(client: &mut KafkaClient, transactional_id: &str) -> Option<i32> {
