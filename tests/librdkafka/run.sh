@@ -8,15 +8,18 @@
 #   tests/librdkafka/run.sh --each 0090 0103@3/fenced 0111:noautocreate@3
 #                                      triage: each test alone, fresh brokers
 #
-# A test is given as NNNN[:SCENARIO][@NODES][/SUBTESTS]:
+# A test is given as NNNN[:SCENARIO][@NODES][/SUBTESTS][&]:
 #   SCENARIO  librdkafka's test scenario (default, noautocreate): samsa is
 #             configured like it and the runner gets -s SCENARIO;
 #   NODES     how many samsa nodes (default 1); more than one starts a
 #             cluster of combined controller+broker nodes, needed by tests
 #             that create replication-factor-3 topics;
-#   SUBTESTS  the runner's SUBTESTS filter (a substring of subtest names).
+#   SUBTESTS  the runner's SUBTESTS filter (a substring of subtest names);
+#   &         run this setup concurrently with the others (a child run.sh
+#             with its own brokers, started first): for a long test that
+#             mostly waits on group timers (--each ignores it).
 # allowlist.txt says the same in columns: "NNNN [SCENARIO] [nodes=N]
-# [subtests=S]  # comment".
+# [subtests=S] [concurrent]  # comment".
 #
 # The librdkafka source is the one bundled in the rdkafka-sys crate that the
 # workspace already depends on; it is copied and built under
@@ -90,30 +93,33 @@ else
         for (i = 2; i <= NF; i++) {
             if ($i ~ /^nodes=/) tok = tok "@" substr($i, 7)
             else if ($i ~ /^subtests=/) subtests = substr($i, 10)
+            else if ($i == "concurrent") bg = "&"
             else tok = tok ":" $i
         }
         if (subtests != "") tok = tok "/" subtests
-        subtests = ""
-        print tok }')
+        print tok bg
+        subtests = ""; bg = "" }')
 fi
 tokens=$(echo $tokens)
 [ -n "$tokens" ] || { log "empty test list"; exit 1; }
 [ -x "$samsa_bin" ] || { log "samsa binary not found at $samsa_bin (cargo build -p samsa)"; exit 1; }
 
-# parse_token TOKEN: sets $t (test number), $scenario, $nodes, $subtests.
+# parse_token TOKEN: sets $t (test number), $scenario, $nodes, $subtests,
+# $concurrent ("&" or empty).
 parse_token() {
-    if [[ ! $1 =~ ^([0-9]{4})(:([A-Za-z0-9_]+))?(@([0-9]+))?(/([^,[:space:]]+))?$ ]]; then
-        log "bad test token '$1' (NNNN[:SCENARIO][@NODES][/SUBTESTS])"
+    if [[ ! $1 =~ ^([0-9]{4})(:([A-Za-z0-9_]+))?(@([0-9]+))?(/([^,&[:space:]]+))?(&)?$ ]]; then
+        log "bad test token '$1' (NNNN[:SCENARIO][@NODES][/SUBTESTS][&])"
         exit 1
     fi
     t=${BASH_REMATCH[1]}
     scenario=${BASH_REMATCH[3]:-default}
     nodes=${BASH_REMATCH[5]:-1}
     subtests=${BASH_REMATCH[7]:-}
+    concurrent=${BASH_REMATCH[8]:-}
 }
 for tok in $tokens; do parse_token "$tok"; done
 # The setup a parsed token runs in, as a token without the number.
-setup_of() { echo "$scenario@$nodes${subtests:+/$subtests}"; }
+setup_of() { echo "$scenario@$nodes${subtests:+/$subtests}$concurrent"; }
 
 work=$(mktemp -d /tmp/samsa-librdkafka.XXXXXX)
 samsa_pids=()
@@ -125,8 +131,28 @@ stop_samsa() {
     done
     samsa_pids=()
 }
+# Child run.sh processes running concurrent setups, each the leader of its
+# own process group (setsid), so that stopping one reaches its test-runner
+# and samsa nodes too.
+child_pids=()
+declare -A child_log=()
+stop_children() {
+    local pid
+    for pid in "${child_pids[@]}"; do
+        kill -TERM -- "-$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        log "stopped concurrent child $pid; its output (last 40 lines):"
+        tail -40 "${child_log[$pid]}" >&2 || true
+    done
+    child_pids=()
+}
 cleanup() {
     local rc=$? f
+    if [ -n "$runner_pid" ]; then
+        kill -TERM "$runner_pid" 2>/dev/null || true
+        wait "$runner_pid" 2>/dev/null || true
+    fi
+    stop_children
     stop_samsa
     if [ "$rc" -ne 0 ] || [ -n "${SUITE_DEBUG:-}" ]; then
         for f in "$work"/samsa-*.log; do
@@ -193,7 +219,11 @@ CONF
 }
 
 # run_runner TESTS SCENARIO SUBTESTS OUT: the test-runner on comma-separated
-# numbers.
+# numbers. It runs as a background job waited for, so that a signal runs the
+# cleanup trap at once (bash defers traps until a foreground job ends);
+# $runner_pid is `timeout`, which leads the runner's process group and
+# passes a TERM on to it.
+runner_pid=
 run_runner() {
     local tests=$1 scenario=$2 subtests=$3 out=$4 rc
     set +e
@@ -206,8 +236,11 @@ run_runner() {
         exec env -u CI LD_LIBRARY_PATH=../src:../src-cpp TEST_KAFKA_VERSION=3.7.0 \
             RDKAFKA_TEST_CONF="$work/test.conf" TESTS="$tests" timeout -k 10 "${TEST_TIMEOUT:-1800}" \
             ./test-runner -p1 -L -s "$scenario"
-    ) >"$out" 2>&1
+    ) >"$out" 2>&1 &
+    runner_pid=$!
+    wait "$runner_pid"
     rc=$?
+    runner_pid=
     set -e
     return "$rc"
 }
@@ -267,7 +300,29 @@ rc=0
 total_passed=0
 run_start=$SECONDS
 setups=$(for tok in $tokens; do parse_token "$tok"; setup_of; done | sort -u)
+# The tokens of setup $1, without their concurrency mark.
+setup_tokens() {
+    local tok
+    for tok in $tokens; do
+        parse_token "$tok"
+        if [ "$(setup_of)" = "$1" ]; then echo "${tok%&}"; fi
+    done | paste -sd, -
+}
+# Concurrent setups first: each runs in a child run.sh (own work dir, own
+# brokers, own verdicts) while this one goes through the rest in turn.
 for setup in $setups; do
+    [[ $setup == *'&' ]] || continue
+    clog=$work/concurrent-$(slug "$setup").log
+    # Without job control here a background job is no group leader, so
+    # setsid makes it one in place and $! names the new group.
+    TESTS=$(setup_tokens "$setup") SUITE_KEEP_PREFIX=concurrent- \
+        setsid bash "${BASH_SOURCE[0]}" >"$clog" 2>&1 &
+    child_pids+=($!)
+    child_log[$!]=$clog
+    log "setup ${setup%&}: concurrent (child run.sh pid $!, TESTS=$(setup_tokens "$setup"))"
+done
+for setup in $setups; do
+    [[ $setup != *'&' ]] || continue
     nums=$(for tok in $tokens; do
         parse_token "$tok"
         if [ "$(setup_of)" = "$setup" ]; then echo "$t"; fi
@@ -292,12 +347,23 @@ for setup in $setups; do
     if [ "$src" -ne 0 ]; then
         rc=1
         log "first failure: $(first_failure "$out")"
-        keep=$suite/last-test-runner-$(slug "$setup")
+        keep=$suite/last-test-runner-${SUITE_KEEP_PREFIX:-}$(slug "$setup")
         mkdir -p "$keep"
         cp "$out" "$work"/samsa-*.log "$keep/" || true
         log "runner output and samsa logs kept in $keep/"
     fi
     total_passed=$((total_passed + $(passed_tests "$out" | grep -c . || true)))
 done
+stop_samsa
+for pid in "${child_pids[@]}"; do
+    crc=0
+    wait "$pid" || crc=$?
+    clog=${child_log[$pid]}
+    sed 's/^\[librdkafka-suite\] /[librdkafka-suite] (concurrent) /' "$clog" >&2
+    if [ "$crc" -ne 0 ]; then rc=1; fi
+    n=$(sed -n 's/.*\] \([0-9][0-9]*\) librdkafka tests passed in .*/\1/p' "$clog" | tail -1)
+    total_passed=$((total_passed + ${n:-0}))
+done
+child_pids=()
 log "$total_passed librdkafka tests passed in $((SECONDS - run_start)) s$([ "$rc" -ne 0 ] && echo ', SOME FAILED')"
 exit "$rc"

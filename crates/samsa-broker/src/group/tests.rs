@@ -367,6 +367,53 @@ fn a_member_that_does_not_rejoin_is_removed_at_the_rebalance_timeout() {
     assert_eq!(h.heartbeat(&a, None, 2), Some(E::UnknownMemberId));
 }
 
+/// librdkafka drops a MEMBER_ID_REQUIRED answer that arrives after its
+/// subscription changed (0113 u_multiple_subscription_changes) and joins
+/// again without an id: the id handed out first is a pending member that
+/// never joins. As in Kafka (`hasAllMembersJoined` needs no pending
+/// members), the join phase waits for it until its session timeout, unless
+/// it leaves.
+#[test]
+fn a_member_id_handed_out_but_never_used_holds_the_join_until_it_expires() {
+    let mut h = Harness::new(0);
+    let a = h.stable_one();
+    let abandoned = h.join("", None);
+    assert_eq!(
+        h.join_reply(abandoned).error_code,
+        E::MemberIdRequired.code()
+    );
+    let handed_out_at = h.now;
+    let (b, jb) = h.new_member();
+    let ja = h.join(&a, None);
+    assert!(h.take(ja).is_none() && h.take(jb).is_none());
+    h.tick_at(handed_out_at + i64::from(SESSION) - 1);
+    assert!(h.take(ja).is_none(), "the pending member still may join");
+    h.tick_at(handed_out_at + i64::from(SESSION));
+    let (ra, rb) = (h.join_reply(ja), h.join_reply(jb));
+    assert_eq!((ra.generation_id, rb.generation_id), (2, 2));
+    assert_eq!(ra.members.len(), 2, "{a} and {b}, not the abandoned id");
+}
+
+/// A pending member id that leaves (LeaveGroup) completes the join at once.
+#[test]
+fn a_pending_member_id_that_leaves_completes_the_join_at_once() {
+    let mut h = Harness::new(0);
+    let a = h.stable_one();
+    let abandoned = h.join("", None);
+    let pending = h.join_reply(abandoned).member_id.to_string();
+    let (_b, jb) = h.new_member();
+    let ja = h.join(&a, None);
+    assert!(h.take(ja).is_none());
+    let request = LeaveGroupRequest::default()
+        .with_group_id(GroupId(s(GROUP)))
+        .with_members(vec![MemberIdentity::default().with_member_id(s(&pending))]);
+    let (response, step) = h.c.leave_group(&request, 3, h.now);
+    h.apply(step);
+    assert_eq!(response.members[0].error_code, 0);
+    assert_eq!(h.join_reply(ja).generation_id, 2);
+    assert_eq!(h.join_reply(jb).generation_id, 2);
+}
+
 #[test]
 fn a_silent_member_expires_after_its_session_timeout() {
     let mut h = Harness::new(0);
