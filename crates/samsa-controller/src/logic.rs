@@ -658,6 +658,27 @@ impl ControllerLogic {
         &self.liveness
     }
 
+    /// A heartbeat of `broker_id` at `broker_epoch` *arrived* at `at_ms`,
+    /// whenever its handler gets to run: a controller busy with a burst of
+    /// writes must not fence a broker whose heartbeat waits in its queue.
+    /// Only the registered incarnation counts, and never from before this
+    /// controller's liveness tracking began (which gives a full session).
+    pub fn note_contact(
+        &mut self,
+        image: &MetadataImage,
+        broker_id: BrokerId,
+        broker_epoch: i64,
+        at_ms: u64,
+    ) {
+        if image
+            .broker(broker_id)
+            .is_some_and(|b| b.broker_epoch == broker_epoch)
+        {
+            let at = at_ms.max(self.liveness.since_ms);
+            self.liveness.touch(broker_id, at);
+        }
+    }
+
     /// Call when this controller becomes the leader: every broker gets a full
     /// session timeout from `now_ms` before it can be fenced.
     pub fn reset_liveness(&mut self, now_ms: u64) {

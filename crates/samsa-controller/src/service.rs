@@ -63,12 +63,18 @@ struct WriterState {
     term: Option<u64>,
 }
 
+/// Broker heartbeats as they arrive, before they wait for the writer:
+/// (broker id, broker epoch) → arrival time (ms since start).
+type Contacts = std::sync::Mutex<std::collections::HashMap<(i32, i64), u64>>;
+
 /// Runs controller handlers on the Raft leader and commits their records.
 pub struct ControllerCore {
     node_id: NodeId,
     raft: Raft<TypeConfig>,
     sm: StateMachineStore,
     writer: Mutex<WriterState>,
+    /// Heartbeat arrivals not yet seen by a handler (see [`Self::write`]).
+    contacts: Contacts,
     started: Instant,
     write_timeout: Duration,
 }
@@ -86,6 +92,7 @@ impl ControllerCore {
             raft,
             sm,
             writer: Mutex::new(WriterState { logic, term: None }),
+            contacts: Contacts::default(),
             started: Instant::now(),
             write_timeout,
         }
@@ -101,6 +108,17 @@ impl ControllerCore {
 
     pub fn state_machine(&self) -> &StateMachineStore {
         &self.sm
+    }
+
+    /// Notes that a heartbeat of `broker_id` at `broker_epoch` arrived now.
+    /// Handlers run one at a time; the next one to run (a fencing tick
+    /// included) counts this arrival even if the heartbeat's own handler is
+    /// still queued behind a burst of other writes.
+    pub fn note_heartbeat_arrival(&self, broker_id: i32, broker_epoch: i64) {
+        let now = self.now_ms();
+        let mut contacts = self.contacts.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = contacts.entry((broker_id, broker_epoch)).or_insert(now);
+        *slot = (*slot).max(now);
     }
 
     /// Milliseconds since this process started the controller (monotonic).
@@ -171,6 +189,13 @@ impl ControllerCore {
             writer.term = Some(term);
         }
         let image = self.sm.image();
+        let arrivals =
+            std::mem::take(&mut *self.contacts.lock().unwrap_or_else(|p| p.into_inner()));
+        for ((broker_id, broker_epoch), at) in arrivals {
+            writer
+                .logic
+                .note_contact(&image, broker_id, broker_epoch, at);
+        }
         let (records, reply) = handler(&mut writer.logic, &image, now)?;
         if records.is_empty() || !commit {
             return Ok(reply);
@@ -400,6 +425,8 @@ impl ControllerService for ControllerGrpc {
         request: Request<pb::BrokerHeartbeatRequest>,
     ) -> Result<Response<pb::BrokerHeartbeatResponse>, Status> {
         let req = convert::heartbeat_from_pb(request.into_inner());
+        self.core
+            .note_heartbeat_arrival(req.broker_id, req.broker_epoch);
         let result = self
             .core
             .write(true, move |logic, image, now| {

@@ -251,6 +251,27 @@ fn broker_is_fenced_after_missing_heartbeats_for_the_session_timeout() {
     assert!(h.image.is_broker_active(1));
 }
 
+// A busy controller: the heartbeat arrived in time but its handler runs
+// after the fencing check. The arrival counts; an arrival of an older
+// incarnation (stale broker epoch) does not.
+#[test]
+fn a_heartbeat_that_arrived_in_time_keeps_the_broker_even_if_handled_late() {
+    let mut h = Harness::with_brokers(2);
+    h.heartbeat(1, 1_000).unwrap();
+    h.heartbeat(2, 1_000).unwrap();
+    let (epoch_1, epoch_2) = (h.epochs[&1], h.epochs[&2]);
+    h.logic.note_contact(&h.image, 1, epoch_1, 8_000);
+    h.logic.note_contact(&h.image, 2, epoch_2 + 1, 8_000);
+    let out = h.logic.fence_expired_brokers(&h.image, 1_000 + TIMEOUT + 1);
+    let fenced = h.commit(out).unwrap();
+    assert_eq!(
+        fenced,
+        vec![2],
+        "broker 1's arrival counts, the stale epoch's does not"
+    );
+    assert!(h.image.is_broker_active(1));
+}
+
 #[test]
 fn new_leader_gives_every_broker_a_full_session() {
     let mut h = Harness::with_brokers(1);
