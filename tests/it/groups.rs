@@ -1048,7 +1048,15 @@ fn describe_groups_reports_members_and_unknown_groups_by_version() {
             GroupId(StrBytes::from_string(group.clone())),
             GroupId(StrBytes::from_string(unknown.clone())),
         ]);
-        let r = c.send(&request, version).unwrap();
+        // The unknown group's offsets partition may still be loading on a
+        // fresh broker (COORDINATOR_LOAD_IN_PROGRESS, which clients retry).
+        let r = samsa_tests::wait_until("groups described", Duration::from_secs(30), || {
+            let r = c.send(&request, version).unwrap();
+            (!r.groups
+                .iter()
+                .any(|g| g.error_code == COORDINATOR_LOAD_IN_PROGRESS))
+            .then_some(r)
+        });
         let (known, nobody) = (&r.groups[0], &r.groups[1]);
         assert_eq!(
             (known.error_code, known.group_state.as_str()),

@@ -28,7 +28,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -360,7 +360,18 @@ fn cluster_offsets_survive_a_coordinator_sigkill() {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(&input, 0, Offset::Offset(7))
         .unwrap();
-    consumer.commit(&tpl, CommitMode::Sync).unwrap();
+    // The group's offsets partition of a fresh cluster may still be
+    // loading: librdkafka hands COORDINATOR_LOAD_IN_PROGRESS to the
+    // application after its own retries, and an application commits again.
+    wait_until(
+        "the first commit",
+        Duration::from_secs(30),
+        || match consumer.commit(&tpl, CommitMode::Sync) {
+            Ok(()) => Some(()),
+            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::CoordinatorLoadInProgress)) => None,
+            Err(e) => panic!("commit: {e}"),
+        },
+    );
     // ... then 9 with a committed transaction.
     let producer = TxnProducer::transactional(&bootstrap, &unique_topic("groups-failover-p"));
     producer.begin().unwrap();
