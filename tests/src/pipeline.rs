@@ -401,8 +401,11 @@ pub fn read_keyed(
             // A node is down: librdkafka reports the failed connection and
             // reads from the live leaders; the deadline still applies.
             Some(Err(KafkaError::MessageConsumption(
-                RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown,
-            ))) => {}
+                code
+                @ (RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown),
+            ))) => {
+                eprintln!("reading {topic} ({isolation}): transient client error {code:?}");
+            }
             Some(Err(e)) => bail!("consumer error: {e}"),
             Some(Ok(m)) => {
                 at_end.insert(m.partition(), false);

@@ -12,11 +12,10 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::ClientContext;
 
 use crate::client::{topic_name, KafkaClient};
 
@@ -274,48 +273,17 @@ pub fn read_topic(
     partitions: i32,
     isolation: Isolation,
 ) -> Result<Vec<Seen>> {
-    let mut config = crate::rdk::assign_consumer_config(bootstrap);
-    config
-        .set("isolation.level", isolation.as_config())
-        .set("enable.partition.eof", "true");
-    let consumer: BaseConsumer = config.create()?;
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
-    }
-    consumer.assign(&tpl)?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut at_end: BTreeMap<i32, bool> = (0..partitions).map(|p| (p, false)).collect();
-    let mut seen = Vec::new();
-    while at_end.values().any(|e| !e) {
-        if Instant::now() > deadline {
-            bail!("reading {topic} ({isolation:?}) did not reach the end of every partition: {at_end:?}");
-        }
-        match consumer.poll(Duration::from_millis(200)) {
-            None => {}
-            Some(Err(KafkaError::PartitionEOF(p))) => {
-                at_end.insert(p, true);
-            }
-            // A node of the bootstrap list (or of the metadata) is down:
-            // librdkafka reports each failed connection as a consumer
-            // error, also against Kafka, and reads from the live leaders.
-            // Not an answer about the data; the deadline still applies.
-            Some(Err(KafkaError::MessageConsumption(
-                code
-                @ (RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown),
-            ))) => {
-                eprintln!("reading {topic} ({isolation:?}): transient client error {code:?}");
-            }
-            Some(Err(e)) => bail!("consumer error: {e}"),
-            Some(Ok(m)) => {
-                let v = String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned();
-                at_end.insert(m.partition(), false);
-                seen.push((m.partition(), m.offset(), v));
-            }
-        }
-    }
-    seen.sort();
-    Ok(seen)
+    let records = crate::pipeline::read_keyed(
+        bootstrap,
+        topic,
+        partitions,
+        isolation.as_config(),
+        Duration::from_secs(60),
+    )?;
+    Ok(records
+        .into_iter()
+        .map(|(p, o, _, v)| (p, o, String::from_utf8_lossy(&v).into_owned()))
+        .collect())
 }
 
 /// The values of [`read_topic`], in (partition, offset) order.
