@@ -112,3 +112,21 @@ def test_list_offsets_by_time(samsa, topic_name):
     r = c.offsets_for_times({tp: base + 100_000})
     assert r[tp] is None, r
     c.close()
+
+
+def test_describe_features_finalizes_transaction_version_2(samsa):
+    """KIP-584 features as kafka-python's admin reads them: samsa finalizes
+    transaction.version 2, the level at which Kafka 4 clients use
+    transaction version 2 (Produce v12, EndTxn v5)."""
+    a = admin(samsa)
+    try:
+        features = a.describe_features()
+    finally:
+        a.close()
+    tv = features.get("transaction.version")
+    assert tv is not None, features
+    assert tv["finalized"] == (2, 2), features
+    assert tv["finalized_epoch"] is not None and tv["finalized_epoch"] >= 0, features
+    # The supported range is only in ApiVersions v4+ answers (it starts at 0).
+    assert tv.get("supported", (0, 2)) == (0, 2), features
+    assert set(features) == {"transaction.version"}, features

@@ -51,6 +51,49 @@ fn api_versions_advertises_the_served_apis() {
     assert!(max >= 3, "ApiVersions max {max} < 3");
 }
 
+/// KIP-584 features: `transaction.version` is finalized at 2 (what makes
+/// Kafka 4 clients use transaction version 2), supported 0..=2; a v3
+/// answer leaves the supported range out because it starts at 0
+/// (KAFKA-17492); v0–2 have no feature fields at all.
+#[test]
+fn api_versions_finalizes_transaction_version_2() {
+    use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
+    let node = SamsaNode::start();
+    let mut c = node.client();
+    let (code, v4) = c
+        .api_versions_at(&ApiVersionsRequest::default(), 4)
+        .unwrap();
+    assert_eq!(code, 0);
+    let supported: Vec<_> = v4
+        .supported_features
+        .iter()
+        .map(|f| (f.name.to_string(), f.min_version, f.max_version))
+        .collect();
+    assert_eq!(supported, vec![("transaction.version".to_string(), 0, 2)]);
+    let finalized: Vec<_> = v4
+        .finalized_features
+        .iter()
+        .map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level))
+        .collect();
+    assert_eq!(finalized, vec![("transaction.version".to_string(), 2, 2)]);
+    assert!(v4.finalized_features_epoch >= 0, "{v4:?}");
+
+    let (code, v3) = c
+        .api_versions_at(&ApiVersionsRequest::default(), 3)
+        .unwrap();
+    assert_eq!(code, 0);
+    assert!(v3.supported_features.is_empty(), "{v3:?}");
+    assert_eq!(v3.finalized_features.len(), 1, "{v3:?}");
+
+    // v2 has no tagged fields: the decoder would find trailing bytes if
+    // the broker wrote any.
+    let (code, v2) = c
+        .api_versions_at(&ApiVersionsRequest::default(), 2)
+        .unwrap();
+    assert_eq!(code, 0);
+    assert!(v2.finalized_features.is_empty());
+}
+
 #[test]
 fn metadata_describes_this_broker_and_created_topics() {
     let node = SamsaNode::start();

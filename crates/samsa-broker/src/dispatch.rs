@@ -181,7 +181,7 @@ async fn handle(
         ApiKey::ApiVersions => {
             let _request: kafka_protocol::messages::ApiVersionsRequest =
                 decode(api_key, &mut body, v)?;
-            respond!(handlers::api_versions::handle())
+            respond!(handlers::api_versions::handle(v))
         }
         ApiKey::Metadata => {
             let request = decode(api_key, &mut body, v)?;
