@@ -174,8 +174,8 @@ pub fn producer_fenced_for_version(
 /// with the transaction coordinator (KIP-890), for a Produce request of
 /// `version`:
 /// - the partition is not in the producer's transaction: TRANSACTION_ABORTABLE
-///   for clients that know it (Produce v12+, transaction version 2), else
-///   INVALID_TXN_STATE;
+///   for clients that know it (Produce v11+, KIP-890's "generic error"
+///   version, as Kafka decides it), else INVALID_TXN_STATE;
 /// - PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH, which every producer
 ///   handles as a fence;
 /// - the coordinator could not answer (moved, loading, busy, unreachable):
@@ -184,7 +184,7 @@ pub fn producer_fenced_for_version(
 pub fn produce_verification_error(error: ResponseError, version: i16) -> ResponseError {
     match error {
         ResponseError::TransactionAbortable | ResponseError::InvalidTxnState => {
-            if version >= 12 {
+            if version >= 11 {
                 ResponseError::TransactionAbortable
             } else {
                 ResponseError::InvalidTxnState
@@ -216,4 +216,51 @@ pub fn marker_error_is_retriable(error: ResponseError) -> bool {
             | ResponseError::UnknownServerError
             | ResponseError::CoordinatorLoadInProgress
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn produce_verification_errors_follow_the_request_version() {
+        use ResponseError as E;
+        // Not in the transaction: TRANSACTION_ABORTABLE from Produce v11,
+        // the first version whose clients know it.
+        for (version, expected) in [
+            (3, E::InvalidTxnState),
+            (10, E::InvalidTxnState),
+            (11, E::TransactionAbortable),
+            (12, E::TransactionAbortable),
+        ] {
+            for coordinator in [E::InvalidTxnState, E::TransactionAbortable] {
+                assert_eq!(
+                    produce_verification_error(coordinator, version),
+                    expected,
+                    "Produce v{version}, coordinator answered {coordinator:?}"
+                );
+            }
+        }
+        assert_eq!(
+            produce_verification_error(E::ProducerFenced, 12),
+            E::InvalidProducerEpoch
+        );
+        for transient in [
+            E::NotCoordinator,
+            E::CoordinatorNotAvailable,
+            E::CoordinatorLoadInProgress,
+            E::ConcurrentTransactions,
+            E::RequestTimedOut,
+            E::NetworkException,
+        ] {
+            assert_eq!(
+                produce_verification_error(transient, 10),
+                E::NotEnoughReplicas
+            );
+        }
+        assert_eq!(
+            produce_verification_error(E::InvalidProducerIdMapping, 10),
+            E::InvalidProducerIdMapping
+        );
+    }
 }

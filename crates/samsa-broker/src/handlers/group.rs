@@ -377,9 +377,10 @@ fn txn_commit_error(error: Option<ResponseError>, version: i16) -> Option<Respon
         Some(ResponseError::InvalidProducerIdMapping) => {
             Some(ResponseError::InvalidProducerIdMapping)
         }
-        Some(ResponseError::ConcurrentTransactions | ResponseError::CoordinatorLoadInProgress) => {
-            Some(ResponseError::CoordinatorLoadInProgress)
-        }
+        // The verification call itself failed: retriable, as Kafka's group
+        // coordinator answers it. CONCURRENT_TRANSACTIONS (markers of the
+        // previous transaction in flight) goes back as it is: clients retry it.
+        Some(ResponseError::NetworkException) => Some(ResponseError::CoordinatorLoadInProgress),
         other => other,
     };
     // KIP-588: TxnOffsetCommit knows PRODUCER_FENCED from v3; older
@@ -701,4 +702,46 @@ pub fn list_groups(
         })
         .collect();
     ListGroupsResponse::default().with_groups(groups)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ResponseError as E;
+
+    #[test]
+    fn txn_offset_commit_errors_are_kafkas() {
+        // Markers of the previous transaction still in flight: passed on
+        // for the client to retry (Kafka's group coordinator does the same).
+        assert_eq!(
+            txn_commit_error(Some(E::ConcurrentTransactions), 3),
+            Some(E::ConcurrentTransactions)
+        );
+        assert_eq!(
+            txn_commit_error(Some(E::CoordinatorLoadInProgress), 3),
+            Some(E::CoordinatorLoadInProgress)
+        );
+        assert_eq!(
+            txn_commit_error(Some(E::NetworkException), 4),
+            Some(E::CoordinatorLoadInProgress)
+        );
+        assert_eq!(
+            txn_commit_error(Some(E::TransactionAbortable), 4),
+            Some(E::InvalidTxnState)
+        );
+        assert_eq!(
+            txn_commit_error(Some(E::TransactionAbortable), 5),
+            Some(E::TransactionAbortable)
+        );
+        // KIP-588: PRODUCER_FENCED from v3, INVALID_PRODUCER_EPOCH before.
+        assert_eq!(
+            txn_commit_error(Some(E::ProducerFenced), 2),
+            Some(E::InvalidProducerEpoch)
+        );
+        assert_eq!(
+            txn_commit_error(Some(E::ProducerFenced), 3),
+            Some(E::ProducerFenced)
+        );
+        assert_eq!(txn_commit_error(None, 3), None);
+    }
 }

@@ -15,7 +15,7 @@
 //! transaction coordinator that the partition is in the ongoing transaction
 //! (Produce v12+, transaction version 2: adds it), see
 //! `transactions::verify`; an unverified write is refused
-//! (INVALID_TXN_STATE, or TRANSACTION_ABORTABLE for v12+), a coordinator
+//! (INVALID_TXN_STATE, or TRANSACTION_ABORTABLE for v11+), a coordinator
 //! that cannot answer now gives NOT_ENOUGH_REPLICAS (retriable). A
 //! producer's transactional writes to a partition are verified and
 //! appended one at a time, in request order (`Partition::txn_write_turn`).
