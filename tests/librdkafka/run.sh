@@ -15,11 +15,13 @@
 #             cluster of combined controller+broker nodes, needed by tests
 #             that create replication-factor-3 topics;
 #   SUBTESTS  the runner's SUBTESTS filter (a substring of subtest names);
-#   &         run this setup concurrently with the others (a child run.sh
-#             with its own brokers, started first): for a long test that
-#             mostly waits on group timers (--each ignores it).
+#   &[LANE]   run this setup concurrently with the others (a child run.sh
+#             with its own brokers, started first): for long tests that
+#             mostly wait on group timers (--each ignores it). Setups in
+#             different lanes (names) are different runner invocations
+#             running side by side.
 # allowlist.txt says the same in columns: "NNNN [SCENARIO] [nodes=N]
-# [subtests=S] [concurrent]  # comment".
+# [subtests=S] [concurrent[=LANE]]  # comment".
 #
 # The librdkafka source is the one bundled in the rdkafka-sys crate that the
 # workspace already depends on; it is copied and built under
@@ -94,6 +96,7 @@ else
             if ($i ~ /^nodes=/) tok = tok "@" substr($i, 7)
             else if ($i ~ /^subtests=/) subtests = substr($i, 10)
             else if ($i == "concurrent") bg = "&"
+            else if ($i ~ /^concurrent=/) bg = "&" substr($i, 12)
             else tok = tok ":" $i
         }
         if (subtests != "") tok = tok "/" subtests
@@ -105,10 +108,10 @@ tokens=$(echo $tokens)
 [ -x "$samsa_bin" ] || { log "samsa binary not found at $samsa_bin (cargo build -p samsa)"; exit 1; }
 
 # parse_token TOKEN: sets $t (test number), $scenario, $nodes, $subtests,
-# $concurrent ("&" or empty).
+# $concurrent ("&", "&LANE" or empty).
 parse_token() {
-    if [[ ! $1 =~ ^([0-9]{4})(:([A-Za-z0-9_]+))?(@([0-9]+))?(/([^,&[:space:]]+))?(&)?$ ]]; then
-        log "bad test token '$1' (NNNN[:SCENARIO][@NODES][/SUBTESTS][&])"
+    if [[ ! $1 =~ ^([0-9]{4})(:([A-Za-z0-9_]+))?(@([0-9]+))?(/([^,&[:space:]]+))?(&[A-Za-z0-9_]*)?$ ]]; then
+        log "bad test token '$1' (NNNN[:SCENARIO][@NODES][/SUBTESTS][&[LANE]])"
         exit 1
     fi
     t=${BASH_REMATCH[1]}
@@ -305,24 +308,25 @@ setup_tokens() {
     local tok
     for tok in $tokens; do
         parse_token "$tok"
-        if [ "$(setup_of)" = "$1" ]; then echo "${tok%&}"; fi
+        if [ "$(setup_of)" = "$1" ]; then echo "${tok%%&*}"; fi
     done | paste -sd, -
 }
 # Concurrent setups first: each runs in a child run.sh (own work dir, own
 # brokers, own verdicts) while this one goes through the rest in turn.
 for setup in $setups; do
-    [[ $setup == *'&' ]] || continue
+    [[ $setup == *'&'* ]] || continue
+    lane=${setup#*&}
     clog=$work/concurrent-$(slug "$setup").log
     # Without job control here a background job is no group leader, so
     # setsid makes it one in place and $! names the new group.
-    TESTS=$(setup_tokens "$setup") SUITE_KEEP_PREFIX=concurrent- \
+    TESTS=$(setup_tokens "$setup") SUITE_KEEP_PREFIX=concurrent-${lane:+$lane-} \
         setsid bash "${BASH_SOURCE[0]}" >"$clog" 2>&1 &
     child_pids+=($!)
     child_log[$!]=$clog
-    log "setup ${setup%&}: concurrent (child run.sh pid $!, TESTS=$(setup_tokens "$setup"))"
+    log "setup ${setup%%&*}: concurrent${lane:+ lane $lane} (child run.sh pid $!, TESTS=$(setup_tokens "$setup"))"
 done
 for setup in $setups; do
-    [[ $setup != *'&' ]] || continue
+    [[ $setup != *'&'* ]] || continue
     nums=$(for tok in $tokens; do
         parse_token "$tok"
         if [ "$(setup_of)" = "$setup" ]; then echo "$t"; fi
