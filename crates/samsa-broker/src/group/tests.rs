@@ -550,8 +550,8 @@ fn a_static_rejoin_whose_write_fails_restores_the_old_member_id() {
     assert_eq!(h.heartbeat(&old, Some("i1"), 1), None, "old id restored");
     let ts = h.sync(&old, 1, &[]);
     assert_eq!(h.sync_reply(ts).assignment.as_ref(), b"x");
-    let leader = h.c.describe_group(GROUP).unwrap().members;
-    assert_eq!(leader.len(), 1);
+    let members = h.c.describe_group(GROUP).unwrap().members;
+    assert_eq!(members.len(), 1);
 }
 
 #[test]

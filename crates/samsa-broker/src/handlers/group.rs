@@ -374,9 +374,6 @@ fn txn_commit_error(error: Option<ResponseError>, version: i16) -> Option<Respon
         {
             Some(ResponseError::InvalidTxnState)
         }
-        Some(ResponseError::InvalidProducerIdMapping) => {
-            Some(ResponseError::InvalidProducerIdMapping)
-        }
         // The verification call itself failed: retriable, as Kafka's group
         // coordinator answers it. CONCURRENT_TRANSACTIONS (markers of the
         // previous transaction in flight) goes back as it is: clients retry it.
@@ -741,6 +738,10 @@ mod tests {
         assert_eq!(
             txn_commit_error(Some(E::ProducerFenced), 3),
             Some(E::ProducerFenced)
+        );
+        assert_eq!(
+            txn_commit_error(Some(E::InvalidProducerIdMapping), 4),
+            Some(E::InvalidProducerIdMapping)
         );
         assert_eq!(txn_commit_error(None, 3), None);
     }
