@@ -24,10 +24,11 @@ use samsa_tests::cluster::{run_to_exit, SamsaCluster};
 use samsa_tests::codes::*;
 use samsa_tests::node::samsa_bin;
 use samsa_tests::txn::{
-    create_topic_default_rf, error_code, is_fatal, partition_leaders, plain_producer_config,
-    read_topic, read_values, requires_abort, retry_coordinator, transaction_state_leader,
-    transaction_state_partition, transactional_producer_config, wait_values, Isolation, Seen,
-    TxnProducer, TRANSACTION_STATE_PARTITIONS, TRANSACTION_STATE_TOPIC,
+    create_topic_default_rf, end_txn_v5, error_code, init_transactional_id, is_fatal,
+    partition_leaders, plain_producer_config, read_topic, read_values, requires_abort,
+    retry_coordinator, transaction_state_leader, transaction_state_partition,
+    transactional_producer_config, wait_values, Isolation, Seen, TxnProducer,
+    TRANSACTION_STATE_PARTITIONS, TRANSACTION_STATE_TOPIC,
 };
 use samsa_tests::wait::try_wait_until;
 use samsa_tests::{unique_topic, wait_until, BatchBuilder, SamsaNode};
@@ -145,40 +146,6 @@ fn txn_batch(pid: i64, epoch: i16, seq: i32, value: &str) -> Bytes {
         .transactional(true)
         .record(value)
         .build()
-}
-
-/// InitProducerId for `id` on a fresh start, retried while the coordinator
-/// loads; must succeed. Returns (producer id, epoch).
-fn init_txn_id(c: &mut KafkaClient, id: &str) -> (i64, i16) {
-    let (code, resp) = retry_coordinator("InitProducerId", VISIBLE, || {
-        let r = c.init_producer_id_txn(id, 60_000, (-1, -1))?;
-        Ok((r.error_code, r))
-    })
-    .unwrap();
-    assert_eq!(
-        code, NONE,
-        "InitProducerId(transactional.id={id}) failed: {resp:?}"
-    );
-    assert!(
-        resp.producer_id.0 >= 0 && resp.producer_epoch >= 0,
-        "{resp:?}"
-    );
-    (resp.producer_id.0, resp.producer_epoch)
-}
-
-/// EndTxn v5 retried while CONCURRENT_TRANSACTIONS (markers in flight);
-/// returns (error code, (producer id, epoch) answered).
-fn end_txn_v5(
-    c: &mut KafkaClient,
-    id: &str,
-    producer: (i64, i16),
-    commit: bool,
-) -> (i16, (i64, i16)) {
-    retry_coordinator("EndTxn", VISIBLE, || {
-        let r = c.end_txn_at(id, producer, commit, 5)?;
-        Ok((r.error_code, (r.producer_id.0, r.producer_epoch)))
-    })
-    .unwrap()
 }
 
 /// Requires the broker to speak transaction version 2 (EndTxn v5, Produce v12).
@@ -842,7 +809,7 @@ fn transaction_state_placement_matches_kafka() {
         transaction_state_partition(id, TRANSACTION_STATE_PARTITIONS),
         45
     );
-    init_txn_id(&mut c, id);
+    init_transactional_id(&mut c, id, 60_000);
     let (code, coordinator) = c.find_coordinator(1, id).unwrap();
     assert_eq!((code, coordinator), (NONE, node.node_id()));
     let leaders = wait_until("__transaction_state in Metadata", VISIBLE, || {
@@ -1172,7 +1139,7 @@ fn stale_end_txn_cannot_end_the_next_transaction() {
     let t = unique_topic("stale-endtxn");
     c.create_topic(&t, 1).unwrap();
     let id = unique_topic("stale-endtxn-txn");
-    let (pid, e0) = init_txn_id(&mut c, &id);
+    let (pid, e0) = init_transactional_id(&mut c, &id, 60_000);
 
     // Transaction 1: one record, committed.
     assert_eq!(
@@ -1269,7 +1236,7 @@ fn stale_produce_of_a_finished_transaction_is_refused() {
     let t = unique_topic("stale-produce");
     c.create_topic(&t, 1).unwrap();
     let id = unique_topic("stale-produce-txn");
-    let (pid, e0) = init_txn_id(&mut c, &id);
+    let (pid, e0) = init_transactional_id(&mut c, &id, 60_000);
 
     let t1 = txn_batch(pid, e0, 0, "t1-a");
     assert_eq!(produce_txn(&mut c, &id, &t, &t1), (NONE, 0));
@@ -1350,7 +1317,7 @@ fn cluster_pipelined_first_writes_of_a_transaction_keep_their_order() {
         })
         .unwrap();
     let mut coord = cluster.client(coordinator);
-    let producer = init_txn_id(&mut coord, &id);
+    let producer = init_transactional_id(&mut coord, &id, 60_000);
     let (code, added) = retry_coordinator("AddPartitionsToTxn", VISIBLE, || {
         let r = coord.add_partitions_to_txn(&id, producer, &topic, &[0])?;
         Ok((r.first().map_or(-1, |p| p.1), r))

@@ -12,13 +12,12 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use samsa_tests::batch::now_ms;
-use samsa_tests::client::KafkaClient;
 use samsa_tests::cluster::{run_cli, SamsaCluster};
 use samsa_tests::codes::NONE;
 use samsa_tests::http::{http_get, metric};
 use samsa_tests::node::samsa_bin;
 use samsa_tests::txn::{
-    create_topic_default_rf, partition_leaders, retry_coordinator, transaction_state_leader,
+    create_topic_default_rf, init_transactional_id, partition_leaders, transaction_state_leader,
     TxnProducer,
 };
 use samsa_tests::wait::try_wait_until;
@@ -98,17 +97,6 @@ fn wait_metric(addr: SocketAddr, name: &str, expected: i64) {
     );
 }
 
-/// InitProducerId for `id`, retried while the coordinator comes up.
-fn init_txn_id(c: &mut KafkaClient, id: &str, timeout_ms: i32) -> (i64, i16) {
-    let (code, resp) = retry_coordinator("InitProducerId", SETTLE, || {
-        let r = c.init_producer_id_txn(id, timeout_ms, (-1, -1))?;
-        Ok((r.error_code, r))
-    })
-    .unwrap();
-    assert_eq!(code, NONE, "InitProducerId({id}): {resp:?}");
-    (resp.producer_id.0, resp.producer_epoch)
-}
-
 /// A transactional write the coordinator never heard of (no
 /// AddPartitionsToTxn, verification off) leaves a hanging transaction, here
 /// on two partitions: `find-hanging` lists them once they are older than
@@ -129,7 +117,7 @@ fn hanging_transaction_is_found_gauged_and_aborted() {
     c.create_topic(&topic, 2).unwrap();
 
     let id = unique_topic("hanging-txn");
-    let (pid, epoch) = init_txn_id(&mut c, &id, 1_000);
+    let (pid, epoch) = init_transactional_id(&mut c, &id, 1_000);
     let written_at = Instant::now();
     for p in 0..2 {
         let before = BatchBuilder::new().record("before").build();
@@ -485,7 +473,7 @@ fn cluster_find_hanging_crosschecks_coordinators_and_aborts_on_each_leader() {
             _ => None,
         }
     });
-    let (pid, epoch) = init_txn_id(&mut cluster.client(coordinator), &id, 60_000);
+    let (pid, epoch) = init_transactional_id(&mut cluster.client(coordinator), &id, 60_000);
     for (&p, &leader) in &leaders {
         let batch = BatchBuilder::idempotent(pid, epoch, 0)
             .transactional(true)

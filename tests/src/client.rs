@@ -671,6 +671,23 @@ impl KafkaClient {
         }
     }
 
+    /// DescribeTransactions of one id at its coordinator: the state name
+    /// as Kafka spells it (`Ongoing`, `PrepareCommit`, `CompleteCommit`, …)
+    /// and the error code.
+    pub fn transaction_state(&mut self, transactional_id: &str) -> Result<(i16, String)> {
+        let req = kafka_protocol::messages::DescribeTransactionsRequest::default()
+            .with_transactional_ids(vec![TransactionalId(StrBytes::from_string(
+                transactional_id.to_string(),
+            ))]);
+        let resp = self.call(&req)?;
+        let state = resp
+            .transaction_states
+            .into_iter()
+            .next()
+            .ok_or_else(|| anyhow!("DescribeTransactions answered no transaction"))?;
+        Ok((state.error_code, state.transaction_state.to_string()))
+    }
+
     /// InitProducerId with a transactional id at the highest common
     /// version; the answer is returned whatever its error code. `current`
     /// is the (producer id, epoch) a KIP-360 client sends to keep its id,

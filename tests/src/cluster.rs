@@ -64,6 +64,11 @@ impl ClusterNode {
         format!("127.0.0.1:{}", self.kafka_port)
     }
 
+    /// The node's HTTP endpoint (`/metrics`, `/readyz`).
+    pub fn http_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.http_port))
+    }
+
     /// `http://127.0.0.1:PORT`, the base of the node's HTTP endpoint.
     pub fn http_base(&self) -> String {
         format!("http://127.0.0.1:{}", self.http_port)

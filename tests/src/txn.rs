@@ -436,6 +436,43 @@ pub fn retry_coordinator<T>(
     }
 }
 
+/// InitProducerId for transactional id `id` on a fresh start (no current
+/// producer), with transaction timeout `timeout_ms`, retried while the
+/// coordinator comes up (30 s); panics unless it succeeds. Returns
+/// (producer id, epoch).
+pub fn init_transactional_id(client: &mut KafkaClient, id: &str, timeout_ms: i32) -> (i64, i16) {
+    let (code, resp) = retry_coordinator("InitProducerId", Duration::from_secs(30), || {
+        let r = client.init_producer_id_txn(id, timeout_ms, (-1, -1))?;
+        Ok((r.error_code, r))
+    })
+    .unwrap_or_else(|e| panic!("InitProducerId(transactional.id={id}): {e:#}"));
+    assert_eq!(
+        code, 0,
+        "InitProducerId(transactional.id={id}) failed: {resp:?}"
+    );
+    assert!(
+        resp.producer_id.0 >= 0 && resp.producer_epoch >= 0,
+        "{resp:?}"
+    );
+    (resp.producer_id.0, resp.producer_epoch)
+}
+
+/// EndTxn v5 (transaction version 2) retried while CONCURRENT_TRANSACTIONS
+/// (markers in flight) or the coordinator moves, up to 30 s; returns (error
+/// code, (producer id, epoch) answered: what the producer uses next).
+pub fn end_txn_v5(
+    client: &mut KafkaClient,
+    id: &str,
+    producer: (i64, i16),
+    commit: bool,
+) -> (i16, (i64, i16)) {
+    retry_coordinator("EndTxn", Duration::from_secs(30), || {
+        let r = client.end_txn_at(id, producer, commit, 5)?;
+        Ok((r.error_code, (r.producer_id.0, r.producer_epoch)))
+    })
+    .unwrap_or_else(|e| panic!("EndTxn({id}): {e:#}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 use tracing::{debug, Instrument};
 
 use crate::handlers;
+use crate::produce_order::AppendTurn;
 use crate::Broker;
 
 /// `(api, min version, max version)` for every API samsa implements.
@@ -69,11 +70,14 @@ pub enum DispatchError {
 /// Decodes one request frame, runs its handler, and returns the encoded
 /// response (header + body, without the length prefix), or `None` when the
 /// protocol says not to answer (acks=0 produce). `peer` is the client's
-/// address (DescribeGroups shows it as a member's host).
+/// address (DescribeGroups shows it as a member's host); `turn` is a
+/// Produce request's place in its connection's append order
+/// ([`crate::produce_order`]; none: it appends whenever it runs).
 pub async fn dispatch(
     broker: &Broker,
     mut frame: Bytes,
     peer: std::net::SocketAddr,
+    turn: Option<AppendTurn>,
 ) -> Result<Option<BytesMut>, DispatchError> {
     if frame.len() < 8 {
         return Err(DispatchError::Close(format!(
@@ -116,7 +120,7 @@ pub async fn dispatch(
         correlation_id,
         client_id = header.client_id.as_ref().map(|c| c.as_str()).unwrap_or("")
     );
-    handle(broker, api_key, header, frame, peer)
+    handle(broker, api_key, header, frame, peer, turn)
         .instrument(span)
         .await
 }
@@ -169,6 +173,7 @@ async fn handle(
     header: RequestHeader,
     mut body: Bytes,
     peer: std::net::SocketAddr,
+    turn: Option<AppendTurn>,
 ) -> Result<Option<BytesMut>, DispatchError> {
     let v = header.request_api_version;
     let cid = header.correlation_id;
@@ -190,7 +195,8 @@ async fn handle(
         ApiKey::Produce => {
             let request: kafka_protocol::messages::ProduceRequest = decode(api_key, &mut body, v)?;
             let acks = request.acks;
-            let response = handlers::produce::handle(broker, request, v).await;
+            let response =
+                handlers::produce::handle(broker, request, v, turn.unwrap_or_default()).await;
             if acks == 0 {
                 Ok(None)
             } else {

@@ -141,7 +141,16 @@ struct Gauge<'a> {
 
 impl<'a> Gauge<'a> {
     fn new(out: &'a mut String, name: &str, help: &str) -> Self {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        Self::of_type(out, name, help, "gauge")
+    }
+
+    /// A metric that only grows (Prometheus `counter`, name ending `_total`).
+    fn counter(out: &'a mut String, name: &str, help: &str) -> Self {
+        Self::of_type(out, name, help, "counter")
+    }
+
+    fn of_type(out: &'a mut String, name: &str, help: &str, kind: &str) -> Self {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         Gauge { out }
     }
 
@@ -152,6 +161,10 @@ impl<'a> Gauge<'a> {
             let _ = writeln!(self.out, "{name}{{{labels}}} {value}");
         }
     }
+}
+
+fn counter_value(counter: &std::sync::atomic::AtomicU64) -> i64 {
+    i64::try_from(counter.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
 }
 
 /// Escapes a label value (backslash, double quote, newline).
@@ -246,6 +259,27 @@ fn render_metrics(state: &HttpState) -> String {
         "samsa_partitions_with_hanging_transactions",
         "",
         summary.partitions_with_hanging_transactions,
+    );
+    let pipelining = &broker.pipelining;
+    Gauge::counter(
+        &mut out,
+        "samsa_produce_pipelined_batches_total",
+        "produce batches that arrived while an earlier produce request of the same connection for the same partition was unanswered",
+    )
+    .sample(
+        "samsa_produce_pipelined_batches_total",
+        "",
+        counter_value(&pipelining.pipelined_batches),
+    );
+    Gauge::new(
+        &mut out,
+        "samsa_produce_partition_in_flight_max",
+        "the most produce requests of one connection in flight for one partition at once, since start",
+    )
+    .sample(
+        "samsa_produce_partition_in_flight_max",
+        "",
+        counter_value(&pipelining.partition_in_flight_max),
     );
     // Coordinator side: the transactions of the ids this broker coordinates.
     let ongoing = broker.txn.lock().list_transactions(

@@ -3,6 +3,8 @@
 //! - [`server`]: TCP listener, framing, in-order pipelined answers;
 //! - [`dispatch`]: header decoding, the table of supported API versions, routing;
 //! - [`handlers`]: one module per Kafka API family;
+//! - [`produce_order`]: a connection's produce requests append in arrival
+//!   order while their acks=all waits overlap;
 //! - [`replica`]: the partitions this broker hosts (logs, HW watch, group commit);
 //! - [`replication`]: follower fetch loops, the leader's replication service,
 //!   HW over the ISR, ISR changes, the leader-epoch cache;
@@ -42,6 +44,7 @@ pub mod groups;
 pub mod handlers;
 pub mod http;
 pub mod metadata;
+pub mod produce_order;
 pub mod producer_ids;
 pub mod replica;
 pub mod replication;
@@ -107,6 +110,8 @@ pub struct Broker {
     pub txn: transactions::TxnShell,
     /// The group coordinator and its IO shell.
     pub groups: groups::GroupShell,
+    /// How much clients pipeline produce requests (`/metrics`).
+    pub pipelining: produce_order::PipeliningStats,
 }
 
 /// This broker as it advertises itself.
@@ -162,6 +167,7 @@ impl Broker {
         Ok(Broker {
             txn: transactions::TxnShell::new(&config),
             groups: groups::GroupShell::new(&config),
+            pipelining: Default::default(),
             single_node: config.controller_quorum_voters.is_none(),
             config,
             metadata,

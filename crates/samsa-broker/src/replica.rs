@@ -17,10 +17,7 @@
 //! - an `acks=all` produce under [`FlushPolicy::EveryAck`] is answered only
 //!   once a fsync covering its last offset has completed; concurrent waiters
 //!   share one fsync (group commit), and fsync runs outside the log mutex so
-//!   appends continue while the disk works;
-//! - a producer's transactional writes reach the log in the order they
-//!   asked for their turn ([`Partition::txn_write_turn`]), although the
-//!   first one of a transaction waits for the coordinator (KIP-890).
+//!   appends continue while the disk works.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -137,32 +134,6 @@ pub struct Partition {
     /// append of that epoch and dropped by any marker of the producer, so a
     /// verification never outlives the transaction it was made for.
     verified_txns: Mutex<HashMap<i64, i16>>,
-    /// Per producer id, the FIFO queue of its transactional writes between
-    /// verification and append ([`Self::txn_write_turn`]). An entry lives
-    /// while some write holds or waits for it.
-    txn_write_turns: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-/// A producer's turn to verify and append a transactional write on a
-/// partition ([`Partition::txn_write_turn`]); the next write of the same
-/// producer gets its turn when this is dropped.
-pub struct TxnWriteTurn<'a> {
-    partition: &'a Partition,
-    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
-}
-
-impl Drop for TxnWriteTurn<'_> {
-    fn drop(&mut self) {
-        let mut turns = self
-            .partition
-            .txn_write_turns
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        drop(self.guard.take());
-        // Only the map holds a queue nobody waits on (also one left behind
-        // by a write whose request was dropped while waiting).
-        turns.retain(|_, queue| Arc::strong_count(queue) > 1);
-    }
 }
 
 impl Partition {
@@ -182,7 +153,6 @@ impl Partition {
             flush_lock: tokio::sync::Mutex::new(()),
             checkpointed_high_watermark: AtomicI64::new(hw),
             verified_txns: Mutex::new(HashMap::new()),
-            txn_write_turns: Mutex::new(HashMap::new()),
         }
     }
 
@@ -269,29 +239,6 @@ impl Partition {
             };
             log.delete_records_before(offset)
         })
-    }
-
-    /// Waits until it is this write's turn among the transactional writes
-    /// of `producer_id` here, in the order the writes called this. Hold it
-    /// from [`Self::txn_needs_verification`] through the append: a client
-    /// pipelines a transaction's first batches (each with the next
-    /// sequence), the first waits for its verification round trip, and
-    /// without the turn a later one could verify first and land ahead of
-    /// it, failing the earlier ones with OUT_OF_ORDER_SEQUENCE_NUMBER.
-    pub async fn txn_write_turn(&self, producer_id: i64) -> TxnWriteTurn<'_> {
-        let queue = Arc::clone(
-            self.txn_write_turns
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(producer_id)
-                .or_default(),
-        );
-        // tokio's mutex is fair: waiters get it in the order they asked.
-        let guard = queue.lock_owned().await;
-        TxnWriteTurn {
-            partition: self,
-            guard: Some(guard),
-        }
     }
 
     /// Whether a transactional write of this producer must first be

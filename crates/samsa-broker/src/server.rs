@@ -13,6 +13,10 @@
 //! OffsetFetch sent right after an asynchronous OffsetCommit sees that
 //! commit.
 //!
+//! Produce requests run concurrently too, but append in arrival order:
+//! each is handed its turn ([`crate::produce_order`]) as it is dispatched,
+//! which is the order the frames arrived.
+//!
 //! A frame that cannot be a Kafka request — negative or oversized length,
 //! unknown API key, unsupported version (other than ApiVersions), a body that
 //! does not decode — closes the connection with a log line, as Kafka does.
@@ -30,6 +34,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::dispatch::{dispatch, DispatchError};
+use crate::produce_order::{AppendTurn, ConnectionAppendOrder};
 use crate::Broker;
 
 /// How many requests of one connection may be in flight at once.
@@ -136,12 +141,18 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, broker: Arc<Broke
     // whether the request in flight is a barrier.
     let mut held: Option<Frame> = None;
     let mut barrier_in_flight = false;
+    // Frames are dispatched in arrival order, so turns are handed out in it.
+    let mut append_order = ConnectionAppendOrder::default();
+    let mut start = |body: Bytes| {
+        let turn = is_produce(&body).then(|| append_order.next_turn());
+        dispatch_owned(broker.clone(), body, peer, turn)
+    };
     loop {
         if in_flight.is_empty() {
             barrier_in_flight = false;
             if let Some(frame) = held.take() {
                 barrier_in_flight = is_barrier(&frame.body);
-                in_flight.push_back(dispatch_owned(broker.clone(), frame.body, peer));
+                in_flight.push_back(start(frame.body));
             }
         }
         tokio::select! {
@@ -153,7 +164,7 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, broker: Arc<Broke
                             held = Some(frame);
                         } else {
                             barrier_in_flight = barrier;
-                            in_flight.push_back(dispatch_owned(broker.clone(), frame.body, peer));
+                            in_flight.push_back(start(frame.body));
                         }
                     }
                     None => reading = false,
@@ -189,30 +200,39 @@ async fn dispatch_owned(
     broker: Arc<Broker>,
     body: Bytes,
     peer: SocketAddr,
+    turn: Option<AppendTurn>,
 ) -> Result<Option<BytesMut>, DispatchError> {
-    dispatch(&broker, body, peer).await
+    dispatch(&broker, body, peer, turn).await
+}
+
+fn api_key_of(frame: &[u8]) -> Option<kafka_protocol::messages::ApiKey> {
+    let key = frame.get(..2).map(|k| i16::from_be_bytes([k[0], k[1]]))?;
+    kafka_protocol::messages::ApiKey::try_from(key).ok()
+}
+
+fn is_produce(frame: &[u8]) -> bool {
+    api_key_of(frame) == Some(kafka_protocol::messages::ApiKey::Produce)
 }
 
 /// Whether a request frame is one of the group coordinator's, which run one
 /// at a time on a connection (see the module docs).
 fn is_barrier(frame: &[u8]) -> bool {
     use kafka_protocol::messages::ApiKey;
-    let Some(key) = frame.get(..2).map(|k| i16::from_be_bytes([k[0], k[1]])) else {
-        return false;
-    };
     matches!(
-        ApiKey::try_from(key),
-        Ok(ApiKey::JoinGroup
-            | ApiKey::SyncGroup
-            | ApiKey::Heartbeat
-            | ApiKey::LeaveGroup
-            | ApiKey::OffsetCommit
-            | ApiKey::OffsetFetch
-            | ApiKey::TxnOffsetCommit
-            | ApiKey::OffsetDelete
-            | ApiKey::DeleteGroups
-            | ApiKey::DescribeGroups
-            | ApiKey::ListGroups)
+        api_key_of(frame),
+        Some(
+            ApiKey::JoinGroup
+                | ApiKey::SyncGroup
+                | ApiKey::Heartbeat
+                | ApiKey::LeaveGroup
+                | ApiKey::OffsetCommit
+                | ApiKey::OffsetFetch
+                | ApiKey::TxnOffsetCommit
+                | ApiKey::OffsetDelete
+                | ApiKey::DeleteGroups
+                | ApiKey::DescribeGroups
+                | ApiKey::ListGroups
+        )
     )
 }
 

@@ -14,12 +14,18 @@
 //! write to a partition in a transaction, the leader checks with the
 //! transaction coordinator that the partition is in the ongoing transaction
 //! (Produce v12+, transaction version 2: adds it), see
-//! `transactions::verify`; an unverified write is refused
+//! `transactions::verify`; one call per producer covers every partition of
+//! the request that needs it. An unverified write is refused
 //! (INVALID_TXN_STATE, or TRANSACTION_ABORTABLE for v11+), a coordinator
-//! that cannot answer now gives NOT_ENOUGH_REPLICAS (retriable). A
-//! producer's transactional writes to a partition are verified and
-//! appended one at a time, in request order (`Partition::txn_write_turn`).
+//! that cannot answer now gives NOT_ENOUGH_REPLICAS (retriable).
+//!
+//! Order: a request waits for its connection's earlier produce requests to
+//! append before it looks at any partition, and lets the next one go once
+//! its own batches are appended, before the acks=all waits
+//! ([`crate::produce_order`]). Within a request, partitions are appended in
+//! the request's order.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::future::join_all;
@@ -31,8 +37,9 @@ use tracing::{debug, info, warn, Instrument};
 
 use super::str_bytes;
 use crate::error::{partition_error_code, produce_verification_error, storage_error_code};
-use crate::replica::PartitionError;
-use crate::transactions::verify::verify_partition;
+use crate::produce_order::AppendTurn;
+use crate::replica::{Partition, PartitionError};
+use crate::transactions::verify::verify_partitions;
 use crate::txn::TopicPartition;
 use crate::{now_ms, Broker};
 
@@ -43,8 +50,35 @@ struct PendingDurability {
     leader_epoch: i32,
 }
 
-pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> ProduceResponse {
-    let now = now_ms();
+/// One partition of the request on its way to the log.
+struct Write {
+    topic: usize,
+    partition: usize,
+    name: String,
+    index: i32,
+    records: bytes::Bytes,
+    /// (producer id, epoch) of a transactional batch.
+    txn: Option<(i64, i16)>,
+    /// The hosted partition, once looked up.
+    target: Option<Arc<Partition>>,
+}
+
+type Refusal = (ResponseError, String);
+
+pub async fn handle(
+    broker: &Broker,
+    request: ProduceRequest,
+    version: i16,
+    mut turn: AppendTurn,
+) -> ProduceResponse {
+    let _in_flight = turn.track(
+        &broker.pipelining,
+        request.topic_data.iter().flat_map(|t| {
+            t.partition_data
+                .iter()
+                .map(|p| (t.name.0.as_str(), p.index))
+        }),
+    );
     let acks = request.acks;
     let deadline = tokio::time::Instant::now()
         + std::time::Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0));
@@ -60,10 +94,11 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                     .is_some_and(|h| h.is_transactional())
             })
         });
+    let transactional_id = request.transactional_id.as_ref().map(|t| t.0.to_string());
     let mut responses = Vec::with_capacity(request.topic_data.len());
-    let mut waits = Vec::new();
-    let mut hosts = Vec::new();
+    let mut writes = Vec::new();
 
+    // What can be refused from the request alone.
     for (topic_index, topic) in request.topic_data.into_iter().enumerate() {
         let name = topic.name.0.as_str().to_string();
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
@@ -73,178 +108,18 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                 .with_base_offset(-1)
                 .with_log_append_time_ms(-1)
                 .with_log_start_offset(-1);
-            let error: Option<(ResponseError, String)> = 'partition: {
-                if untagged_txn {
-                    break 'partition Some((
-                        ResponseError::TransactionalIdAuthorizationFailed,
-                        "transactional records without a transactional id".to_string(),
-                    ));
-                }
-                if !matches!(acks, -1..=1) {
-                    break 'partition Some((
-                        ResponseError::InvalidRequiredAcks,
-                        format!("acks={acks} is not -1, 0 or 1"),
-                    ));
-                }
-                let partition = match broker.leader_partition(&name, data.index) {
-                    Ok(partition) => partition,
-                    Err(code) => {
-                        let why = if code == ResponseError::NotLeaderOrFollower {
-                            "this broker does not lead"
-                        } else {
-                            "this server does not host"
-                        };
-                        break 'partition Some((code, format!("{why} {name}-{}", data.index)));
-                    }
-                };
-                let records = data.records.unwrap_or_default();
-                // Only a group coordinator writes transactional batches
-                // without a sequence (offsets committed in a transaction);
-                // the log checks nothing but their epoch, so clients may not.
-                let unsequenced = samsa_storage::batch::batches(&records).any(|b| {
-                    b.is_ok_and(|(h, _)| {
-                        h.is_transactional() && h.base_sequence == samsa_storage::batch::NO_SEQUENCE
-                    })
-                });
-                if unsequenced {
-                    break 'partition Some((
-                        ResponseError::InvalidRecord,
-                        "a transactional batch without a sequence number".to_string(),
-                    ));
-                }
-                // (producer id, epoch) of a transactional batch.
-                let txn = BatchHeader::parse(&records)
-                    .ok()
-                    .filter(BatchHeader::is_transactional)
-                    .map(|h| (h.producer_id, h.producer_epoch));
-                // Held through the append: the producer's pipelined writes
-                // land in request order even while one waits for its
-                // verification.
-                let _turn = match txn {
-                    Some((producer_id, _)) => Some(partition.txn_write_turn(producer_id).await),
-                    None => None,
-                };
-                if let Some((producer_id, producer_epoch)) = txn {
-                    let Some(transactional_id) = request.transactional_id.as_ref() else {
-                        // Unreachable: `untagged_txn` answered above.
-                        break 'partition Some((
-                            ResponseError::TransactionalIdAuthorizationFailed,
-                            "transactional records without a transactional id".to_string(),
-                        ));
-                    };
-                    let needs = match partition.txn_needs_verification(producer_id, producer_epoch)
-                    {
-                        Ok(needs) => needs,
-                        Err(e) => break 'partition Some((partition_error_code(&e), e.to_string())),
-                    };
-                    if needs && !broker.config.transaction_partition_verification_enable {
-                        // Verification off: the write opens its transaction
-                        // on trust, as Kafka does with the same setting.
-                        partition.mark_txn_verified(producer_id, producer_epoch);
-                    } else if needs {
-                        let verified = verify_partition(
-                            broker,
-                            transactional_id.0.as_str(),
-                            producer_id,
-                            producer_epoch,
-                            TopicPartition::new(name.clone(), data.index),
-                            // Produce v12+ is transaction version 2: the
-                            // write adds the partition itself.
-                            version >= 12,
-                        )
-                        .instrument(tracing::debug_span!(
-                            "verify_txn",
-                            transactional_id = transactional_id.0.as_str(),
-                            producer_id,
-                            producer_epoch
-                        ))
-                        .await;
-                        if let Err(e) = verified {
-                            let code = produce_verification_error(e, version);
-                            info!(partition = %partition.name(), transactional_id = transactional_id.0.as_str(), producer_id, producer_epoch, coordinator_error = ?e, answer = ?code, "transactional write not verified");
-                            break 'partition Some((
-                                code,
-                                format!(
-                                    "{name}-{}: the transaction coordinator answered {e:?}",
-                                    data.index
-                                ),
-                            ));
-                        }
-                        partition.mark_txn_verified(producer_id, producer_epoch);
-                    }
-                }
-                if acks == -1 {
-                    let (isr, min_isr) = partition.isr_and_min();
-                    if isr < min_isr {
-                        break 'partition Some((
-                            ResponseError::NotEnoughReplicas,
-                            format!(
-                                "{name}-{}: {isr} in-sync replicas, min.insync.replicas is {min_isr}",
-                                data.index
-                            ),
-                        ));
-                    }
-                }
-                let leader_epoch = partition.leader_epoch();
-                let appended = crate::blocking_io(|| match txn {
-                    Some((producer_id, producer_epoch)) => {
-                        partition.append_transactional(&records, producer_id, producer_epoch, now)
-                    }
-                    None => partition.append(&records, now),
-                });
-                match appended {
-                    Ok((info, log_start_offset)) => {
-                        if info.duplicate {
-                            debug!(partition = %partition.name(), base_offset = info.base_offset, "duplicate batch; answering with original offset");
-                        }
-                        response.base_offset = info.base_offset;
-                        response.log_append_time_ms = info.log_append_time_ms;
-                        response.log_start_offset = log_start_offset;
-                        if acks == -1 {
-                            waits.push(PendingDurability {
-                                topic: topic_index,
-                                partition: partition_index,
-                                end_offset: info.last_offset + 1,
-                                leader_epoch,
-                            });
-                            hosts.push(Arc::clone(&partition));
-                        }
-                        None
-                    }
-                    Err(PartitionError::Storage(e)) => {
-                        let code = storage_error_code(&e);
-                        if code == ResponseError::KafkaStorageError {
-                            warn!(partition = %partition.name(), error = %e, "append failed");
-                        } else if matches!(
-                            code,
-                            ResponseError::OutOfOrderSequenceNumber
-                                | ResponseError::InvalidProducerEpoch
-                        ) {
-                            // Rare and consequential: a client bumps its
-                            // epoch or fails on these.
-                            info!(partition = %partition.name(), error = %e, "idempotent batch rejected");
-                        } else {
-                            debug!(partition = %partition.name(), error = %e, "append rejected");
-                        }
-                        Some((code, e.to_string()))
-                    }
-                    Err(e @ (PartitionError::Closed(_) | PartitionError::RoleChanged { .. })) => {
-                        Some((ResponseError::NotLeaderOrFollower, e.to_string()))
-                    }
-                    Err(e @ PartitionError::Flush(_)) => {
-                        Some((ResponseError::KafkaStorageError, e.to_string()))
-                    }
-                    Err(e @ PartitionError::TxnNotVerified { .. }) => Some((
-                        produce_verification_error(ResponseError::InvalidTxnState, version),
-                        e.to_string(),
-                    )),
-                }
-            };
-            if let Some((code, message)) = error {
-                response.error_code = code.code();
-                if version >= 8 {
-                    response.error_message = Some(str_bytes(message));
-                }
+            let records = data.records.unwrap_or_default();
+            match admissible(untagged_txn, acks, &records) {
+                Ok(txn) => writes.push(Write {
+                    topic: topic_index,
+                    partition: partition_index,
+                    name: name.clone(),
+                    index: data.index,
+                    records,
+                    txn,
+                    target: None,
+                }),
+                Err(refusal) => refuse(&mut response, refusal, version),
             }
             partitions.push(response);
         }
@@ -254,6 +129,66 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
                 .with_partition_responses(partitions),
         );
     }
+
+    turn.wait().await;
+    let now = now_ms();
+    for write in &mut writes {
+        match broker.leader_partition(&write.name, write.index) {
+            Ok(partition) => write.target = Some(partition),
+            Err(code) => {
+                let why = if code == ResponseError::NotLeaderOrFollower {
+                    "this broker does not lead"
+                } else {
+                    "this server does not host"
+                };
+                let message = format!("{why} {}-{}", write.name, write.index);
+                refuse(
+                    &mut responses[write.topic].partition_responses[write.partition],
+                    (code, message),
+                    version,
+                );
+            }
+        }
+    }
+    if let Some(transactional_id) = &transactional_id {
+        verify_transactions(
+            broker,
+            transactional_id,
+            &mut writes,
+            &mut responses,
+            version,
+        )
+        .await;
+    }
+
+    let mut waits = Vec::new();
+    let mut hosts = Vec::new();
+    for write in &writes {
+        let Some(partition) = &write.target else {
+            continue;
+        };
+        let response = &mut responses[write.topic].partition_responses[write.partition];
+        match append(partition, write, acks, now, version) {
+            Ok((info, log_start_offset, leader_epoch)) => {
+                response.base_offset = info.base_offset;
+                response.log_append_time_ms = info.log_append_time_ms;
+                response.log_start_offset = log_start_offset;
+                if acks == -1 {
+                    waits.push(PendingDurability {
+                        topic: write.topic,
+                        partition: write.partition,
+                        end_offset: info.last_offset + 1,
+                        leader_epoch,
+                    });
+                    hosts.push(Arc::clone(partition));
+                }
+            }
+            Err(refusal) => refuse(response, refusal, version),
+        }
+    }
+    // Every batch of this request is in its log (or refused): the
+    // connection's next produce request may append while this one waits.
+    turn.release();
 
     // acks=all: answer only after the group-commit fsync covering each
     // batch and once the HW (every ISR member) covers it.
@@ -269,15 +204,218 @@ pub async fn handle(broker: &Broker, request: ProduceRequest, version: i16) -> P
     )
     .await;
     for (wait, outcome) in waits.iter().zip(outcomes) {
-        if let Err((code, message)) = outcome {
-            let response = &mut responses[wait.topic].partition_responses[wait.partition];
-            response.error_code = code.code();
-            response.base_offset = -1;
-            if version >= 8 {
-                response.error_message = Some(str_bytes(message));
-            }
+        if let Err(refusal) = outcome {
+            refuse(
+                &mut responses[wait.topic].partition_responses[wait.partition],
+                refusal,
+                version,
+            );
         }
     }
 
     ProduceResponse::default().with_responses(responses)
+}
+
+/// The checks that need nothing but the request: `Ok` with the batch's
+/// (producer id, epoch) when it is transactional.
+fn admissible(
+    untagged_txn: bool,
+    acks: i16,
+    records: &[u8],
+) -> Result<Option<(i64, i16)>, Refusal> {
+    if untagged_txn {
+        return Err((
+            ResponseError::TransactionalIdAuthorizationFailed,
+            "transactional records without a transactional id".to_string(),
+        ));
+    }
+    if !matches!(acks, -1..=1) {
+        return Err((
+            ResponseError::InvalidRequiredAcks,
+            format!("acks={acks} is not -1, 0 or 1"),
+        ));
+    }
+    // Only a group coordinator writes transactional batches without a
+    // sequence (offsets committed in a transaction); the log checks nothing
+    // but their epoch, so clients may not.
+    let unsequenced = samsa_storage::batch::batches(records).any(|b| {
+        b.is_ok_and(|(h, _)| {
+            h.is_transactional() && h.base_sequence == samsa_storage::batch::NO_SEQUENCE
+        })
+    });
+    if unsequenced {
+        return Err((
+            ResponseError::InvalidRecord,
+            "a transactional batch without a sequence number".to_string(),
+        ));
+    }
+    Ok(BatchHeader::parse(records)
+        .ok()
+        .filter(BatchHeader::is_transactional)
+        .map(|h| (h.producer_id, h.producer_epoch)))
+}
+
+/// KIP-890: asks the coordinator about every partition whose transactional
+/// write would open its producer's transaction there, one call per
+/// producer, and refuses the writes it does not confirm.
+async fn verify_transactions(
+    broker: &Broker,
+    transactional_id: &str,
+    writes: &mut [Write],
+    responses: &mut [TopicProduceResponse],
+    version: i16,
+) {
+    // (producer id, epoch) -> indexes into `writes`.
+    let mut unverified: BTreeMap<(i64, i16), Vec<usize>> = BTreeMap::new();
+    for (i, write) in writes.iter_mut().enumerate() {
+        let (Some(partition), Some((producer_id, producer_epoch))) = (&write.target, write.txn)
+        else {
+            continue;
+        };
+        match partition.txn_needs_verification(producer_id, producer_epoch) {
+            Ok(false) => {}
+            // Verification off: the write opens its transaction on trust,
+            // as Kafka does with the same setting.
+            Ok(true) if !broker.config.transaction_partition_verification_enable => {
+                partition.mark_txn_verified(producer_id, producer_epoch);
+            }
+            Ok(true) => unverified
+                .entry((producer_id, producer_epoch))
+                .or_default()
+                .push(i),
+            Err(e) => {
+                refuse(
+                    &mut responses[write.topic].partition_responses[write.partition],
+                    (partition_error_code(&e), e.to_string()),
+                    version,
+                );
+                write.target = None;
+            }
+        }
+    }
+    let answers = join_all(unverified.iter().map(|(&(producer_id, epoch), indexes)| {
+        let partitions = indexes
+            .iter()
+            .map(|&i| TopicPartition::new(writes[i].name.clone(), writes[i].index))
+            .collect();
+        verify_partitions(
+            broker,
+            transactional_id,
+            producer_id,
+            epoch,
+            partitions,
+            // Produce v12+ is transaction version 2: the write adds the
+            // partition itself.
+            version >= 12,
+        )
+        .instrument(tracing::debug_span!(
+            "verify_txn",
+            transactional_id,
+            producer_id,
+            producer_epoch = epoch
+        ))
+    }))
+    .await;
+    for ((&(producer_id, producer_epoch), indexes), answer) in unverified.iter().zip(answers) {
+        for &i in indexes {
+            let write = &mut writes[i];
+            let outcome = match &answer {
+                Err(e) => Some(*e),
+                Ok(results) => results
+                    .iter()
+                    .find(|(tp, _)| tp.topic == write.name && tp.partition == write.index)
+                    .map_or(Some(ResponseError::UnknownServerError), |(_, e)| *e),
+            };
+            let Some(partition) = &write.target else {
+                continue;
+            };
+            match outcome {
+                None => partition.mark_txn_verified(producer_id, producer_epoch),
+                Some(e) => {
+                    let code = produce_verification_error(e, version);
+                    info!(partition = %partition.name(), transactional_id, producer_id, producer_epoch, coordinator_error = ?e, answer = ?code, "transactional write not verified");
+                    let message = format!(
+                        "{}-{}: the transaction coordinator answered {e:?}",
+                        write.name, write.index
+                    );
+                    refuse(
+                        &mut responses[write.topic].partition_responses[write.partition],
+                        (code, message),
+                        version,
+                    );
+                    write.target = None;
+                }
+            }
+        }
+    }
+}
+
+/// Appends one partition's batch as leader: `Ok` with the append, the log
+/// start offset after it and the leader epoch it was written in.
+fn append(
+    partition: &Partition,
+    write: &Write,
+    acks: i16,
+    now: i64,
+    version: i16,
+) -> Result<(samsa_storage::AppendInfo, i64, i32), Refusal> {
+    if acks == -1 {
+        let (isr, min_isr) = partition.isr_and_min();
+        if isr < min_isr {
+            return Err((
+                ResponseError::NotEnoughReplicas,
+                format!(
+                    "{}-{}: {isr} in-sync replicas, min.insync.replicas is {min_isr}",
+                    write.name, write.index
+                ),
+            ));
+        }
+    }
+    let leader_epoch = partition.leader_epoch();
+    let appended = crate::blocking_io(|| match write.txn {
+        Some((producer_id, producer_epoch)) => {
+            partition.append_transactional(&write.records, producer_id, producer_epoch, now)
+        }
+        None => partition.append(&write.records, now),
+    });
+    match appended {
+        Ok((info, log_start_offset)) => {
+            if info.duplicate {
+                debug!(partition = %partition.name(), base_offset = info.base_offset, "duplicate batch; answering with original offset");
+            }
+            Ok((info, log_start_offset, leader_epoch))
+        }
+        Err(PartitionError::Storage(e)) => {
+            let code = storage_error_code(&e);
+            if code == ResponseError::KafkaStorageError {
+                warn!(partition = %partition.name(), error = %e, "append failed");
+            } else if matches!(
+                code,
+                ResponseError::OutOfOrderSequenceNumber | ResponseError::InvalidProducerEpoch
+            ) {
+                // Rare and consequential: a client bumps its epoch or fails
+                // on these.
+                info!(partition = %partition.name(), error = %e, "idempotent batch rejected");
+            } else {
+                debug!(partition = %partition.name(), error = %e, "append rejected");
+            }
+            Err((code, e.to_string()))
+        }
+        Err(e @ (PartitionError::Closed(_) | PartitionError::RoleChanged { .. })) => {
+            Err((ResponseError::NotLeaderOrFollower, e.to_string()))
+        }
+        Err(e @ PartitionError::Flush(_)) => Err((ResponseError::KafkaStorageError, e.to_string())),
+        Err(e @ PartitionError::TxnNotVerified { .. }) => Err((
+            produce_verification_error(ResponseError::InvalidTxnState, version),
+            e.to_string(),
+        )),
+    }
+}
+
+fn refuse(response: &mut PartitionProduceResponse, (code, message): Refusal, version: i16) {
+    response.error_code = code.code();
+    response.base_offset = -1;
+    if version >= 8 {
+        response.error_message = Some(str_bytes(message));
+    }
 }

@@ -38,54 +38,79 @@ pub async fn verify_partition(
     tp: TopicPartition,
     add: bool,
 ) -> Result<(), ResponseError> {
-    let node = broker.txn.coordinator_node(broker, transactional_id)?;
-    let results = if node.node_id == broker.config.node_id {
-        add_partitions_local(
-            broker,
-            transactional_id,
-            producer_id,
-            producer_epoch,
-            vec![tp.clone()],
-            !add,
-        )
-        .await
-    } else {
-        let Some(mut client) = broker.txn.client(node.node_id) else {
-            return Err(ResponseError::CoordinatorNotAvailable);
-        };
-        let mut request = tonic::Request::new(pb::AddPartitionsToTxnRequest {
-            transactional_id: transactional_id.to_string(),
-            producer_id,
-            producer_epoch: i32::from(producer_epoch),
-            verify_only: !add,
-            partitions: vec![pb::TopicPartition {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-            }],
-        });
-        request.set_timeout(RPC_TIMEOUT);
-        match client.add_partitions_to_txn(request).await {
-            Ok(response) => response
-                .into_inner()
-                .partitions
-                .into_iter()
-                .map(|r| {
-                    (
-                        TopicPartition::new(r.topic, r.partition),
-                        code_to_error(r.error_code),
-                    )
-                })
-                .collect(),
-            Err(status) => {
-                debug!(coordinator = node.node_id, %status, "verification call failed");
-                return Err(ResponseError::CoordinatorNotAvailable);
-            }
-        }
-    };
+    let results = verify_partitions(
+        broker,
+        transactional_id,
+        producer_id,
+        producer_epoch,
+        vec![tp.clone()],
+        add,
+    )
+    .await?;
     match results.into_iter().find(|(p, _)| *p == tp) {
         Some((_, None)) => Ok(()),
         Some((_, Some(e))) => Err(e),
         None => Err(ResponseError::UnknownServerError),
+    }
+}
+
+/// [`verify_partition`] for several partitions of one producer in one call
+/// to its coordinator (a produce request's first writes of a transaction to
+/// several partitions). `Err` when the coordinator cannot be asked; else
+/// each partition's answer (`None`: verified), in no particular order.
+pub async fn verify_partitions(
+    broker: &Broker,
+    transactional_id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    partitions: Vec<TopicPartition>,
+    add: bool,
+) -> Result<Vec<(TopicPartition, Option<ResponseError>)>, ResponseError> {
+    let node = broker.txn.coordinator_node(broker, transactional_id)?;
+    if node.node_id == broker.config.node_id {
+        return Ok(add_partitions_local(
+            broker,
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            partitions,
+            !add,
+        )
+        .await);
+    }
+    let Some(mut client) = broker.txn.client(node.node_id) else {
+        return Err(ResponseError::CoordinatorNotAvailable);
+    };
+    let mut request = tonic::Request::new(pb::AddPartitionsToTxnRequest {
+        transactional_id: transactional_id.to_string(),
+        producer_id,
+        producer_epoch: i32::from(producer_epoch),
+        verify_only: !add,
+        partitions: partitions
+            .into_iter()
+            .map(|tp| pb::TopicPartition {
+                topic: tp.topic,
+                partition: tp.partition,
+            })
+            .collect(),
+    });
+    request.set_timeout(RPC_TIMEOUT);
+    match client.add_partitions_to_txn(request).await {
+        Ok(response) => Ok(response
+            .into_inner()
+            .partitions
+            .into_iter()
+            .map(|r| {
+                (
+                    TopicPartition::new(r.topic, r.partition),
+                    code_to_error(r.error_code),
+                )
+            })
+            .collect()),
+        Err(status) => {
+            debug!(coordinator = node.node_id, %status, "verification call failed");
+            Err(ResponseError::CoordinatorNotAvailable)
+        }
     }
 }
 
