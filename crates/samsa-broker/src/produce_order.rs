@@ -191,6 +191,7 @@ pub struct PipeliningStats {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::expect_used)]
     use super::*;
     use futures::FutureExt;
 
