@@ -48,6 +48,8 @@ const SETTLE: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Copy, Debug)]
 enum ProducerKind {
+    /// No producer id: the order of appends is the only order there is.
+    Plain,
     Idempotent,
     /// Transaction version 1: AddPartitionsToTxn, Produce v11, EndTxn v4.
     TransactionalV1,
@@ -56,7 +58,8 @@ enum ProducerKind {
 }
 
 impl ProducerKind {
-    const ALL: [ProducerKind; 3] = [
+    const ALL: [ProducerKind; 4] = [
+        ProducerKind::Plain,
         ProducerKind::Idempotent,
         ProducerKind::TransactionalV1,
         ProducerKind::TransactionalV2,
@@ -64,7 +67,7 @@ impl ProducerKind {
 
     fn produce_version(self) -> i16 {
         match self {
-            ProducerKind::Idempotent | ProducerKind::TransactionalV2 => 12,
+            ProducerKind::Plain | ProducerKind::Idempotent | ProducerKind::TransactionalV2 => 12,
             ProducerKind::TransactionalV1 => 11,
         }
     }
@@ -105,6 +108,7 @@ impl Pipeliner {
         coordinator: &mut KafkaClient,
     ) -> Pipeliner {
         let (transactional_id, producer) = match kind {
+            ProducerKind::Plain => (None, (-1, -1)),
             ProducerKind::Idempotent => {
                 let r = coordinator.init_producer_id().expect("InitProducerId");
                 assert_eq!(r.error_code, NONE, "InitProducerId: {r:?}");
@@ -168,7 +172,7 @@ impl Pipeliner {
                     self.next_sequence.clear();
                 }
             }
-            ProducerKind::Idempotent => return,
+            ProducerKind::Plain | ProducerKind::Idempotent => return,
         }
         // Until its markers are written the transaction is still ending,
         // and a write of the next one would be refused as retriable
@@ -198,10 +202,13 @@ impl Pipeliner {
                 .map(|i| format!("{tag}-p{partition}-s{}", *sequence + i as i32))
                 .collect();
             let (pid, epoch) = self.producer;
-            let batch = BatchBuilder::idempotent(pid, epoch, *sequence)
-                .transactional(self.transactional_id.is_some())
-                .values(values.iter())
-                .build();
+            let batch = match self.kind {
+                ProducerKind::Plain => BatchBuilder::new(),
+                _ => BatchBuilder::idempotent(pid, epoch, *sequence),
+            }
+            .transactional(self.transactional_id.is_some())
+            .values(values.iter())
+            .build();
             *sequence += records as i32;
             for value in &values {
                 self.checker.send(&self.name, value.as_bytes());
@@ -244,6 +251,9 @@ impl Pipeliner {
                 .send_only(&request, version)
                 .expect("send a pipelined Produce");
             in_flight.push((correlation_id, sent));
+        }
+        if self.acks == 0 {
+            return; // no answers by protocol
         }
         for (i, (correlation_id, sent)) in in_flight.into_iter().enumerate() {
             let response = client
@@ -314,16 +324,17 @@ fn seeded_rng(test: &str) -> StdRng {
 }
 
 /// Reads every partition of `topic` read_committed from its leader until
-/// every acknowledged record is visible, feeds the reads to the checker and
-/// requires it to find nothing wrong.
+/// every record sent is visible (each batch was accepted, or sent with
+/// acks=0 to a healthy broker), feeds the reads to the checker and requires
+/// it to find nothing wrong.
 fn read_back_and_check(
     pipeliner: &mut Pipeliner,
     topic: &str,
     leaders: &BTreeMap<i32, i32>,
     mut client_for: impl FnMut(i32) -> KafkaClient,
 ) {
-    let acked = pipeliner.checker.acked();
-    let reads = wait_until("every acknowledged record readable", SETTLE, || {
+    let sent = pipeliner.checker.sent();
+    let reads = wait_until("every record sent readable", SETTLE, || {
         let mut reads = Vec::new();
         for (&partition, &leader) in leaders {
             let read = client_for(leader).read_committed(topic, partition).ok()?;
@@ -333,8 +344,9 @@ fn read_back_and_check(
                     .map(|(offset, value)| (partition, offset, value)),
             );
         }
-        (reads.len() >= acked).then_some(reads)
+        (reads.len() >= sent).then_some(reads)
     });
+    assert_eq!(reads.len(), sent, "records read vs sent");
     for (partition, offset, value) in &reads {
         pipeliner
             .checker
@@ -367,16 +379,18 @@ fn pipelined_case(
     let mut coordinator = client_for(coordinator_node);
     let mut pipeliner = Pipeliner::new(kind, acks, name, &mut coordinator);
     let all: Vec<i32> = leaders.keys().copied().collect();
+    // One connection per leader for the whole case, as a producer keeps:
+    // order is a promise per connection.
+    let mut connections: BTreeMap<i32, KafkaClient> =
+        by_leader.keys().map(|&id| (id, client_for(id))).collect();
     for txn in 0..TRANSACTIONS {
         pipeliner.begin(&mut coordinator, &topic, &all);
-        for (&leader, partitions) in &by_leader {
+        for (leader, partitions) in &by_leader {
             let plans = random_plans(rng, partitions, IN_FLIGHT);
-            pipeliner.pipeline(
-                &mut client_for(leader),
-                &topic,
-                &format!("t{txn}-b{leader}"),
-                &plans,
-            );
+            let connection = connections
+                .get_mut(leader)
+                .expect("a connection per leader");
+            pipeliner.pipeline(connection, &topic, &format!("t{txn}-b{leader}"), &plans);
         }
         pipeliner.commit(&mut coordinator);
     }
@@ -399,6 +413,21 @@ fn pipelining_seen(http: std::net::SocketAddr) -> (i64, i64) {
     )
 }
 
+/// Every producer with acks=1 and all; plain and idempotent ones with
+/// acks=0 too (transactional clients never use it).
+fn matrix() -> Vec<(ProducerKind, i16)> {
+    ProducerKind::ALL
+        .into_iter()
+        .flat_map(|kind| {
+            let acks: &[i16] = match kind {
+                ProducerKind::Plain | ProducerKind::Idempotent => &[0, 1, -1],
+                _ => &[1, -1],
+            };
+            acks.iter().map(move |&acks| (kind, acks))
+        })
+        .collect()
+}
+
 /// Requires the broker's pipelining counters to show that requests
 /// overlapped per partition.
 fn assert_pipelining_seen(http: std::net::SocketAddr) {
@@ -414,8 +443,8 @@ fn assert_pipelining_seen(http: std::net::SocketAddr) {
 fn pipelined_produce_keeps_arrival_order_on_one_node() {
     let node = SamsaNode::start();
     let mut rng = seeded_rng("one node");
-    for kind in ProducerKind::ALL {
-        for acks in [1, -1] {
+    for (kind, acks) in matrix() {
+        {
             pipelined_case(kind, acks, &mut rng, 1, |_| node.client(), |_, _| 1);
         }
     }
@@ -426,8 +455,8 @@ fn pipelined_produce_keeps_arrival_order_on_one_node() {
 fn pipelined_produce_keeps_arrival_order_on_three_nodes() {
     let cluster = SamsaCluster::start(3, &[]);
     let mut rng = seeded_rng("three nodes");
-    for kind in ProducerKind::ALL {
-        for acks in [1, -1] {
+    for (kind, acks) in matrix() {
+        {
             pipelined_case(
                 kind,
                 acks,
@@ -451,7 +480,12 @@ fn pipelined_produce_keeps_arrival_order_on_three_nodes() {
 #[test]
 fn pipelined_produce_order_property() {
     let node = SamsaNode::start();
-    let plan = (0usize..3, any::<bool>(), 1usize..=8, any::<u64>());
+    let plan = (
+        0usize..ProducerKind::ALL.len(),
+        any::<bool>(),
+        1usize..=8,
+        any::<u64>(),
+    );
     let mut runner = TestRunner::new(Config {
         cases: 12,
         failure_persistence: None,
