@@ -328,7 +328,10 @@ fn rejected_request_leaves_producer_state_untouched() {
     let mut corrupt = simple_batch(1, 1);
     corrupt[70] ^= 0xff;
     request.extend_from_slice(&corrupt);
-    assert!(log.append_as_leader(&request, 0, NOW).is_err());
+    assert!(matches!(
+        log.append_as_leader(&request, 0, NOW),
+        Err(StorageError::CorruptRecord(BatchError::CrcMismatch { .. }))
+    ));
     assert!(log.producer_state().get(9).is_none());
     let info = log
         .append_as_leader(&idempotent_batch(9, 0, 0, 1, NOW), 0, NOW)
@@ -1263,7 +1266,10 @@ fn follower_appends_must_be_contiguous() {
         leader.producer_state().get(1).unwrap().last_sequence
     );
     // Overlapping is refused too.
-    assert!(follower.append_as_follower(&batches[3], NOW).is_err());
+    assert!(matches!(
+        follower.append_as_follower(&batches[3], NOW),
+        Err(StorageError::InvalidRecord(_))
+    ));
 }
 
 #[test]
