@@ -14,6 +14,7 @@ mod offsets;
 mod persistence;
 mod pipeline;
 mod rdkafka_eos;
+mod read_apis;
 mod replication;
 mod stage_start;
 mod transactions;
