@@ -130,3 +130,66 @@ def test_describe_features_finalizes_transaction_version_2(samsa):
     # The supported range is only in ApiVersions v4+ answers (it starts at 0).
     assert tv.get("supported", (0, 2)) == (0, 2), features
     assert set(features) == {"transaction.version"}, features
+
+
+def test_admin_read_apis_log_dirs_quorum_and_topic_partitions(samsa, topic_name):
+    """The read-only admin calls of kafka-python 3.0: describe_log_dirs
+    (DescribeLogDirs v4), describe_metadata_quorum (DescribeQuorum v2) and
+    describe_topic_partitions (DescribeTopicPartitions, paged). kafka-python's
+    describe_topics still uses Metadata, so it is covered above."""
+    create_topic(samsa, topic_name)
+    p = KafkaProducer(bootstrap_servers=samsa.bootstrap, acks="all", request_timeout_ms=30000)
+    for i in range(200):
+        p.send(topic_name, value=f"log-dir-{i:04}".encode() * 4, partition=0)
+    p.flush(timeout=60)
+    p.close()
+
+    a = admin(samsa)
+    try:
+        dirs = a.describe_log_dirs()
+        assert [d["broker"] for d in dirs] == [1], dirs
+        (log_dir,) = dirs[0]["log_dirs"]
+        assert log_dir["error_code"] == 0, log_dir
+        assert log_dir["log_dir"] == str(samsa.data_dir.resolve()), log_dir
+        assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"], log_dir
+        (topic,) = [t for t in log_dir["topics"] if t["name"] == topic_name]
+        sizes = {p["partition_index"]: p["partition_size"] for p in topic["partitions"]}
+        assert sorted(sizes) == list(range(PARTITIONS)), topic
+        on_disk = sum(f.stat().st_size for f in (samsa.data_dir / f"{topic_name}-0").glob("*.log"))
+        assert sizes[0] == on_disk > 200 * 40, (sizes, on_disk)
+        assert sizes[1] == sizes[2] == 0, sizes
+        assert all(p["offset_lag"] == 0 and not p["is_future_key"] for p in topic["partitions"]), topic
+        # Filtered to one partition.
+        filtered = a.describe_log_dirs(topic_partitions={topic_name: [1]})
+        (log_dir,) = filtered[0]["log_dirs"]
+        assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in log_dir["topics"]] \
+            == [(topic_name, [1])], filtered
+
+        quorum = a.describe_metadata_quorum()
+        (topic,) = quorum["topics"]
+        assert topic["topic_name"] == "__cluster_metadata", quorum
+        (part,) = topic["partitions"]
+        assert part["error"] is None, quorum
+        assert part["leader_id"] == 1 and part["leader_epoch"] == 0, quorum
+        # One node: the metadata changes so far (the topic) are its log.
+        assert part["high_watermark"] >= 1, quorum
+        (voter,) = part["current_voters"]
+        assert voter["replica_id"] == 1 and voter["log_end_offset"] == part["high_watermark"], quorum
+        assert voter["last_fetch_timestamp"] > 0 and voter["last_caught_up_timestamp"] > 0, quorum
+        assert part["observers"] == [], quorum
+        assert [n["node_id"] for n in quorum["nodes"]] == [1], quorum
+
+        first = a.describe_topic_partitions([topic_name], response_partition_limit=2)
+        (t,) = first["topics"]
+        assert t["error_code"] == 0 and t["name"] == topic_name, first
+        assert [p["partition_index"] for p in t["partitions"]] == [0, 1], first
+        assert all(p["leader_id"] == 1 and p["replica_nodes"] == [1] for p in t["partitions"]), first
+        assert first["next_cursor"] == {"topic_name": topic_name, "partition_index": 2}, first
+        rest = a.describe_topic_partitions([topic_name], response_partition_limit=2,
+                                           cursor=first["next_cursor"])
+        assert [p["partition_index"] for p in rest["topics"][0]["partitions"]] == [2], rest
+        assert rest["next_cursor"] is None, rest
+        unknown = a.describe_topic_partitions([topic_name + "-missing"])
+        assert unknown["topics"][0]["error_code"] == 3, unknown
+    finally:
+        a.close()

@@ -25,6 +25,9 @@ fn api_versions_advertises_the_served_apis() {
         ApiKey::DescribeConfigs,
         ApiKey::CreatePartitions,
         ApiKey::DescribeCluster,
+        ApiKey::DescribeLogDirs,
+        ApiKey::DescribeQuorum,
+        ApiKey::DescribeTopicPartitions,
     ];
     for key in expected {
         let (min, max) = *c

@@ -15,6 +15,7 @@ mod persistence;
 mod pipeline;
 mod pipelined_produce;
 mod rdkafka_eos;
+mod read_apis;
 mod replication;
 mod stage_start;
 mod transactions;

@@ -18,6 +18,18 @@ use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
 use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::describe_log_dirs_request::{
+    DescribableLogDirTopic, DescribeLogDirsRequest,
+};
+use kafka_protocol::messages::describe_log_dirs_response::DescribeLogDirsResponse;
+use kafka_protocol::messages::describe_quorum_request::{
+    DescribeQuorumRequest, PartitionData as QuorumPartitionData, TopicData as QuorumTopicData,
+};
+use kafka_protocol::messages::describe_quorum_response::DescribeQuorumResponse;
+use kafka_protocol::messages::describe_topic_partitions_request::{
+    Cursor as DescribeTopicPartitionsCursor, DescribeTopicPartitionsRequest, TopicRequest,
+};
+use kafka_protocol::messages::describe_topic_partitions_response::DescribeTopicPartitionsResponse;
 use kafka_protocol::messages::end_txn_request::EndTxnRequest;
 use kafka_protocol::messages::end_txn_response::EndTxnResponse;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
@@ -384,6 +396,72 @@ impl KafkaClient {
         });
         req.allow_auto_topic_creation = allow_auto_topic_creation;
         self.call(&req)
+    }
+
+    /// DescribeTopicPartitions for `topics` (empty: every topic) at most
+    /// `limit` partitions, from `cursor` (topic, partition).
+    pub fn describe_topic_partitions(
+        &mut self,
+        topics: &[&str],
+        limit: i32,
+        cursor: Option<(&str, i32)>,
+    ) -> Result<DescribeTopicPartitionsResponse> {
+        let req = DescribeTopicPartitionsRequest::default()
+            .with_topics(
+                topics
+                    .iter()
+                    .map(|t| TopicRequest::default().with_name(topic_name(t)))
+                    .collect(),
+            )
+            .with_response_partition_limit(limit)
+            .with_cursor(cursor.map(|(t, p)| {
+                DescribeTopicPartitionsCursor::default()
+                    .with_topic_name(topic_name(t))
+                    .with_partition_index(p)
+            }));
+        self.call(&req)
+    }
+
+    /// DescribeLogDirs at `version` for `topics` (`None`: every partition).
+    pub fn describe_log_dirs(
+        &mut self,
+        topics: Option<&[(&str, &[i32])]>,
+        version: i16,
+    ) -> Result<DescribeLogDirsResponse> {
+        let req = DescribeLogDirsRequest::default().with_topics(topics.map(|ts| {
+            ts.iter()
+                .map(|(t, ps)| {
+                    DescribableLogDirTopic::default()
+                        .with_topic(topic_name(t))
+                        .with_partitions(ps.to_vec())
+                })
+                .collect()
+        }));
+        self.send(&req, version)
+    }
+
+    /// DescribeQuorum at `version` for `topic`'s `partitions` (Kafka's
+    /// clients ask for `__cluster_metadata` partition 0).
+    pub fn describe_quorum_of(
+        &mut self,
+        topic: &str,
+        partitions: &[i32],
+        version: i16,
+    ) -> Result<DescribeQuorumResponse> {
+        let req = DescribeQuorumRequest::default().with_topics(vec![QuorumTopicData::default()
+            .with_topic_name(topic_name(topic))
+            .with_partitions(
+                partitions
+                    .iter()
+                    .map(|p| QuorumPartitionData::default().with_partition_index(*p))
+                    .collect(),
+            )]);
+        self.send(&req, version)
+    }
+
+    /// DescribeQuorum at `version`, as `kafka-metadata-quorum` sends it.
+    pub fn describe_quorum(&mut self, version: i16) -> Result<DescribeQuorumResponse> {
+        self.describe_quorum_of("__cluster_metadata", &[0], version)
     }
 
     /// CreateTopics for one topic with replication factor 1; returns the

@@ -85,7 +85,8 @@ use uuid::Uuid;
 use crate::error::{BrokerError, MetadataError};
 use crate::fsutil::write_atomic;
 use crate::metadata::{
-    BrokerInfo, MetadataImage, MetadataStore, NewTopic, PartitionInfo, TopicMetadata,
+    BrokerInfo, MetadataImage, MetadataStore, NewTopic, PartitionInfo, QuorumDescription,
+    QuorumVoter, TopicMetadata,
 };
 use crate::producer_ids::{ProducerIdBlock, ProducerIdBlockSource, ProducerIdError};
 use crate::replication::fetcher::spawn_fetchers;
@@ -608,6 +609,57 @@ impl MetadataStore for QuorumMetadataStore {
                 .ok_or(MetadataError::UnknownTopic(name))
         })
     }
+
+    /// Asked of the active controller, as a Kafka broker forwards
+    /// DescribeQuorum to it; the answer is the Raft leader's own view.
+    fn describe_quorum(&self) -> BoxFuture<'_, Result<QuorumDescription, MetadataError>> {
+        Box::pin(async move {
+            let answer = self.client.describe_quorum_leader().await.map_err(|e| {
+                MetadataError::ControllerUnavailable(format!(
+                    "no active controller of {} described the quorum within {:?}: {e}",
+                    self.voters, self.request_timeout
+                ))
+            })?;
+            quorum_description(answer)
+        })
+    }
+}
+
+/// Kafka's DescribeQuorum view of a leader's `DescribeQuorum` gRPC answer.
+fn quorum_description(
+    answer: samsa_proto::controller::DescribeQuorumResponse,
+) -> Result<QuorumDescription, MetadataError> {
+    let unavailable = |why: &str| MetadataError::ControllerUnavailable(why.to_owned());
+    let replication = answer
+        .replication
+        .ok_or_else(|| unavailable("the controller that answered is no longer the leader"))?;
+    let node_id = |id: u64| {
+        i32::try_from(id).map_err(|_| unavailable(&format!("controller id {id} is not a node id")))
+    };
+    let endpoint = |id: u64| {
+        let address = &answer.voters.iter().find(|v| v.node_id == id)?.address;
+        let (host, port) = address.rsplit_once(':')?;
+        Some((host.to_owned(), port.parse().ok()?))
+    };
+    let voters = replication
+        .voters
+        .iter()
+        .map(|v| {
+            Ok(QuorumVoter {
+                node_id: node_id(v.node_id)?,
+                log_end_offset: v.log_end_offset,
+                last_fetch_timestamp: v.last_fetch_timestamp,
+                last_caught_up_timestamp: v.last_caught_up_timestamp,
+                endpoint: endpoint(v.node_id),
+            })
+        })
+        .collect::<Result<Vec<_>, MetadataError>>()?;
+    Ok(QuorumDescription {
+        leader_id: node_id(answer.node_id)?,
+        leader_epoch: i32::try_from(replication.term).unwrap_or(i32::MAX),
+        high_watermark: replication.high_watermark,
+        voters,
+    })
 }
 
 /// Producer-id blocks from the controller quorum. Any failure is retriable

@@ -52,6 +52,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::TxnOffsetCommit, 0, 5),
+    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::DescribeQuorum, 0, 2),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
 ];
 
 pub fn supported_range(api_key: ApiKey) -> Option<(i16, i16)> {
@@ -323,6 +326,18 @@ async fn handle(
         ApiKey::TxnOffsetCommit => {
             let request = decode(api_key, &mut body, v)?;
             respond!(handlers::group::txn_offset_commit(broker, request, v).await)
+        }
+        ApiKey::DescribeLogDirs => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::describe_log_dirs::handle(broker, request))
+        }
+        ApiKey::DescribeQuorum => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::describe_quorum::handle(broker, request, v).await)
+        }
+        ApiKey::DescribeTopicPartitions => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::describe_topic_partitions::handle(broker, request))
         }
         other => Err(DispatchError::Close(format!("no handler for {other:?}"))),
     }

@@ -2,6 +2,8 @@
 //! node identity, epoch checkpoints): a crash leaves either the old or the new
 //! file, never a mix. The mechanism is the storage crate's
 //! [`samsa_storage::replace_file_durably`]; this adds creating the directory.
+//!
+//! Also the size of the file system a directory is on (DescribeLogDirs).
 
 use std::path::Path;
 
@@ -10,4 +12,49 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> 
         std::fs::create_dir_all(dir)?;
     }
     samsa_storage::replace_file_durably(path, contents)
+}
+
+/// Total and usable bytes of the file system holding `dir`, as Java's
+/// `FileStore.getTotalSpace` / `getUsableSpace` give them to Kafka: all
+/// blocks, and the blocks available to an unprivileged user.
+#[allow(unsafe_code)]
+pub(crate) fn disk_space(dir: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string that outlives the call, and
+    // `stat` is a writable buffer of the type statvfs fills.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it initialized the whole struct.
+    let stat = unsafe { stat.assume_init() };
+    let fragment = to_u64(stat.f_frsize);
+    Ok((
+        to_u64(stat.f_blocks).saturating_mul(fragment),
+        to_u64(stat.f_bavail).saturating_mul(fragment),
+    ))
+}
+
+/// The statvfs field types differ between platforms.
+fn to_u64<T: TryInto<u64>>(value: T) -> u64 {
+    value.try_into().unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::disk_space;
+
+    #[test]
+    fn disk_space_of_a_directory_and_of_a_missing_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (total, usable) = disk_space(dir.path()).unwrap();
+        assert!(total > 0 && usable <= total, "{total} {usable}");
+        let gone = dir.path().join("missing");
+        let err = disk_space(&gone).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+    }
 }

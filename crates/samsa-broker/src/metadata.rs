@@ -89,6 +89,42 @@ impl TopicMetadata {
     }
 }
 
+/// Kafka's internal topics (`Topic.isInternal`): Metadata and
+/// DescribeTopicPartitions flag them `is_internal`.
+pub fn is_internal_topic(name: &str) -> bool {
+    matches!(
+        name,
+        crate::txn::placement::CONSUMER_OFFSETS_TOPIC
+            | crate::txn::placement::TRANSACTION_STATE_TOPIC
+            | "__share_group_state"
+    )
+}
+
+/// The metadata quorum as its leader describes it (Kafka's DescribeQuorum).
+/// Offsets are Kafka end offsets of the metadata log (one past its last
+/// entry), times the leader's wall clock in ms; -1 means unknown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumDescription {
+    pub leader_id: i32,
+    /// The Raft term (0 on a single node: there never was an election).
+    pub leader_epoch: i32,
+    /// What a majority of voters hold.
+    pub high_watermark: i64,
+    /// Every voter, by id; samsa has no observers (every broker is a voter).
+    pub voters: Vec<QuorumVoter>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumVoter {
+    pub node_id: i32,
+    pub log_end_offset: i64,
+    pub last_fetch_timestamp: i64,
+    pub last_caught_up_timestamp: i64,
+    /// Its controller address (`host`, `port`), where the other controllers
+    /// reach it; `None` on a single node, which has no controller listener.
+    pub endpoint: Option<(String, u16)>,
+}
+
 /// A request to create a topic, already defaulted (no -1 counts).
 #[derive(Debug, Clone)]
 pub struct NewTopic {
@@ -194,11 +230,19 @@ pub trait MetadataStore: Send + Sync {
         new_count: i32,
         assignments: Option<Vec<Vec<i32>>>,
     ) -> BoxFuture<'_, Result<Arc<TopicMetadata>, MetadataError>>;
+    /// The metadata quorum as its leader sees it (DescribeQuorum): the
+    /// quorum store asks the active controller (waiting out an election,
+    /// bounded), the local store describes this node as the only voter.
+    fn describe_quorum(&self) -> BoxFuture<'_, Result<QuorumDescription, MetadataError>>;
 }
 
 #[derive(Serialize, Deserialize)]
 struct MetadataFile {
     cluster_id: String,
+    /// The image offset: how many changes this file has seen (absent in
+    /// files written before it was kept, which count from 0).
+    #[serde(default)]
+    offset: u64,
     topics: Vec<TopicMetadata>,
 }
 
@@ -245,7 +289,7 @@ impl LocalMetadataStore {
                         path: path.clone(),
                         reason: e.to_string(),
                     })?;
-                local_image(0, file.cluster_id, &local, file.topics)
+                local_image(file.offset, file.cluster_id, &local, file.topics)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let image = local_image(0, new_cluster_id(), &local, []);
@@ -314,6 +358,7 @@ fn base64_url(bytes: &[u8]) -> String {
 fn persist(path: &std::path::Path, image: &MetadataImage) -> Result<(), MetadataError> {
     let file = MetadataFile {
         cluster_id: image.cluster_id.clone(),
+        offset: image.offset,
         topics: image
             .topics
             .values()
@@ -398,6 +443,28 @@ impl MetadataStore for LocalMetadataStore {
         });
         let result = result.map(|grown| self.published(grown));
         Box::pin(async move { result })
+    }
+
+    /// No Raft here: this node is the only voter and the leader, at epoch 0
+    /// (never elected, like its partitions), and its "metadata log" is the
+    /// file's change count, which it holds in full.
+    fn describe_quorum(&self) -> BoxFuture<'_, Result<QuorumDescription, MetadataError>> {
+        let end = i64::try_from(self.image().offset).unwrap_or(i64::MAX);
+        let now = crate::now_ms();
+        let description = QuorumDescription {
+            leader_id: self.local.node_id,
+            leader_epoch: 0,
+            high_watermark: end,
+            voters: vec![QuorumVoter {
+                node_id: self.local.node_id,
+                log_end_offset: end,
+                // Kafka reports the leader's own times as "now".
+                last_fetch_timestamp: now,
+                last_caught_up_timestamp: now,
+                endpoint: None,
+            }],
+        };
+        Box::pin(async move { Ok(description) })
     }
 }
 
@@ -623,6 +690,27 @@ mod tests {
         }
         store.create_partitions("a".into(), 3, None).await.unwrap();
         assert!(store.image().partition("a", 2).is_some());
+    }
+
+    #[tokio::test]
+    async fn single_node_quorum_is_this_node_and_its_change_count_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        let store = LocalMetadataStore::open(path.clone(), me()).unwrap();
+        store.create_topic(new_topic("a", 1)).await.unwrap();
+        store.create_topic(new_topic("b", 1)).await.unwrap();
+        let quorum = store.describe_quorum().await.unwrap();
+        assert_eq!((quorum.leader_id, quorum.leader_epoch), (1, 0));
+        assert_eq!(quorum.high_watermark, 2);
+        assert_eq!(quorum.voters.len(), 1);
+        assert_eq!(quorum.voters[0].log_end_offset, 2);
+        assert!(quorum.voters[0].last_fetch_timestamp > 0);
+        drop(store);
+        // The high watermark never goes back: the count is in the file.
+        let store = LocalMetadataStore::open(path, me()).unwrap();
+        assert_eq!(store.describe_quorum().await.unwrap().high_watermark, 2);
+        store.delete_topic("a".into()).await.unwrap();
+        assert_eq!(store.describe_quorum().await.unwrap().high_watermark, 3);
     }
 
     #[test]

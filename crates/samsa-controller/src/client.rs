@@ -66,7 +66,8 @@ has_error!(
 
 impl HasError for pb::DescribeQuorumResponse {
     fn error(&self) -> Option<pb::ControllerError> {
-        None
+        // Only `leader_only` requests get one (NOT_CONTROLLER).
+        self.error.clone()
     }
 }
 
@@ -216,8 +217,24 @@ impl ControllerClient {
 
     /// Cluster id, leader and metadata offset as the first reachable controller sees them.
     pub async fn describe_quorum(&self) -> Result<pb::DescribeQuorumResponse, ControllerError> {
-        self.call(|mut c| async move { c.describe_quorum(pb::DescribeQuorumRequest {}).await })
-            .await
+        self.call(|mut c| async move {
+            c.describe_quorum(pb::DescribeQuorumRequest { leader_only: false })
+                .await
+        })
+        .await
+    }
+
+    /// DescribeQuorum answered by the Raft leader, with its view of
+    /// replication (`replication` is set); follows leader hints and waits
+    /// out elections like a write, until the deadline.
+    pub async fn describe_quorum_leader(
+        &self,
+    ) -> Result<pb::DescribeQuorumResponse, ControllerError> {
+        self.call(|mut c| async move {
+            c.describe_quorum(pb::DescribeQuorumRequest { leader_only: true })
+                .await
+        })
+        .await
     }
 
     /// (a) Registers this broker process; returns its broker epoch.

@@ -13,6 +13,7 @@
 //! | [`network`] | Raft RPCs over gRPC (server and openraft client) |
 //! | [`service`] | broker-facing gRPC service and the leader's write path |
 //! | [`node`] | [`node::ControllerNode`]: wiring, start-up checks, periodic duties |
+//! | [`quorum`] | the Raft leader's view of replication (term, high watermark, voters' log ends and answer times) for DescribeQuorum |
 //! | [`client`] | [`client::ControllerClient`] and [`client::MetadataFollower`] for brokers and tools |
 //! | [`convert`] | protobuf ⇄ domain conversions shared by service and client |
 //!
@@ -61,6 +62,7 @@ pub mod image;
 pub mod logic;
 pub mod network;
 pub mod node;
+pub mod quorum;
 pub mod records;
 pub mod service;
 pub mod store;

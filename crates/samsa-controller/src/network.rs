@@ -7,11 +7,15 @@
 //! reaches openraft as a `RemoteError`, while transport failures become
 //! `Unreachable` (openraft backs off) or `Network` errors.
 //!
+//! The client side tells the [`ReplicationClock`] about every successful
+//! AppendEntries answer (the times DescribeQuorum reports).
+//!
 //! Cluster identity: every request carries the sender's cluster id when it
 //! knows it. A receiver that knows a *different* one refuses the call with
 //! `FAILED_PRECONDITION`, so a node started on another cluster's data cannot
 //! vote or replicate here.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{
@@ -32,6 +36,7 @@ use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
+use crate::quorum::ReplicationClock;
 use crate::{NodeId, TypeConfig};
 
 /// Largest gRPC message the controller accepts (snapshot chunks are JSON).
@@ -117,13 +122,19 @@ impl RaftService for RaftRpcServer {
 pub struct GrpcNetworkFactory {
     node_id: NodeId,
     cluster_id: watch::Receiver<Option<String>>,
+    clock: Arc<ReplicationClock>,
 }
 
 impl GrpcNetworkFactory {
-    pub fn new(node_id: NodeId, cluster_id: watch::Receiver<Option<String>>) -> Self {
+    pub fn new(
+        node_id: NodeId,
+        cluster_id: watch::Receiver<Option<String>>,
+        clock: Arc<ReplicationClock>,
+    ) -> Self {
         Self {
             node_id,
             cluster_id,
+            clock,
         }
     }
 }
@@ -138,6 +149,7 @@ impl RaftNetworkFactory<TypeConfig> for GrpcNetworkFactory {
             addr: node.addr.clone(),
             cluster_id: self.cluster_id.clone(),
             client: None,
+            clock: Arc::clone(&self.clock),
         }
     }
 }
@@ -149,6 +161,7 @@ pub struct GrpcNetwork {
     addr: String,
     cluster_id: watch::Receiver<Option<String>>,
     client: Option<RaftServiceClient<Channel>>,
+    clock: Arc<ReplicationClock>,
 }
 
 #[derive(Clone, Copy)]
@@ -235,7 +248,24 @@ impl RaftNetwork<TypeConfig> for GrpcNetwork {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
-        self.call(Method::AppendEntries, &rpc, &option).await
+        let term = rpc.vote.leader_id().get_term();
+        // What the target holds once it accepts this request.
+        let sent_end = rpc
+            .entries
+            .last()
+            .map(|e| e.log_id.index)
+            .or(rpc.prev_log_id.map(|l| l.index));
+        let result = self.call(Method::AppendEntries, &rpc, &option).await;
+        let held = match &result {
+            Ok(AppendEntriesResponse::Success) => Some(sent_end),
+            Ok(AppendEntriesResponse::PartialSuccess(matched)) => Some(matched.map(|l| l.index)),
+            _ => None,
+        };
+        if let Some(held) = held {
+            let end = held.map_or(0, |i| i64::try_from(i).map_or(i64::MAX, |i| i + 1));
+            self.clock.record_answer(self.target, term, end);
+        }
+        result
     }
 
     async fn install_snapshot(

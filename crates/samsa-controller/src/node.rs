@@ -40,6 +40,7 @@ use tracing::Instrument;
 use crate::image::MetadataImage;
 use crate::logic::{ControllerLogic, LogicConfig};
 use crate::network::{GrpcNetworkFactory, RaftRpcServer, MAX_MESSAGE_BYTES};
+use crate::quorum::ReplicationClock;
 use crate::service::{ControllerCore, ControllerGrpc};
 use crate::store::{keys, open_sled, RaftStore, StoreError};
 use crate::{NodeId, TypeConfig};
@@ -273,11 +274,13 @@ impl ControllerNode {
         .validate()
         .map_err(|e| NodeError::Raft(e.to_string()))?;
 
-        let network = GrpcNetworkFactory::new(node_id, sm.watch_cluster_id());
+        let clock = Arc::new(ReplicationClock::default());
+        let network = GrpcNetworkFactory::new(node_id, sm.watch_cluster_id(), Arc::clone(&clock));
         let raft: Raft<TypeConfig> =
             Raft::new(node_id, Arc::new(raft_config), network, log, sm.clone())
                 .await
                 .map_err(|e| NodeError::Raft(e.to_string()))?;
+        clock.attach(raft.metrics());
 
         let core = Arc::new(ControllerCore::new(
             node_id,
@@ -285,6 +288,7 @@ impl ControllerNode {
             sm.clone(),
             ControllerLogic::new(config.logic.clone(), 0),
             config.write_timeout,
+            clock,
         ));
         let (stop_tx, stop_rx) = watch::channel(false);
 

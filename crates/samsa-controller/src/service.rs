@@ -20,7 +20,10 @@
 //!
 //! Because of 1, 2 and 5 each handler sees every earlier write. Reads
 //! (`SubscribeMetadata`, `DescribeQuorum`) are served by any controller from
-//! its own applied state, which only ever contains committed records.
+//! its own applied state, which only ever contains committed records. The
+//! leader adds its view of replication to `DescribeQuorum`
+//! ([`crate::quorum`]); a `leader_only` DescribeQuorum reaching another
+//! controller answers NOT_CONTROLLER with the leader, like a write.
 //!
 //! # Metadata subscription
 //!
@@ -53,6 +56,7 @@ use crate::logic::{
     AllocateProducerIds, AlterConfigs, ControlledShutdown, ControllerLogic, ElectLeaders, Outcome,
     TopicRef,
 };
+use crate::quorum::ReplicationClock;
 use crate::records::{ConfigResource, MetadataBatch, MetadataRecord};
 use crate::store::{ApplyOutcome, CatchUp, FeedEvent, StateMachineStore};
 use crate::{NodeId, TypeConfig};
@@ -77,6 +81,8 @@ pub struct ControllerCore {
     contacts: Contacts,
     started: Instant,
     write_timeout: Duration,
+    /// Voters' answer times, fed by this node's Raft network client.
+    clock: Arc<ReplicationClock>,
 }
 
 impl ControllerCore {
@@ -86,6 +92,7 @@ impl ControllerCore {
         sm: StateMachineStore,
         logic: ControllerLogic,
         write_timeout: Duration,
+        clock: Arc<ReplicationClock>,
     ) -> Self {
         Self {
             node_id,
@@ -95,7 +102,15 @@ impl ControllerCore {
             contacts: Contacts::default(),
             started: Instant::now(),
             write_timeout,
+            clock,
         }
+    }
+
+    /// The Raft leader's view of replication (DescribeQuorum), `None`
+    /// unless this node is the leader.
+    pub fn replication_view(&self) -> Option<pb::QuorumReplication> {
+        let metrics = self.raft.metrics().borrow().clone();
+        crate::quorum::leader_view(&metrics, &self.clock, crate::quorum::wall_clock_ms())
     }
 
     pub fn node_id(&self) -> NodeId {
@@ -359,10 +374,19 @@ async fn run_subscription(
 impl ControllerService for ControllerGrpc {
     async fn describe_quorum(
         &self,
-        _request: Request<pb::DescribeQuorumRequest>,
+        request: Request<pb::DescribeQuorumRequest>,
     ) -> Result<Response<pb::DescribeQuorumResponse>, Status> {
         let image = self.core.sm.image();
         let hint = self.core.leader_hint();
+        let replication = self.core.replication_view();
+        if request.get_ref().leader_only && replication.is_none() {
+            let leader = hint.clone().filter(|h| h.node_id != self.core.node_id);
+            return Ok(Response::new(pb::DescribeQuorumResponse {
+                node_id: self.core.node_id,
+                error: Some(error_to_pb(&ControllerError::NotController { leader })),
+                ..Default::default()
+            }));
+        }
         let cluster_id = self
             .core
             .sm
@@ -384,6 +408,8 @@ impl ControllerService for ControllerGrpc {
                     address: addr.clone(),
                 })
                 .collect(),
+            error: None,
+            replication,
         }))
     }
 

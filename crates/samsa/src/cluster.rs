@@ -307,6 +307,7 @@ mod tests {
                     leader_address: String::new(),
                     metadata_offset: 7,
                     voters: vec![],
+                    ..Default::default()
                 }),
             ),
             (2, Err("refused".into())),

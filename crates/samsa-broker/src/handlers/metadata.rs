@@ -10,7 +10,9 @@ use uuid::Uuid;
 
 use super::{str_bytes, topic_name};
 use crate::error::metadata_error_code;
-use crate::metadata::{validate_topic_name, TopicMetadata, NO_LEADER};
+use crate::metadata::{
+    is_internal_topic, validate_topic_name, MetadataImage, TopicMetadata, NO_LEADER,
+};
 use crate::Broker;
 
 pub async fn handle(broker: &Broker, request: MetadataRequest, version: i16) -> MetadataResponse {
@@ -87,49 +89,74 @@ fn error_topic(name: Option<String>, id: Uuid, error: ResponseError) -> Metadata
         .with_error_code(error.code())
 }
 
-fn topic_response(broker: &Broker, topic: &TopicMetadata, version: i16) -> MetadataResponseTopic {
+/// One partition as clients are told about it (Metadata,
+/// DescribeTopicPartitions): the image's leadership, except that a partition
+/// this node should lead but could not open has no leader, and replicas on
+/// brokers that are not live are offline.
+pub(crate) struct PartitionView {
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<BrokerId>,
+    pub isr: Vec<BrokerId>,
+    pub offline: Vec<BrokerId>,
+}
+
+/// `None` for a partition created but not yet in this broker's image.
+pub(crate) fn partition_view(
+    broker: &Broker,
+    image: &MetadataImage,
+    topic: &TopicMetadata,
+    index: i32,
+) -> Option<PartitionView> {
+    let state = topic.partition(index)?;
     let me = broker.config.node_id;
-    let image = broker.metadata.image();
+    let leader = if state.leader == me && broker.replicas.get(&topic.name, index).is_none() {
+        NO_LEADER
+    } else {
+        state.leader
+    };
     let ids = |ids: &[i32]| ids.iter().map(|b| BrokerId(*b)).collect::<Vec<_>>();
+    Some(PartitionView {
+        leader,
+        leader_epoch: state.leader_epoch,
+        replicas: ids(&state.replicas),
+        isr: ids(&state.isr),
+        offline: state
+            .replicas
+            .iter()
+            .filter(|b| !image.is_live_broker(**b))
+            .map(|b| BrokerId(*b))
+            .collect(),
+    })
+}
+
+fn topic_response(broker: &Broker, topic: &TopicMetadata, version: i16) -> MetadataResponseTopic {
+    let image = broker.metadata.image();
     let partitions = (0..topic.partitions)
         .map(|index| {
-            let Some(state) = topic.partition(index) else {
+            let Some(view) = partition_view(broker, &image, topic, index) else {
                 // Created but not yet in this broker's image.
                 return MetadataResponsePartition::default()
                     .with_error_code(ResponseError::LeaderNotAvailable.code())
                     .with_partition_index(index)
                     .with_leader_id(BrokerId(NO_LEADER));
             };
-            // A partition this node should lead but could not open has no
-            // leader as far as clients are concerned.
-            let leader = if state.leader == me && broker.replicas.get(&topic.name, index).is_none()
-            {
-                NO_LEADER
-            } else {
-                state.leader
-            };
-            let error = if leader == NO_LEADER {
+            let error = if view.leader == NO_LEADER {
                 ResponseError::LeaderNotAvailable.code()
             } else {
                 0
             };
-            let offline: Vec<i32> = state
-                .replicas
-                .iter()
-                .copied()
-                .filter(|b| !image.is_live_broker(*b))
-                .collect();
             let mut partition = MetadataResponsePartition::default()
                 .with_error_code(error)
                 .with_partition_index(index)
-                .with_leader_id(BrokerId(leader))
-                .with_replica_nodes(ids(&state.replicas))
-                .with_isr_nodes(ids(&state.isr));
+                .with_leader_id(BrokerId(view.leader))
+                .with_replica_nodes(view.replicas)
+                .with_isr_nodes(view.isr);
             if version >= 5 {
-                partition = partition.with_offline_replicas(ids(&offline));
+                partition = partition.with_offline_replicas(view.offline);
             }
             if version >= 7 {
-                partition = partition.with_leader_epoch(state.leader_epoch);
+                partition = partition.with_leader_epoch(view.leader_epoch);
             }
             partition
         })
@@ -137,7 +164,7 @@ fn topic_response(broker: &Broker, topic: &TopicMetadata, version: i16) -> Metad
     let mut response = MetadataResponseTopic::default()
         .with_name(Some(topic_name(topic.name.clone())))
         .with_topic_id(topic.topic_id)
-        .with_is_internal(topic.name.starts_with("__"))
+        .with_is_internal(is_internal_topic(&topic.name))
         .with_partitions(partitions);
     if version >= 8 {
         response = response.with_topic_authorized_operations(i32::MIN);
