@@ -17,24 +17,12 @@ pub(crate) fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> 
 /// Total and usable bytes of the file system holding `dir`, as Java's
 /// `FileStore.getTotalSpace` / `getUsableSpace` give them to Kafka: all
 /// blocks, and the blocks available to an unprivileged user.
-#[allow(unsafe_code)]
 pub(crate) fn disk_space(dir: &Path) -> std::io::Result<(u64, u64)> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `path` is a NUL-terminated string that outlives the call, and
-    // `stat` is a writable buffer of the type statvfs fills.
-    let rc = unsafe { libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: statvfs returned 0, so it initialized the whole struct.
-    let stat = unsafe { stat.assume_init() };
-    let fragment = to_u64(stat.f_frsize);
+    let stat = nix::sys::statvfs::statvfs(dir).map_err(std::io::Error::from)?;
+    let fragment = to_u64(stat.fragment_size());
     Ok((
-        to_u64(stat.f_blocks).saturating_mul(fragment),
-        to_u64(stat.f_bavail).saturating_mul(fragment),
+        to_u64(stat.blocks()).saturating_mul(fragment),
+        to_u64(stat.blocks_available()).saturating_mul(fragment),
     ))
 }
 
