@@ -175,6 +175,8 @@ pub async fn create_topics(
         };
         match outcome {
             Ok((id, partitions, replication_factor, configs)) => {
+                // Null on success, as Kafka sends it (the codec's default is "").
+                result.error_message = None;
                 result.topic_id = id;
                 result.num_partitions = partitions;
                 result.replication_factor = replication_factor;
@@ -250,7 +252,10 @@ pub async fn delete_topics(
                     result.error_message = Some(str_bytes(e.to_string()));
                 }
             },
-            Err(code) => result.error_code = code.code(),
+            Err(code) => {
+                result.error_code = code.code();
+                result.error_message = Some(str_bytes(code.to_string()));
+            }
         }
         responses.push(result);
     }
