@@ -74,15 +74,19 @@ pub async fn run_server(args: ServerArgs) -> Result<ExitCode> {
     };
     if let Some(node_id) = args.node_id {
         cfg.node_id = node_id;
+        cfg.explicit_keys.insert("node_id".into());
     }
     if let Some(listen) = args.listen {
         cfg.listen = listen;
+        cfg.explicit_keys.insert("listen".into());
     }
     if let Some(advertised) = args.advertised_listener {
         cfg.advertised_listener = Some(advertised);
+        cfg.explicit_keys.insert("advertised_listener".into());
     }
     if let Some(dir) = args.data_dir {
         cfg.data_dir = dir;
+        cfg.explicit_keys.insert("data_dir".into());
     }
     let cfg = config::apply_overrides(cfg, &args.set)?;
     if args.print_config {
