@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::MetadataResponse;
+use kafka_protocol::messages::{DescribeClusterRequest, MetadataResponse};
 use rdkafka::producer::Producer;
 use samsa_tests::cluster::{median_and_max, run_to_exit, SamsaCluster};
 use samsa_tests::http::http_get;
@@ -498,6 +498,29 @@ fn killed_broker_is_fenced_and_unfenced_when_it_returns() {
         },
     );
     println!("broker {victim} fenced {fenced:?} after SIGKILL (session timeout {session:?})");
+    // DescribeCluster v2 lists it, flagged, when asked for fenced brokers;
+    // without the flag (and before v2) it is left out like in Metadata.
+    let described = |c: &mut KafkaClient, version: i16, include_fenced: bool| {
+        let req = DescribeClusterRequest::default().with_include_fenced_brokers(include_fenced);
+        let resp = c.send(&req, version).unwrap();
+        assert_eq!(resp.error_code, 0);
+        let mut brokers: Vec<(i32, bool)> = resp
+            .brokers
+            .iter()
+            .map(|b| (b.broker_id.0, b.is_fenced))
+            .collect();
+        brokers.sort_unstable();
+        brokers
+    };
+    let all: Vec<(i32, bool)> = cluster
+        .ids()
+        .into_iter()
+        .map(|id| (id, id == victim))
+        .collect();
+    assert_eq!(described(&mut c, 2, true), all);
+    let live: Vec<(i32, bool)> = all.iter().copied().filter(|(_, fenced)| !fenced).collect();
+    assert_eq!(described(&mut c, 2, false), live);
+    assert_eq!(described(&mut c, 1, false), live);
     assert!(
         fenced >= session.saturating_sub(heartbeat + Duration::from_millis(300)),
         "fenced after only {fenced:?}, before the session timeout"
