@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{DescribeClusterRequest, MetadataResponse};
 use rdkafka::producer::Producer;
+use samsa_tests::client::fetch_request;
 use samsa_tests::cluster::{median_and_max, run_to_exit, SamsaCluster};
 use samsa_tests::http::http_get;
 use samsa_tests::node::samsa_bin;
@@ -106,6 +107,14 @@ fn librdkafka_works_through_any_node() {
         "nodes disagree: {seen:?}"
     );
     let leader_of: Vec<i32> = seen[0].iter().map(|(l, _, _)| *l).collect();
+    let topic_ids: std::collections::HashMap<String, _> = cluster
+        .client(1)
+        .metadata(Some(&[topic.as_str()]))
+        .unwrap()
+        .topics
+        .into_iter()
+        .map(|t| (t.name.unwrap().0.to_string(), t.topic_id))
+        .collect();
     assert_eq!(
         leader_of.iter().collect::<BTreeSet<_>>().len(),
         3,
@@ -129,6 +138,33 @@ fn librdkafka_works_through_any_node() {
             f.error_code, NOT_LEADER_OR_FOLLOWER,
             "fetch {partition} on node {other}"
         );
+        // Fetch v16+ (KIP-951) names the leader, its epoch and its endpoint.
+        let mut req = fetch_request(&topic, partition, 0, 0, 1);
+        req.topics[0].topic = Default::default();
+        req.topics[0].topic_id = topic_ids[&topic];
+        for version in [15, 16, 18] {
+            let resp = c.send(&req, version).unwrap();
+            let p = &resp.responses[0].partitions[0];
+            assert_eq!(p.error_code, NOT_LEADER_OR_FOLLOWER, "v{version}");
+            let hint = (p.current_leader.leader_id.0, p.current_leader.leader_epoch);
+            let endpoints: Vec<(i32, i32)> = resp
+                .node_endpoints
+                .iter()
+                .map(|e| (e.node_id.0, e.port))
+                .collect();
+            if version >= 16 {
+                assert_eq!(
+                    hint,
+                    (*leader, 0),
+                    "v{version} fetch {partition} on node {other}"
+                );
+                let port = i32::from(cluster.node(*leader).addr().port());
+                assert_eq!(endpoints, [(*leader, port)], "v{version}");
+            } else {
+                assert_eq!(hint, (-1, -1), "v{version}");
+                assert!(endpoints.is_empty(), "v{version}");
+            }
+        }
         let l = c.list_offsets(&topic, partition, -1).unwrap();
         assert_eq!(
             l.error_code, NOT_LEADER_OR_FOLLOWER,

@@ -1,8 +1,8 @@
 //! Protocol details other clients read, checked with the raw client against
 //! Kafka's behaviour: nullable strings that are null on success, the broker
 //! resource of DescribeConfigs (Kafka's keys, sources, synonyms,
-//! documentation), ListOffsets v9–v10, DescribeCluster v2, and `samsa
-//! dev`'s quickstart values.
+//! documentation), Fetch by topic id (v13–v18), ListOffsets v9–v10,
+//! DescribeCluster v2, and `samsa dev`'s quickstart values.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -12,16 +12,18 @@ use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableT
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResourceResult;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::find_coordinator_request::FindCoordinatorRequest;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
     ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, DescribeConfigsResponse, GroupId,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeConfigsResponse, FetchRequest, GroupId,
     JoinGroupRequest, ListOffsetsRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use samsa_tests::client::KafkaClient;
+use samsa_tests::batch::decode_records;
+use samsa_tests::client::{fetch_request, KafkaClient};
 use samsa_tests::codes::*;
 use samsa_tests::group::{consumer_subscription, JoinSpec};
 use samsa_tests::txn::retry_coordinator;
@@ -712,4 +714,91 @@ fn dev_uses_kafka_quickstart_values() {
         "{server_took:?}"
     );
     assert!(dev_took < Duration::from_millis(2_900), "{dev_took:?}");
+}
+
+/// Fetch v13+ names topics by id: every version up to 18 reads the records
+/// by id and answers with the id; an unknown id (a deleted topic's) gets
+/// UNKNOWN_TOPIC_ID on each partition asked for, at once (no long poll);
+/// v12 still reads by name. A successful answer carries no leader hints.
+#[test]
+fn fetch_by_topic_id_v13_to_v18() {
+    let node = SamsaNode::start();
+    let mut c = node.client();
+    assert_eq!(c.broker_versions()[&(ApiKey::Fetch as i16)], (4, 18));
+    let topic = unique_topic("fetch-by-id");
+    c.create_topic(&topic, 2).unwrap();
+    for value in ["a", "b"] {
+        let r = c
+            .produce(&topic, 1, BatchBuilder::new().values([value]).build(), -1)
+            .unwrap();
+        assert_eq!(r.error_code, NONE);
+    }
+    let md = c.metadata(Some(&[topic.as_str()])).unwrap();
+    let topic_id = md.topics[0].topic_id;
+    let by_id = |topic_id, partitions: &[i32], max_wait_ms: i32| {
+        FetchRequest::default()
+            .with_max_wait_ms(max_wait_ms)
+            .with_min_bytes(1)
+            .with_max_bytes(1024 * 1024)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic_id(topic_id)
+                .with_partitions(
+                    partitions
+                        .iter()
+                        .map(|p| {
+                            FetchPartition::default()
+                                .with_partition(*p)
+                                .with_fetch_offset(0)
+                                .with_partition_max_bytes(1024 * 1024)
+                        })
+                        .collect(),
+                )])
+    };
+    for version in 13..=18 {
+        let resp = c.send(&by_id(topic_id, &[1], 5_000), version).unwrap();
+        assert_eq!(resp.error_code, NONE);
+        assert!(
+            resp.node_endpoints.is_empty(),
+            "v{version}: {:?}",
+            resp.node_endpoints
+        );
+        let t = &resp.responses[0];
+        assert_eq!(t.topic_id, topic_id, "v{version}");
+        let p = &t.partitions[0];
+        assert_eq!((p.error_code, p.high_watermark), (NONE, 2), "v{version}");
+        assert_eq!(
+            p.current_leader.leader_id.0, -1,
+            "no hint on success, v{version}"
+        );
+        let (records, _) = decode_records(1, p.records.as_deref().unwrap_or_default()).unwrap();
+        let values: Vec<_> = records.iter().map(|r| r.value.clone().unwrap()).collect();
+        assert_eq!(values, ["a", "b"], "v{version}");
+    }
+    // By name before v13.
+    let resp = c.send(&fetch_request(&topic, 1, 0, 0, 1), 12).unwrap();
+    assert_eq!(resp.responses[0].topic.0.as_str(), topic);
+    assert_eq!(resp.responses[0].partitions[0].high_watermark, 2);
+
+    // The id of a topic that no longer exists: UNKNOWN_TOPIC_ID at once,
+    // although the request would wait 20 s for data.
+    let gone = unique_topic("fetch-gone");
+    c.create_topic(&gone, 1).unwrap();
+    let gone_id = c.metadata(Some(&[gone.as_str()])).unwrap().topics[0].topic_id;
+    assert_eq!(c.delete_topic(&gone).unwrap(), NONE);
+    let started = Instant::now();
+    let resp = c.send(&by_id(gone_id, &[0, 1], 20_000), 16).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let t = &resp.responses[0];
+    assert_eq!(t.topic_id, gone_id);
+    let codes: Vec<_> = t
+        .partitions
+        .iter()
+        .map(|p| (p.partition_index, p.error_code))
+        .collect();
+    assert_eq!(codes, [(0, UNKNOWN_TOPIC_ID), (1, UNKNOWN_TOPIC_ID)]);
 }
