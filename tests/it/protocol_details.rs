@@ -98,10 +98,11 @@ fn by_name(resp: DescribeConfigsResponse) -> BTreeMap<String, DescribeConfigsRes
     map
 }
 
-/// `(value, source)` of a config and its synonyms as `(name, value, source)`.
-fn shown(
-    c: &DescribeConfigsResourceResult,
-) -> (Option<String>, i8, Vec<(String, Option<String>, i8)>) {
+/// A synonym as `(name, value, source)`.
+type Syn = (String, Option<String>, i8);
+
+/// `(value, source)` of a config and its synonyms.
+fn shown(c: &DescribeConfigsResourceResult) -> (Option<String>, i8, Vec<Syn>) {
     (
         c.value.as_ref().map(|v| v.to_string()),
         c.config_source,
@@ -118,7 +119,7 @@ fn shown(
     )
 }
 
-fn syn(name: &str, value: &str, source: i8) -> (String, Option<String>, i8) {
+fn syn(name: &str, value: &str, source: i8) -> Syn {
     (name.to_string(), Some(value.to_string()), source)
 }
 
@@ -331,10 +332,7 @@ fn describe_configs_broker_resource_reports_kafka_keys_and_sources() {
         }
     }
     let advertised = format!("PLAINTEXT://127.0.0.1:{port}");
-    let expect = |name: &str,
-                  value: Option<&str>,
-                  source: i8,
-                  synonyms: Vec<(String, Option<String>, i8)>| {
+    let expect = |name: &str, value: Option<&str>, source: i8, synonyms: Vec<Syn>| {
         let config = all.get(name).unwrap_or_else(|| panic!("{name} is missing"));
         assert_eq!(
             shown(config),
