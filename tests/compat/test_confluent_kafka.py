@@ -161,3 +161,40 @@ def test_list_offsets_watermarks_and_times(samsa, topic_name):
     assert m is not None and m.error() is None
     assert (m.offset(), m.value(), m.timestamp()[1]) == (5, b"t5", base + 500)
     c.close()
+
+
+def test_describe_configs_broker_resource(samsa_factory):
+    """AdminClient.describe_configs on the broker resource, as librdkafka
+    reads it: Kafka's keys with their sources (STATIC_BROKER_CONFIG for what
+    samsa was started with, DEFAULT_CONFIG otherwise), read-only, and the
+    synonyms librdkafka always asks for."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
+
+    node = samsa_factory(["log.retention_ms=3600000"])
+    a = admin(node)
+    resource = ConfigResource(ResourceType.BROKER, "1")
+    fs = a.describe_configs([resource], request_timeout=30)
+    configs = fs[resource].result(timeout=60)
+    for name, entry in configs.items():
+        assert entry.is_read_only, name
+        assert not entry.is_sensitive, name
+        assert entry.source in (ConfigSource.STATIC_BROKER_CONFIG.value,
+                                ConfigSource.DEFAULT_CONFIG.value), (name, entry.source)
+    adv = configs["advertised.listeners"]
+    assert adv.value == f"PLAINTEXT://{node.bootstrap}", adv
+    assert adv.source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert not adv.is_default
+    partitions = configs["offsets.topic.num.partitions"]
+    assert partitions.value == "50" and partitions.is_default, partitions
+    assert partitions.source == ConfigSource.DEFAULT_CONFIG.value
+    retention = configs["log.retention.ms"]
+    assert retention.value == "3600000"
+    assert retention.source == ConfigSource.STATIC_BROKER_CONFIG.value
+    synonyms = [(s.name, s.value, s.source) for s in retention.synonyms.values()]
+    assert synonyms == [
+        ("log.retention.ms", "3600000", ConfigSource.STATIC_BROKER_CONFIG.value),
+        ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG.value),
+    ], synonyms
+    assert configs["log.retention.hours"].value == "168"
+    assert configs["log.dirs"].value == str(node.data_dir)
+    assert configs["node.id"].value == "1" and configs["broker.id"].value == "1"

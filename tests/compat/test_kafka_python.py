@@ -1,5 +1,6 @@
 """kafka-python (pure Python) against samsa: admin, idempotent produce,
-assign()-based consume, offsets, metadata. No consumer groups."""
+assign()-based consume, offsets, metadata, the broker version it infers,
+broker configs. No consumer groups."""
 
 import time
 
@@ -193,3 +194,86 @@ def test_admin_read_apis_log_dirs_quorum_and_topic_partitions(samsa, topic_name)
         assert unknown["topics"][0]["error_code"] == 3, unknown
     finally:
         a.close()
+def test_inferred_broker_version_is_kafka_4(samsa, topic_name):
+    """kafka-python infers the broker's release from the ApiVersions maxima
+    (kafka/protocol/broker_version_data.py): ListOffsets v10 means 4.0, and
+    that is what samsa's table reaches (4.1 would take Produce v13, 4.2
+    ListOffsets v11, 4.3 DescribeLogDirs v5). The clients then talk to samsa
+    at those versions: a round trip with offset lookups still works."""
+    create_topic(samsa, topic_name, partitions=1)
+    c = consumer(samsa)
+    try:
+        assert c.config["api_version"] == (4, 0), c.config["api_version"]
+    finally:
+        c.close()
+    p = KafkaProducer(bootstrap_servers=samsa.bootstrap, request_timeout_ms=30000)
+    try:
+        assert p.config["api_version"] == (4, 0), p.config["api_version"]
+        for i in range(3):
+            p.send(topic_name, value=b"v%d" % i, partition=0).get(timeout=30)
+    finally:
+        p.close()
+    c = consumer(samsa)
+    try:
+        tp = TopicPartition(topic_name, 0)
+        assert c.beginning_offsets([tp]) == {tp: 0}
+        assert c.end_offsets([tp]) == {tp: 3}
+        c.assign([tp])
+        c.seek_to_beginning(tp)
+        values = []
+        deadline = time.monotonic() + 60
+        while len(values) < 3 and time.monotonic() < deadline:
+            for records in c.poll(timeout_ms=500).values():
+                values.extend(r.value for r in records)
+        assert values == [b"v0", b"v1", b"v2"], values
+    finally:
+        c.close()
+
+
+def test_describe_configs_broker_resource(samsa_factory):
+    """KafkaAdminClient.describe_configs on the broker resource: Kafka's keys
+    (advertised.listeners, listeners, log.dirs, ...), STATIC_BROKER_CONFIG for
+    what samsa was started with, DEFAULT_CONFIG otherwise, Kafka's synonyms,
+    every broker key read-only, no documentation unless asked for."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    node = samsa_factory(["num_partitions=3", "log.retention_ms=3600000"])
+    a = admin(node)
+    try:
+        resource = ConfigResource(ConfigResourceType.BROKER, "1")
+        every = a.describe_configs([resource], include_synonyms=True, config_filter="all")
+        static = a.describe_configs([resource], config_filter="static")
+    finally:
+        a.close()
+    configs = every["broker"]["1"]
+    for name, c in configs.items():
+        assert c["read_only"] is True, (name, c)
+        assert c["is_sensitive"] is False, (name, c)
+        assert c["documentation"] is None, (name, c)
+        assert c["config_source"] in ("STATIC_BROKER_CONFIG", "DEFAULT_CONFIG"), (name, c)
+    advertised = f"PLAINTEXT://{node.bootstrap}"
+    assert configs["advertised.listeners"]["value"] == advertised, configs["advertised.listeners"]
+    assert configs["advertised.listeners"]["config_source"] == "STATIC_BROKER_CONFIG"
+    assert configs["listeners"]["value"] == advertised
+    assert configs["log.dirs"]["value"] == str(node.data_dir)
+    assert configs["num.partitions"]["value"] == "3"
+    assert configs["num.partitions"]["synonyms"] == [
+        {"name": "num.partitions", "value": "3", "source": "STATIC_BROKER_CONFIG"},
+        {"name": "num.partitions", "value": "1", "source": "DEFAULT_CONFIG"},
+    ]
+    assert configs["log.retention.ms"]["value"] == "3600000"
+    assert configs["log.retention.ms"]["synonyms"] == [
+        {"name": "log.retention.ms", "value": "3600000", "source": "STATIC_BROKER_CONFIG"},
+        {"name": "log.retention.hours", "value": "168", "source": "DEFAULT_CONFIG"},
+    ]
+    assert configs["log.retention.hours"]["value"] == "168"
+    assert configs["log.retention.hours"]["config_source"] == "DEFAULT_CONFIG"
+    assert configs["offsets.topic.num.partitions"]["value"] == "50"
+    assert configs["offsets.topic.num.partitions"]["config_source"] == "DEFAULT_CONFIG"
+    assert configs["group.initial.rebalance.delay.ms"]["value"] == "3000"
+    assert configs["message.max.bytes"]["config_type"] == "INT"
+    # What the harness and the test put on the command line, and only that.
+    assert set(static["broker"]["1"]) == {
+        "node.id", "broker.id", "listeners", "advertised.listeners", "log.dirs",
+        "num.partitions", "log.retention.ms",
+    }, sorted(static["broker"]["1"])

@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::MetadataResponse;
+use kafka_protocol::messages::{DescribeClusterRequest, MetadataResponse};
 use rdkafka::producer::Producer;
+use samsa_tests::client::fetch_request;
 use samsa_tests::cluster::{median_and_max, run_to_exit, SamsaCluster};
 use samsa_tests::http::http_get;
 use samsa_tests::node::samsa_bin;
@@ -106,6 +107,14 @@ fn librdkafka_works_through_any_node() {
         "nodes disagree: {seen:?}"
     );
     let leader_of: Vec<i32> = seen[0].iter().map(|(l, _, _)| *l).collect();
+    let topic_ids: std::collections::HashMap<String, _> = cluster
+        .client(1)
+        .metadata(Some(&[topic.as_str()]))
+        .unwrap()
+        .topics
+        .into_iter()
+        .map(|t| (t.name.unwrap().0.to_string(), t.topic_id))
+        .collect();
     assert_eq!(
         leader_of.iter().collect::<BTreeSet<_>>().len(),
         3,
@@ -129,6 +138,33 @@ fn librdkafka_works_through_any_node() {
             f.error_code, NOT_LEADER_OR_FOLLOWER,
             "fetch {partition} on node {other}"
         );
+        // Fetch v16+ (KIP-951) names the leader, its epoch and its endpoint.
+        let mut req = fetch_request(&topic, partition, 0, 0, 1);
+        req.topics[0].topic = Default::default();
+        req.topics[0].topic_id = topic_ids[&topic];
+        for version in [15, 16, 18] {
+            let resp = c.send(&req, version).unwrap();
+            let p = &resp.responses[0].partitions[0];
+            assert_eq!(p.error_code, NOT_LEADER_OR_FOLLOWER, "v{version}");
+            let hint = (p.current_leader.leader_id.0, p.current_leader.leader_epoch);
+            let endpoints: Vec<(i32, i32)> = resp
+                .node_endpoints
+                .iter()
+                .map(|e| (e.node_id.0, e.port))
+                .collect();
+            if version >= 16 {
+                assert_eq!(
+                    hint,
+                    (*leader, 0),
+                    "v{version} fetch {partition} on node {other}"
+                );
+                let port = i32::from(cluster.node(*leader).addr().port());
+                assert_eq!(endpoints, [(*leader, port)], "v{version}");
+            } else {
+                assert_eq!(hint, (-1, -1), "v{version}");
+                assert!(endpoints.is_empty(), "v{version}");
+            }
+        }
         let l = c.list_offsets(&topic, partition, -1).unwrap();
         assert_eq!(
             l.error_code, NOT_LEADER_OR_FOLLOWER,
@@ -498,6 +534,29 @@ fn killed_broker_is_fenced_and_unfenced_when_it_returns() {
         },
     );
     println!("broker {victim} fenced {fenced:?} after SIGKILL (session timeout {session:?})");
+    // DescribeCluster v2 lists it, flagged, when asked for fenced brokers;
+    // without the flag (and before v2) it is left out like in Metadata.
+    let described = |c: &mut KafkaClient, version: i16, include_fenced: bool| {
+        let req = DescribeClusterRequest::default().with_include_fenced_brokers(include_fenced);
+        let resp = c.send(&req, version).unwrap();
+        assert_eq!(resp.error_code, 0);
+        let mut brokers: Vec<(i32, bool)> = resp
+            .brokers
+            .iter()
+            .map(|b| (b.broker_id.0, b.is_fenced))
+            .collect();
+        brokers.sort_unstable();
+        brokers
+    };
+    let all: Vec<(i32, bool)> = cluster
+        .ids()
+        .into_iter()
+        .map(|id| (id, id == victim))
+        .collect();
+    assert_eq!(described(&mut c, 2, true), all);
+    let live: Vec<(i32, bool)> = all.iter().copied().filter(|(_, fenced)| !fenced).collect();
+    assert_eq!(described(&mut c, 2, false), live);
+    assert_eq!(described(&mut c, 1, false), live);
     assert!(
         fenced >= session.saturating_sub(heartbeat + Duration::from_millis(300)),
         "fenced after only {fenced:?}, before the session timeout"

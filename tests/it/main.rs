@@ -14,6 +14,7 @@ mod offsets;
 mod persistence;
 mod pipeline;
 mod pipelined_produce;
+mod protocol_details;
 mod rdkafka_eos;
 mod read_apis;
 mod replication;

@@ -1,5 +1,5 @@
-//! `SamsaNode`: one real `samsa server` process on a free port with its own
-//! temporary data directory.
+//! `SamsaNode`: one real `samsa server` (or `samsa dev`) process on a free
+//! port with its own temporary data directory.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -62,10 +62,20 @@ pub fn free_port() -> u16 {
 /// members, so group tests are not slowed by it.
 pub const TEST_NODE_SETTINGS: &[&str] = &["group_initial_rebalance_delay_ms=0"];
 
+/// How the node's process is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// `samsa server` with this node's flags and [`TEST_NODE_SETTINGS`].
+    Server,
+    /// `samsa dev` on this node's ports: its own presets, no test settings.
+    Dev,
+}
+
 /// A running (or stopped) samsa broker. Dropping it SIGKILLs the process; if
 /// the thread is panicking, the node's log is printed first.
 pub struct SamsaNode {
     bin: PathBuf,
+    mode: Mode,
     port: u16,
     /// Port of the HTTP endpoint (`/metrics`, `/healthz`, `/readyz`).
     http_port: u16,
@@ -86,6 +96,18 @@ impl SamsaNode {
     /// Starts a node with extra `--set key=value` settings (given as
     /// `"key=value"`) and waits until it answers ApiVersions.
     pub fn start_with(settings: &[&str]) -> SamsaNode {
+        let settings: Vec<&str> = TEST_NODE_SETTINGS.iter().chain(settings).copied().collect();
+        Self::start_mode(Mode::Server, &settings)
+    }
+
+    /// Starts `samsa dev` (a single node, with the development presets and
+    /// none of [`TEST_NODE_SETTINGS`]) on free ports, with extra `--set`
+    /// settings, and waits until it answers ApiVersions.
+    pub fn start_dev(settings: &[&str]) -> SamsaNode {
+        Self::start_mode(Mode::Dev, settings)
+    }
+
+    fn start_mode(mode: Mode, settings: &[&str]) -> SamsaNode {
         let bin = samsa_bin();
         assert!(
             bin.is_file(),
@@ -100,14 +122,11 @@ impl SamsaNode {
         std::fs::create_dir_all(dir.path().join("data")).expect("create data dir");
         let mut node = SamsaNode {
             bin,
+            mode,
             port: free_port(),
             http_port: free_port(),
             node_id: 1,
-            settings: TEST_NODE_SETTINGS
-                .iter()
-                .chain(settings)
-                .map(|s| s.to_string())
-                .collect(),
+            settings: settings.iter().map(|s| s.to_string()).collect(),
             dir,
             child: None,
             starts: 0,
@@ -227,17 +246,29 @@ impl SamsaNode {
         } else {
             Command::new(&self.bin)
         };
-        cmd.arg("server")
-            .arg("--node-id")
-            .arg(self.node_id.to_string())
-            .arg("--listen")
-            .arg(&listen)
-            .arg("--advertised-listener")
-            .arg(&listen)
-            .arg("--data-dir")
-            .arg(self.data_dir())
-            .arg("--set")
-            .arg(format!("http_listen={}", self.http_addr()));
+        match self.mode {
+            Mode::Server => cmd
+                .arg("server")
+                .arg("--node-id")
+                .arg(self.node_id.to_string())
+                .arg("--listen")
+                .arg(&listen)
+                .arg("--advertised-listener")
+                .arg(&listen)
+                .arg("--data-dir")
+                .arg(self.data_dir())
+                .arg("--set")
+                .arg(format!("http_listen={}", self.http_addr())),
+            // `dev` binds and advertises 127.0.0.1:<port>, as `bootstrap()` says.
+            Mode::Dev => cmd
+                .arg("dev")
+                .arg("--port")
+                .arg(self.port.to_string())
+                .arg("--http-port")
+                .arg(self.http_port.to_string())
+                .arg("--data-dir")
+                .arg(self.data_dir()),
+        };
         for s in &self.settings {
             cmd.arg("--set").arg(s);
         }

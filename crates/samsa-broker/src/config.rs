@@ -2,6 +2,7 @@
 //! defaults unless a comment says otherwise. `docs/OPERATIONS.md` documents each
 //! key; the TOML file and `--set key=value` flags use these field names.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -143,6 +144,16 @@ pub struct BrokerConfig {
     /// `offsets.retention.check.interval.ms`: how often expired offsets are
     /// looked for.
     pub offsets_retention_check_interval_ms: i64,
+
+    /// The keys given explicitly — in the config file, by a flag, by
+    /// `--set`, or by `samsa dev`'s presets — as dotted field names
+    /// (`num_partitions`, `log.segment_bytes`). Not a setting itself: the
+    /// process that builds the configuration fills it in, and DescribeConfigs
+    /// reports these keys as STATIC_BROKER_CONFIG and all others as
+    /// DEFAULT_CONFIG, as Kafka does for keys in or missing from
+    /// `server.properties`.
+    #[serde(skip)]
+    pub explicit_keys: BTreeSet<String>,
 }
 
 impl Default for BrokerConfig {
@@ -187,11 +198,23 @@ impl Default for BrokerConfig {
             group_max_session_timeout_ms: 1_800_000,
             offsets_retention_minutes: 7 * 24 * 60,
             offsets_retention_check_interval_ms: 600_000,
+            explicit_keys: BTreeSet::new(),
         }
     }
 }
 
 impl BrokerConfig {
+    /// Whether `key` (a dotted field name) was given explicitly: the key
+    /// itself, or a key below it (`log.flush` when
+    /// `log.flush.interval.interval_ms` was set).
+    pub fn is_explicit(&self, key: &str) -> bool {
+        self.explicit_keys.iter().any(|k| {
+            k == key
+                || k.strip_prefix(key)
+                    .is_some_and(|rest| rest.starts_with('.'))
+        })
+    }
+
     /// The `(host, port)` clients are told to connect to.
     pub fn advertised_host_port(&self) -> (String, i32) {
         if let Some(adv) = &self.advertised_listener {

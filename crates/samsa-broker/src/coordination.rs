@@ -142,8 +142,7 @@ impl InternalTopic {
 }
 
 async fn create(broker: &Broker, name: &'static str, partitions: i32, rf: Option<i16>) {
-    let live = broker.metadata.image().live_brokers().count();
-    let replication_factor = rf.unwrap_or_else(|| i16::try_from(live.clamp(1, 3)).unwrap_or(1));
+    let replication_factor = broker.replication_factor_or_default(rf);
     let mut configs = BTreeMap::new();
     if replication_factor >= 3 {
         configs.insert("min.insync.replicas".to_string(), "2".to_string());

@@ -22,9 +22,9 @@ use crate::Broker;
 /// `(api, min version, max version)` for every API samsa implements.
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 12),
-    (ApiKey::Fetch, 4, 12),
-    (ApiKey::ListOffsets, 1, 8),
-    (ApiKey::Metadata, 0, 12),
+    (ApiKey::Fetch, 4, 18),
+    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Metadata, 0, 13),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
@@ -32,7 +32,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
-    (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
@@ -236,7 +236,7 @@ async fn handle(
         }
         ApiKey::DescribeCluster => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::admin::describe_cluster(broker, request))
+            respond!(handlers::admin::describe_cluster(broker, request, v))
         }
         ApiKey::InitProducerId => {
             let request = decode(api_key, &mut body, v)?;

@@ -249,7 +249,13 @@ impl Broker {
     /// `default_replication_factor` if set, else min(3, unfenced brokers)
     /// (1 on a single node).
     pub fn default_replication_factor(&self) -> i16 {
-        self.config.default_replication_factor.unwrap_or_else(|| {
+        self.replication_factor_or_default(self.config.default_replication_factor)
+    }
+
+    /// `configured`, or when a replication-factor setting is unset, what
+    /// samsa uses instead: min(3, unfenced brokers), at least 1.
+    pub fn replication_factor_or_default(&self, configured: Option<i16>) -> i16 {
+        configured.unwrap_or_else(|| {
             let live = self.metadata.image().live_brokers().count();
             i16::try_from(live.clamp(1, 3)).unwrap_or(1)
         })

@@ -7,7 +7,12 @@
 //! that every field the broker and storage crates add is settable without
 //! touching this file, and the values are checked by the same serde code that
 //! reads the file.
+//!
+//! Every key the file or a `--set` names is recorded in
+//! [`BrokerConfig::explicit_keys`] (leaf paths: a table contributes the keys
+//! inside it), so DescribeConfigs can tell a configured value from a default.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -24,7 +29,7 @@ pub fn load_file(path: &Path) -> Result<BrokerConfig> {
 
 /// Parses a configuration document; the error is one line with the position.
 pub fn parse_toml(text: &str) -> Result<BrokerConfig, String> {
-    toml::from_str::<BrokerConfig>(text).map_err(|err| {
+    let mut config = toml::from_str::<BrokerConfig>(text).map_err(|err| {
         let msg = one_line(err.message());
         match err.span() {
             Some(span) => {
@@ -33,7 +38,28 @@ pub fn parse_toml(text: &str) -> Result<BrokerConfig, String> {
             }
             None => msg,
         }
-    })
+    })?;
+    // It parsed as a BrokerConfig, so it parses as a table.
+    if let Ok(table) = text.parse::<Table>() {
+        for (key, value) in &table {
+            record_leaves(&mut config.explicit_keys, key, value);
+        }
+    }
+    Ok(config)
+}
+
+/// Records `prefix` (a dotted key), or for a table every key below it.
+fn record_leaves(out: &mut BTreeSet<String>, prefix: &str, value: &Value) {
+    match value {
+        Value::Table(table) if !table.is_empty() => {
+            for (key, value) in table {
+                record_leaves(out, &format!("{prefix}.{key}"), value);
+            }
+        }
+        _ => {
+            out.insert(prefix.to_string());
+        }
+    }
 }
 
 /// Applies `--set key=value` overrides in order. Each one is checked on its own
@@ -55,8 +81,11 @@ fn apply_one(config: &BrokerConfig, key: &str, raw: &str) -> Result<BrokerConfig
     }
     let mut root = Value::try_from(config)
         .map_err(|err| anyhow!("cannot represent the configuration as TOML: {err}"))?;
-    set_path(&mut root, &path, parse_value(raw));
-    let updated: BrokerConfig = root
+    let value = parse_value(raw);
+    let mut explicit_keys = config.explicit_keys.clone();
+    record_leaves(&mut explicit_keys, key, &value);
+    set_path(&mut root, &path, value);
+    let mut updated: BrokerConfig = root
         .try_into()
         .map_err(|err: toml::de::Error| anyhow!("--set {key}: {}", one_line(err.message())))?;
 
@@ -68,6 +97,7 @@ fn apply_one(config: &BrokerConfig, key: &str, raw: &str) -> Result<BrokerConfig
     if lookup(&check, &path).is_none() {
         bail!("--set {key}: unknown configuration key");
     }
+    updated.explicit_keys = explicit_keys;
     Ok(updated)
 }
 
@@ -232,6 +262,36 @@ mod tests {
             assert!(err.contains(key), "{err}");
             assert!(!err.contains('\n'), "{err}");
         }
+    }
+
+    #[test]
+    fn explicit_keys_are_the_ones_named() {
+        let config = parse_toml(
+            r#"
+            node_id = 7
+            [log]
+            segment_bytes = 1048576
+            flush = { interval = { interval_ms = 5 } }
+            "#,
+        )
+        .unwrap();
+        let config = set(config, &["num_partitions=4", "log.retention_ms=60000"]).unwrap();
+        let keys: Vec<&str> = config.explicit_keys.iter().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "log.flush.interval.interval_ms",
+                "log.retention_ms",
+                "log.segment_bytes",
+                "node_id",
+                "num_partitions"
+            ]
+        );
+        assert!(config.is_explicit("log.flush"));
+        assert!(config.is_explicit("log.retention_ms"));
+        assert!(!config.is_explicit("log.retention_bytes"));
+        assert!(!config.is_explicit("node"));
+        assert!(BrokerConfig::default().explicit_keys.is_empty());
     }
 
     #[test]

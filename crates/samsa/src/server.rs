@@ -1,6 +1,7 @@
 //! `samsa server` and `samsa dev`: assemble a [`BrokerConfig`], run
 //! [`samsa_broker::run`] until SIGTERM/SIGINT, and report how it ended.
-//! `dev` is `server` with single-node defaults and a startup banner;
+//! `dev` is `server` with single-node defaults, Kafka's quickstart values
+//! ([`dev_presets`]) and a startup banner;
 //! `dev --nodes N` runs N cluster nodes (controller + broker each) in this
 //! one process, on 127.0.0.1 ports 100 apart, data in `<data-dir>/node-<id>`.
 
@@ -74,15 +75,19 @@ pub async fn run_server(args: ServerArgs) -> Result<ExitCode> {
     };
     if let Some(node_id) = args.node_id {
         cfg.node_id = node_id;
+        cfg.explicit_keys.insert("node_id".into());
     }
     if let Some(listen) = args.listen {
         cfg.listen = listen;
+        cfg.explicit_keys.insert("listen".into());
     }
     if let Some(advertised) = args.advertised_listener {
         cfg.advertised_listener = Some(advertised);
+        cfg.explicit_keys.insert("advertised_listener".into());
     }
     if let Some(dir) = args.data_dir {
         cfg.data_dir = dir;
+        cfg.explicit_keys.insert("data_dir".into());
     }
     let cfg = config::apply_overrides(cfg, &args.set)?;
     if args.print_config {
@@ -108,6 +113,11 @@ pub async fn run_dev(args: DevArgs) -> Result<ExitCode> {
         http_listen: SocketAddr::from(([127, 0, 0, 1], args.http_port)),
         ..BrokerConfig::default()
     };
+    let cfg = dev_presets(
+        cfg,
+        1,
+        &["listen", "advertised_listener", "data_dir", "http_listen"],
+    );
     let cfg = config::apply_overrides(cfg, &args.set)?;
 
     // Fail before the banner if the port is taken, with a hint; the broker
@@ -122,6 +132,34 @@ pub async fn run_dev(args: DevArgs) -> Result<ExitCode> {
     }
     println!("{}", banner(&cfg));
     run_broker(cfg).await
+}
+
+/// `samsa dev`'s configuration file, in effect: Kafka's quickstart
+/// `server.properties` (`config/server.properties`,
+/// `config/kraft/server.properties`) where samsa has the setting and the
+/// quickstart differs from Kafka's built-in default, which `samsa server`
+/// keeps. `set_by_dev` are the keys `dev` itself fills in (addresses, data
+/// directory). All of them count as configured (STATIC_BROKER_CONFIG in
+/// DescribeConfigs), as they would in Kafka's file; `--set` still overrides
+/// them. `docs/OPERATIONS.md` lists the differences.
+fn dev_presets(mut cfg: BrokerConfig, nodes: u16, set_by_dev: &[&str]) -> BrokerConfig {
+    // The first rebalance of a new group does not wait 3 s for more members.
+    cfg.group_initial_rebalance_delay_ms = 0;
+    let mut presets = vec!["group_initial_rebalance_delay_ms"];
+    if nodes == 1 {
+        // A single node can only hold one replica of the internal topics;
+        // a `dev --nodes N` cluster keeps the default, min(3, N), so that
+        // killing a node does not lose the group and transaction state.
+        cfg.offsets_topic_replication_factor = Some(1);
+        cfg.transaction_state_log_replication_factor = Some(1);
+        presets.extend([
+            "offsets_topic_replication_factor",
+            "transaction_state_log_replication_factor",
+        ]);
+    }
+    cfg.explicit_keys
+        .extend(set_by_dev.iter().chain(&presets).map(|k| (*k).to_string()));
+    cfg
 }
 
 async fn run_broker(cfg: BrokerConfig) -> Result<ExitCode> {
@@ -177,6 +215,19 @@ fn dev_cluster_configs(args: &DevArgs) -> Result<Vec<BrokerConfig>> {
                 http_listen: SocketAddr::from(([127, 0, 0, 1], port_of(args.http_port, n)?)),
                 ..BrokerConfig::default()
             };
+            let cfg = dev_presets(
+                cfg,
+                args.nodes,
+                &[
+                    "node_id",
+                    "listen",
+                    "advertised_listener",
+                    "data_dir",
+                    "controller_quorum_voters",
+                    "controller_listen",
+                    "http_listen",
+                ],
+            );
             config::apply_overrides(cfg, &args.set)
         })
         .collect()
@@ -398,6 +449,38 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("samsa cluster status\n"), "{text}");
+    }
+
+    #[test]
+    fn dev_presets_are_kafkas_quickstart_values() {
+        let single = dev_presets(BrokerConfig::default(), 1, &["listen"]);
+        assert_eq!(single.group_initial_rebalance_delay_ms, 0);
+        assert_eq!(single.offsets_topic_replication_factor, Some(1));
+        assert_eq!(single.transaction_state_log_replication_factor, Some(1));
+        assert!(single.is_explicit("group_initial_rebalance_delay_ms"));
+        assert!(single.is_explicit("listen"));
+        assert!(!single.is_explicit("num_partitions"));
+
+        let args = DevArgs {
+            data_dir: PathBuf::from("/tmp/d"),
+            port: 9092,
+            nodes: 3,
+            controller_port: 9093,
+            http_port: 9644,
+            set: vec!["group_initial_rebalance_delay_ms=3000".into()],
+        };
+        let configs = dev_cluster_configs(&args).unwrap();
+        for c in &configs {
+            // --set wins over the preset; the cluster keeps min(3, N) replicas.
+            assert_eq!(c.group_initial_rebalance_delay_ms, 3000);
+            assert_eq!(c.offsets_topic_replication_factor, None);
+            assert!(c.is_explicit("controller_quorum_voters"));
+        }
+        // `samsa server` keeps Kafka's built-in default.
+        assert_eq!(
+            BrokerConfig::default().group_initial_rebalance_delay_ms,
+            3000
+        );
     }
 
     #[test]

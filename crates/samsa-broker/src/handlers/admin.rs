@@ -175,6 +175,8 @@ pub async fn create_topics(
         };
         match outcome {
             Ok((id, partitions, replication_factor, configs)) => {
+                // Null on success, as Kafka sends it (the codec's default is "").
+                result.error_message = None;
                 result.topic_id = id;
                 result.num_partitions = partitions;
                 result.replication_factor = replication_factor;
@@ -250,7 +252,10 @@ pub async fn delete_topics(
                     result.error_message = Some(str_bytes(e.to_string()));
                 }
             },
-            Err(code) => result.error_code = code.code(),
+            Err(code) => {
+                result.error_code = code.code();
+                result.error_message = Some(str_bytes(code.to_string()));
+            }
         }
         responses.push(result);
     }
@@ -305,19 +310,57 @@ pub async fn create_partitions(
     CreatePartitionsResponse::default().with_results(results)
 }
 
+/// `endpoint_type` of DescribeCluster v1+: 1 asks a broker, 2 a controller.
+const ENDPOINT_BROKERS: i8 = 1;
+const ENDPOINT_CONTROLLERS: i8 = 2;
+
+/// DescribeCluster: the unfenced brokers, and from v2 with
+/// `include_fenced_brokers` the fenced ones too, flagged. samsa's Kafka
+/// listener is a broker endpoint: a v1+ request for controllers gets
+/// MISMATCHED_ENDPOINT_TYPE (controllers speak gRPC, not the Kafka protocol),
+/// an unknown endpoint type UNSUPPORTED_ENDPOINT_TYPE (v0: INVALID_REQUEST).
 pub fn describe_cluster(
     broker: &Broker,
-    _request: DescribeClusterRequest,
+    request: DescribeClusterRequest,
+    version: i16,
 ) -> DescribeClusterResponse {
+    let endpoint_error = match request.endpoint_type {
+        ENDPOINT_BROKERS => None,
+        ENDPOINT_CONTROLLERS => Some((
+            ResponseError::MismatchedEndpointType,
+            "this is a broker endpoint; samsa's controllers are not reachable over the Kafka protocol",
+        )),
+        _ => Some((
+            ResponseError::UnsupportedEndpointType,
+            "unknown endpoint type",
+        )),
+    };
+    if let Some((error, message)) = endpoint_error {
+        let error = if version == 0 {
+            ResponseError::InvalidRequest
+        } else {
+            error
+        };
+        return DescribeClusterResponse::default()
+            .with_error_code(error.code())
+            .with_error_message(Some(str_bytes(format!(
+                "{message} ({})",
+                request.endpoint_type
+            ))));
+    }
+    let include_fenced = version >= 2 && request.include_fenced_brokers;
     let image = broker.metadata.image();
     let brokers = image
-        .live_brokers()
+        .brokers
+        .iter()
+        .filter(|b| include_fenced || !b.fenced)
         .map(|b| {
             DescribeClusterBroker::default()
                 .with_broker_id(BrokerId(b.node_id))
                 .with_host(str_bytes(b.host.clone()))
                 .with_port(b.port)
                 .with_rack(b.rack.clone().map(str_bytes))
+                .with_is_fenced(include_fenced && b.fenced)
         })
         .collect();
     DescribeClusterResponse::default()

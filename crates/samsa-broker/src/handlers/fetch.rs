@@ -9,24 +9,43 @@
 //! *before* reading, so an append that lands between the read and the wait
 //! still wakes the fetch. Size limits follow KIP-74: the first partition with
 //! data always gets at least one whole batch, later ones only what fits.
+//!
+//! Versions: v13+ name topics by id (KIP-516), resolved once per request
+//! against the metadata image; an unknown id answers UNKNOWN_TOPIC_ID on
+//! each of its partitions. v16+ (KIP-951) add, to a partition answered
+//! NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH, the leader and epoch the
+//! metadata names, and the endpoint of that leader when it is live, so the
+//! client can move without a Metadata round trip. What v15, v17 and v18
+//! add is for follower replicas (replica state, directory id, high
+//! watermark), which samsa's replication does not carry over the Kafka
+//! protocol: those fields are ignored. There are no fetch sessions
+//! (`session_id` 0), so every request is a full fetch.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::select_all;
 use kafka_protocol::error::ResponseError;
+use std::collections::BTreeMap;
+
 use kafka_protocol::messages::fetch_response::{
-    AbortedTransaction, FetchableTopicResponse, PartitionData,
+    AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 };
-use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId};
 use tokio::time::Instant;
 use tracing::warn;
 
+use super::str_bytes;
 use crate::error::storage_error_code;
 use crate::replica::PartitionError;
 use crate::Broker;
 
-pub async fn handle(broker: &Broker, request: FetchRequest, _version: i16) -> FetchResponse {
+/// The first version that names topics by id.
+const TOPIC_IDS: i16 = 13;
+/// The first version that carries leader hints on leadership errors.
+const LEADER_HINTS: i16 = 16;
+
+pub async fn handle(broker: &Broker, request: FetchRequest, version: i16) -> FetchResponse {
     let read_committed = request.isolation_level == 1;
     let max_wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
     let deadline = Instant::now() + max_wait;
@@ -36,22 +55,47 @@ pub async fn handle(broker: &Broker, request: FetchRequest, _version: i16) -> Fe
         Ok(n) => n,
     };
 
+    // The name of each requested topic; `None`: an id this broker does not know.
+    let names: Vec<Option<String>> = if version >= TOPIC_IDS {
+        let image = broker.metadata.image();
+        request
+            .topics
+            .iter()
+            .map(|t| image.topic_by_id(&t.topic_id).map(|m| m.name.clone()))
+            .collect()
+    } else {
+        request
+            .topics
+            .iter()
+            .map(|t| Some(t.topic.0.to_string()))
+            .collect()
+    };
+    let read = Read {
+        request: &request,
+        names: &names,
+        version,
+        read_committed,
+        max_bytes,
+    };
+
     loop {
         // Subscribe first: changes after this point wake the wait below.
         let mut watches: Vec<_> = request
             .topics
             .iter()
-            .flat_map(|t| {
+            .zip(&names)
+            .filter_map(|(t, name)| name.as_deref().map(|name| (t, name)))
+            .flat_map(|(t, name)| {
                 t.partitions
                     .iter()
-                    .filter_map(|p| broker.replicas.get(t.topic.0.as_str(), p.partition))
+                    .filter_map(move |p| broker.replicas.get(name, p.partition))
             })
             .map(|p| p.watch_high_watermark())
             .collect();
 
-        let (responses, bytes, any_error) = read_once(broker, &request, read_committed, max_bytes);
+        let (response, bytes, any_error) = read.once(broker);
         if bytes >= min_bytes || any_error || Instant::now() >= deadline || watches.is_empty() {
-            return FetchResponse::default().with_responses(responses);
+            return response;
         }
 
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
@@ -59,110 +103,177 @@ pub async fn handle(broker: &Broker, request: FetchRequest, _version: i16) -> Fe
             _ = changed => {}
             _ = tokio::time::sleep_until(deadline) => {
                 // Read once more so the answer reflects the latest state.
-                let (responses, _, _) = read_once(broker, &request, read_committed, max_bytes);
-                return FetchResponse::default().with_responses(responses);
+                return read.once(broker).0;
             }
         }
     }
 }
 
-fn read_once(
-    broker: &Broker,
-    request: &FetchRequest,
+/// One fetch request, ready to be read (again) while it waits.
+struct Read<'a> {
+    request: &'a FetchRequest,
+    names: &'a [Option<String>],
+    version: i16,
     read_committed: bool,
     max_bytes: usize,
-) -> (Vec<FetchableTopicResponse>, usize, bool) {
-    let mut total = 0usize;
-    let mut any_error = false;
-    let mut topics = Vec::with_capacity(request.topics.len());
-    for topic in &request.topics {
-        let name = topic.topic.0.as_str();
-        let mut partitions = Vec::with_capacity(topic.partitions.len());
-        for wanted in &topic.partitions {
-            let mut data = PartitionData::default()
-                .with_partition_index(wanted.partition)
-                .with_high_watermark(-1)
-                .with_last_stable_offset(-1)
-                .with_log_start_offset(-1)
-                .with_records(Some(Bytes::new()));
-            if read_committed {
-                data.aborted_transactions = Some(Vec::new());
-            }
-            let partition = match broker.leader_partition(name, wanted.partition) {
-                Ok(partition) => partition,
-                Err(code) => {
-                    data.error_code = code.code();
+}
+
+impl Read<'_> {
+    /// Reads every requested partition once: the response, its bytes of
+    /// records, and whether a partition failed.
+    fn once(&self, broker: &Broker) -> (FetchResponse, usize, bool) {
+        let mut endpoints = BTreeMap::new();
+        let (topics, total, any_error) = self.topics(broker, &mut endpoints);
+        let mut response = FetchResponse::default().with_responses(topics);
+        if self.version >= LEADER_HINTS {
+            response.node_endpoints = endpoints.into_values().collect();
+        }
+        (response, total, any_error)
+    }
+
+    /// KIP-951: the leader and epoch the metadata names for a partition
+    /// that this broker does not lead (any more), and its endpoint if live.
+    fn leader_hint(
+        broker: &Broker,
+        name: &str,
+        index: i32,
+        data: &mut PartitionData,
+        endpoints: &mut BTreeMap<i32, NodeEndpoint>,
+    ) {
+        let image = broker.metadata.image();
+        let (leader, epoch) = image
+            .partition(name, index)
+            .map_or((-1, -1), |p| (p.leader, p.leader_epoch));
+        data.current_leader = LeaderIdAndEpoch::default()
+            .with_leader_id(BrokerId(leader))
+            .with_leader_epoch(epoch);
+        if let Some(b) = image.broker(leader).filter(|b| !b.fenced) {
+            endpoints.entry(b.node_id).or_insert_with(|| {
+                NodeEndpoint::default()
+                    .with_node_id(BrokerId(b.node_id))
+                    .with_host(str_bytes(b.host.clone()))
+                    .with_port(b.port)
+                    .with_rack(b.rack.clone().map(str_bytes))
+            });
+        }
+    }
+
+    fn topics(
+        &self,
+        broker: &Broker,
+        endpoints: &mut BTreeMap<i32, NodeEndpoint>,
+    ) -> (Vec<FetchableTopicResponse>, usize, bool) {
+        let read_committed = self.read_committed;
+        let max_bytes = self.max_bytes;
+        let hints = self.version >= LEADER_HINTS;
+        let mut total = 0usize;
+        let mut any_error = false;
+        let mut topics = Vec::with_capacity(self.request.topics.len());
+        for (topic, name) in self.request.topics.iter().zip(self.names) {
+            let mut partitions = Vec::with_capacity(topic.partitions.len());
+            for wanted in &topic.partitions {
+                let mut data = PartitionData::default()
+                    .with_partition_index(wanted.partition)
+                    .with_high_watermark(-1)
+                    .with_last_stable_offset(-1)
+                    .with_log_start_offset(-1)
+                    .with_records(Some(Bytes::new()));
+                if read_committed {
+                    data.aborted_transactions = Some(Vec::new());
+                }
+                let Some(name) = name.as_deref() else {
+                    data.error_code = ResponseError::UnknownTopicId.code();
+                    any_error = true;
+                    partitions.push(data);
+                    continue;
+                };
+                let partition = match broker.leader_partition(name, wanted.partition) {
+                    Ok(partition) => partition,
+                    Err(code) => {
+                        data.error_code = code.code();
+                        if hints && code == ResponseError::NotLeaderOrFollower {
+                            Self::leader_hint(broker, name, wanted.partition, &mut data, endpoints);
+                        }
+                        any_error = true;
+                        partitions.push(data);
+                        continue;
+                    }
+                };
+                let leader_epoch = partition.leader_epoch();
+                if wanted.current_leader_epoch >= 0 && wanted.current_leader_epoch != leader_epoch {
+                    let error = if wanted.current_leader_epoch > leader_epoch {
+                        ResponseError::UnknownLeaderEpoch
+                    } else {
+                        ResponseError::FencedLeaderEpoch
+                    };
+                    data.error_code = error.code();
+                    if hints && error == ResponseError::FencedLeaderEpoch {
+                        Self::leader_hint(broker, name, wanted.partition, &mut data, endpoints);
+                    }
                     any_error = true;
                     partitions.push(data);
                     continue;
                 }
-            };
-            let leader_epoch = partition.leader_epoch();
-            if wanted.current_leader_epoch >= 0 && wanted.current_leader_epoch != leader_epoch {
-                let error = if wanted.current_leader_epoch > leader_epoch {
-                    ResponseError::UnknownLeaderEpoch
-                } else {
-                    ResponseError::FencedLeaderEpoch
-                };
-                data.error_code = error.code();
-                any_error = true;
+                let partition_max = usize::try_from(wanted.partition_max_bytes).unwrap_or(0);
+                let remaining = max_bytes.saturating_sub(total);
+                let limit = partition_max.min(remaining);
+                let offset = wanted.fetch_offset;
+                match partition.read(offset, limit, read_committed) {
+                    Ok(read) => {
+                        data.high_watermark = read.high_watermark;
+                        data.last_stable_offset = read.last_stable_offset;
+                        data.log_start_offset = read.log_start_offset;
+                        if read_committed {
+                            data.aborted_transactions = Some(
+                                read.aborted
+                                    .iter()
+                                    .map(|a| {
+                                        AbortedTransaction::default()
+                                            .with_producer_id(ProducerId(a.producer_id))
+                                            .with_first_offset(a.first_offset)
+                                    })
+                                    .collect(),
+                            );
+                        }
+                        let records = read.result.records;
+                        // Only the first partition with data may exceed the limits (KIP-74).
+                        if total == 0 || records.len() <= limit {
+                            total += records.len();
+                            data.records = Some(records);
+                        }
+                    }
+                    Err(PartitionError::Storage(e)) => {
+                        let code = storage_error_code(&e);
+                        if code == ResponseError::KafkaStorageError {
+                            warn!(partition = %partition.name(), error = %e, "read failed");
+                        }
+                        data.error_code = code.code();
+                        if let Ok(offsets) = partition.offsets() {
+                            data.high_watermark = offsets.high_watermark;
+                            data.last_stable_offset = offsets.last_stable_offset;
+                            data.log_start_offset = offsets.log_start_offset;
+                        }
+                        any_error = true;
+                    }
+                    Err(_) => {
+                        // Leadership moved while reading.
+                        data.error_code = ResponseError::NotLeaderOrFollower.code();
+                        if hints {
+                            Self::leader_hint(broker, name, wanted.partition, &mut data, endpoints);
+                        }
+                        any_error = true;
+                    }
+                }
                 partitions.push(data);
-                continue;
             }
-            let partition_max = usize::try_from(wanted.partition_max_bytes).unwrap_or(0);
-            let remaining = max_bytes.saturating_sub(total);
-            let limit = partition_max.min(remaining);
-            let offset = wanted.fetch_offset;
-            match partition.read(offset, limit, read_committed) {
-                Ok(read) => {
-                    data.high_watermark = read.high_watermark;
-                    data.last_stable_offset = read.last_stable_offset;
-                    data.log_start_offset = read.log_start_offset;
-                    if read_committed {
-                        data.aborted_transactions = Some(
-                            read.aborted
-                                .iter()
-                                .map(|a| {
-                                    AbortedTransaction::default()
-                                        .with_producer_id(ProducerId(a.producer_id))
-                                        .with_first_offset(a.first_offset)
-                                })
-                                .collect(),
-                        );
-                    }
-                    let records = read.result.records;
-                    // Only the first partition with data may exceed the limits (KIP-74).
-                    if total == 0 || records.len() <= limit {
-                        total += records.len();
-                        data.records = Some(records);
-                    }
-                }
-                Err(PartitionError::Storage(e)) => {
-                    let code = storage_error_code(&e);
-                    if code == ResponseError::KafkaStorageError {
-                        warn!(partition = %partition.name(), error = %e, "read failed");
-                    }
-                    data.error_code = code.code();
-                    if let Ok(offsets) = partition.offsets() {
-                        data.high_watermark = offsets.high_watermark;
-                        data.last_stable_offset = offsets.last_stable_offset;
-                        data.log_start_offset = offsets.log_start_offset;
-                    }
-                    any_error = true;
-                }
-                Err(_) => {
-                    data.error_code = ResponseError::NotLeaderOrFollower.code();
-                    any_error = true;
-                }
-            }
-            partitions.push(data);
+            // v13+ answer by id (the name is not on the wire), earlier by name.
+            topics.push(
+                FetchableTopicResponse::default()
+                    .with_topic(topic.topic.clone())
+                    .with_topic_id(topic.topic_id)
+                    .with_partitions(partitions),
+            );
         }
-        topics.push(
-            FetchableTopicResponse::default()
-                .with_topic(topic.topic.clone())
-                .with_topic_id(topic.topic_id)
-                .with_partitions(partitions),
-        );
+        (topics, total, any_error)
     }
-    (topics, total, any_error)
 }

@@ -9,6 +9,9 @@
 //! Key type GROUP (0): the live leader of `__consumer_offsets` partition
 //! `coordinator_partition(G, N)` ([`crate::groups::GroupShell::coordinator_node`]),
 //! created on first use the same way. Any other key type is INVALID_REQUEST.
+//!
+//! Messages as Kafka sends them: v4+ leaves each coordinator's
+//! `error_message` empty, success or not; v1–v3 name the outcome.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -75,8 +78,12 @@ pub fn handle(
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
+    // v1–v3 carry a top-level message, which Kafka fills with the error's
+    // name on success ("NONE") and its description on failure; v0 has none.
+    let message = |text: String| (version >= 1).then(|| str_bytes(text));
     match find(broker, key_type, request.key.as_str()) {
         Ok((node, host, port)) => FindCoordinatorResponse::default()
+            .with_error_message(message("NONE".into()))
             .with_node_id(BrokerId(node))
             .with_host(str_bytes(host))
             .with_port(port),
@@ -84,6 +91,7 @@ pub fn handle(
             debug!(key = request.key.as_str(), key_type, error = ?e, "no coordinator");
             FindCoordinatorResponse::default()
                 .with_error_code(e.code())
+                .with_error_message(message(e.to_string()))
                 .with_node_id(BrokerId(-1))
                 .with_host(str_bytes(""))
                 .with_port(-1)

@@ -68,7 +68,7 @@ pub async fn join_group(
             .call(|c, token, now| c.join_group(token, &request, version, client, now))
             .await;
         match reply {
-            Some(Reply::Join(r)) => r,
+            Some(Reply::Join(r)) => protocol_name_as_kafka_sends_it(r, version),
             _ => JoinGroupResponse::default()
                 .with_error_code(LOST.code())
                 .with_generation_id(-1)
@@ -78,6 +78,20 @@ pub async fn join_group(
     }
     .instrument(span)
     .await
+}
+
+/// Kafka's rule for JoinGroup's protocol name: nullable from v7, where an
+/// empty name (an error, MEMBER_ID_REQUIRED) goes out as null; before v7 a
+/// null one goes out as "".
+fn protocol_name_as_kafka_sends_it(mut r: JoinGroupResponse, version: i16) -> JoinGroupResponse {
+    if version >= 7 {
+        if r.protocol_name.as_ref().is_some_and(|n| n.is_empty()) {
+            r.protocol_name = None;
+        }
+    } else if r.protocol_name.is_none() {
+        r.protocol_name = Some(str_bytes(""));
+    }
+    r
 }
 
 pub async fn sync_group(

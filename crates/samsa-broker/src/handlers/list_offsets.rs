@@ -1,6 +1,9 @@
 //! ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local
-//! (-4, the log start on a log without tiered storage) and by timestamp.
-//! `read_committed` answers the last stable offset for "latest".
+//! (-4, the log start on a log without tiered storage), latest tiered (-5,
+//! v9+: offset -1 and leader epoch -1, Kafka's answer for a topic without
+//! tiered storage) and by timestamp. `read_committed` answers the last
+//! stable offset for "latest". v10 adds a timeout for reads from remote
+//! storage; samsa has none, so every answer is immediate.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{
@@ -16,6 +19,7 @@ const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
+const LATEST_TIERED: i64 = -5;
 
 pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let read_committed = request.isolation_level == 1;
@@ -40,7 +44,12 @@ pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
                         }
                     };
                     if version >= 4 {
-                        response.leader_epoch = partition.leader_epoch();
+                        // Nothing is tiered: no offset, so no epoch either.
+                        response.leader_epoch = if wanted.timestamp == LATEST_TIERED {
+                            -1
+                        } else {
+                            partition.leader_epoch()
+                        };
                     }
                     match lookup(&partition, wanted.timestamp, read_committed) {
                         Ok(Some((offset, timestamp))) => {
@@ -84,6 +93,7 @@ fn lookup(
         EARLIEST | EARLIEST_LOCAL => Some((offsets.log_start_offset, -1)),
         MAX_TIMESTAMP => partition.max_timestamp_and_offset()?,
         ts if ts >= 0 => partition.offset_for_timestamp(ts)?,
+        // LATEST_TIERED and unknown negative timestamps: no such record.
         _ => None,
     })
 }
