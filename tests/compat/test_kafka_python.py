@@ -196,19 +196,19 @@ def test_admin_read_apis_log_dirs_quorum_and_topic_partitions(samsa, topic_name)
         a.close()
 def test_inferred_broker_version_is_kafka_4(samsa, topic_name):
     """kafka-python infers the broker's release from the ApiVersions maxima
-    (kafka/protocol/broker_version_data.py): ListOffsets v10 means 4.0, and
-    that is what samsa's table reaches (4.1 would take Produce v13, 4.2
-    ListOffsets v11, 4.3 DescribeLogDirs v5). The clients then talk to samsa
+    (kafka/protocol/broker_version_data.py): Produce v13 means 4.1, and
+    that is what samsa's table reaches (4.2 would take ListOffsets v11, 4.3
+    DescribeLogDirs v5). The clients then talk to samsa
     at those versions: a round trip with offset lookups still works."""
     create_topic(samsa, topic_name, partitions=1)
     c = consumer(samsa)
     try:
-        assert c.config["api_version"] == (4, 0), c.config["api_version"]
+        assert c.config["api_version"] == (4, 1), c.config["api_version"]
     finally:
         c.close()
     p = KafkaProducer(bootstrap_servers=samsa.bootstrap, request_timeout_ms=30000)
     try:
-        assert p.config["api_version"] == (4, 0), p.config["api_version"]
+        assert p.config["api_version"] == (4, 1), p.config["api_version"]
         for i in range(3):
             p.send(topic_name, value=b"v%d" % i, partition=0).get(timeout=30)
     finally:

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{DescribeClusterRequest, MetadataResponse};
 use rdkafka::producer::Producer;
-use samsa_tests::client::fetch_request;
+use samsa_tests::client::{fetch_request, produce_request};
 use samsa_tests::cluster::{median_and_max, run_to_exit, SamsaCluster};
 use samsa_tests::http::http_get;
 use samsa_tests::node::samsa_bin;
@@ -133,6 +133,36 @@ fn librdkafka_works_through_any_node() {
             r.error_code, NOT_LEADER_OR_FOLLOWER,
             "produce to {partition} on node {other}"
         );
+        // Produce v10+ (KIP-951) names the leader, its epoch and its
+        // endpoint; v13 addresses the topic by id.
+        for version in [9, 10, 12, 13] {
+            let mut req = produce_request(&topic, partition, one_record("x"), ACKS_ALL);
+            if version >= 13 {
+                req.topic_data[0].name = Default::default();
+                req.topic_data[0].topic_id = topic_ids[&topic];
+            }
+            let resp = c.send(&req, version).unwrap();
+            let p = &resp.responses[0].partition_responses[0];
+            assert_eq!(p.error_code, NOT_LEADER_OR_FOLLOWER, "Produce v{version}");
+            let hint = (p.current_leader.leader_id.0, p.current_leader.leader_epoch);
+            let endpoints: Vec<(i32, i32)> = resp
+                .node_endpoints
+                .iter()
+                .map(|e| (e.node_id.0, e.port))
+                .collect();
+            if version >= 10 {
+                let port = i32::from(cluster.node(*leader).addr().port());
+                assert_eq!(
+                    hint,
+                    (*leader, 0),
+                    "Produce v{version} to {partition} on node {other}"
+                );
+                assert_eq!(endpoints, [(*leader, port)], "Produce v{version}");
+            } else {
+                assert_eq!(hint, (-1, -1), "Produce v{version}");
+                assert!(endpoints.is_empty(), "Produce v{version}");
+            }
+        }
         let f = c.fetch(&topic, partition, 0, 0, 1).unwrap();
         assert_eq!(
             f.error_code, NOT_LEADER_OR_FOLLOWER,

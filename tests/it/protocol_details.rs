@@ -800,3 +800,69 @@ fn fetch_by_topic_id_v13_to_v18() {
         .collect();
     assert_eq!(codes, [(0, UNKNOWN_TOPIC_ID), (1, UNKNOWN_TOPIC_ID)]);
 }
+
+/// Produce v13 (KIP-516) names topics by id: the batch lands in the topic
+/// the id names, the answer carries the id, and an unknown id is
+/// UNKNOWN_TOPIC_ID for every partition; the same topic by name at v12.
+#[test]
+fn produce_by_topic_id_v13() {
+    let node = SamsaNode::start();
+    let mut c = node.client();
+    assert_eq!(c.broker_versions()[&(ApiKey::Produce as i16)], (3, 13));
+    let topic = unique_topic("produce-by-id");
+    c.create_topic(&topic, 2).unwrap();
+    let topic_id = c.metadata(Some(&[topic.as_str()])).unwrap().topics[0].topic_id;
+    let by_id = |topic_id, value: &str| {
+        let mut req = samsa_tests::client::produce_request(
+            &topic,
+            1,
+            BatchBuilder::new().values([value]).build(),
+            -1,
+        );
+        req.topic_data[0].name = Default::default();
+        req.topic_data[0].topic_id = topic_id;
+        req
+    };
+    let resp = c.send(&by_id(topic_id, "by-id"), 13).unwrap();
+    let t = &resp.responses[0];
+    assert_eq!(t.topic_id, topic_id);
+    assert_eq!(
+        (
+            t.partition_responses[0].error_code,
+            t.partition_responses[0].base_offset
+        ),
+        (NONE, 0)
+    );
+    let r = c
+        .produce_at(
+            &topic,
+            1,
+            BatchBuilder::new().values(["by-name"]).build(),
+            -1,
+            12,
+        )
+        .unwrap();
+    assert_eq!((r.error_code, r.base_offset), (NONE, 1));
+    let resp = c.send(&fetch_request(&topic, 1, 0, 0, 1), 12).unwrap();
+    let (records, _) = decode_records(
+        1,
+        resp.responses[0].partitions[0]
+            .records
+            .as_deref()
+            .unwrap_or_default(),
+    )
+    .unwrap();
+    let values: Vec<_> = records.iter().map(|r| r.value.clone().unwrap()).collect();
+    assert_eq!(values, ["by-id", "by-name"]);
+
+    // The id of a topic that no longer exists.
+    let gone = unique_topic("produce-gone");
+    c.create_topic(&gone, 1).unwrap();
+    let unknown = c.metadata(Some(&[gone.as_str()])).unwrap().topics[0].topic_id;
+    assert_eq!(c.delete_topic(&gone).unwrap(), NONE);
+    let resp = c.send(&by_id(unknown, "lost"), 13).unwrap();
+    let t = &resp.responses[0];
+    assert_eq!(t.topic_id, unknown);
+    assert_eq!(t.partition_responses[0].error_code, UNKNOWN_TOPIC_ID);
+    assert_eq!(c.log_end_offset(&topic, 1).unwrap(), 2, "nothing written");
+}

@@ -140,20 +140,17 @@ impl Read<'_> {
         data: &mut PartitionData,
         endpoints: &mut BTreeMap<i32, NodeEndpoint>,
     ) {
-        let image = broker.metadata.image();
-        let (leader, epoch) = image
-            .partition(name, index)
-            .map_or((-1, -1), |p| (p.leader, p.leader_epoch));
+        let hint = super::leader_hint(broker, name, index);
         data.current_leader = LeaderIdAndEpoch::default()
-            .with_leader_id(BrokerId(leader))
-            .with_leader_epoch(epoch);
-        if let Some(b) = image.broker(leader).filter(|b| !b.fenced) {
+            .with_leader_id(BrokerId(hint.leader_id))
+            .with_leader_epoch(hint.leader_epoch);
+        if let Some(b) = hint.endpoint {
             endpoints.entry(b.node_id).or_insert_with(|| {
                 NodeEndpoint::default()
                     .with_node_id(BrokerId(b.node_id))
-                    .with_host(str_bytes(b.host.clone()))
+                    .with_host(str_bytes(b.host))
                     .with_port(b.port)
-                    .with_rack(b.rack.clone().map(str_bytes))
+                    .with_rack(b.rack.map(str_bytes))
             });
         }
     }

@@ -28,3 +28,24 @@ pub(crate) fn str_bytes(s: impl Into<String>) -> StrBytes {
 pub(crate) fn topic_name(s: impl Into<String>) -> TopicName {
     TopicName(str_bytes(s))
 }
+
+/// KIP-951: where a client should go for a partition this broker does not
+/// lead (any more): the leader and leader epoch the metadata names (-1, -1
+/// when it names none), and that leader's endpoint while it is live.
+pub(crate) struct LeaderHint {
+    pub leader_id: i32,
+    pub leader_epoch: i32,
+    pub endpoint: Option<crate::metadata::BrokerInfo>,
+}
+
+pub(crate) fn leader_hint(broker: &crate::Broker, topic: &str, partition: i32) -> LeaderHint {
+    let image = broker.metadata.image();
+    let (leader_id, leader_epoch) = image
+        .partition(topic, partition)
+        .map_or((-1, -1), |p| (p.leader, p.leader_epoch));
+    LeaderHint {
+        leader_id,
+        leader_epoch,
+        endpoint: image.broker(leader_id).filter(|b| !b.fenced).cloned(),
+    }
+}

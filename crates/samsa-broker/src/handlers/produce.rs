@@ -9,6 +9,8 @@
 //! shrank below the minimum meanwhile, NOT_LEADER_OR_FOLLOWER if leadership
 //! moved, and REQUEST_TIMED_OUT after the request's `timeout_ms`.
 //! Idempotence (dedup, sequence and epoch checks) is enforced by the log itself.
+//! From v10 a NOT_LEADER_OR_FOLLOWER answer names the current leader, its
+//! epoch and endpoint (KIP-951); v13 names topics by id (KIP-516).
 //!
 //! Transactional batches (KIP-890): before a producer's first transactional
 //! write to a partition in a transaction, the leader checks with the
@@ -30,8 +32,10 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+};
+use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
 use samsa_storage::BatchHeader;
 use tracing::{debug, info, warn, Instrument};
 
@@ -65,19 +69,41 @@ struct Write {
 
 type Refusal = (ResponseError, String);
 
+/// The first version that names topics by id (KIP-516).
+const TOPIC_IDS: i16 = 13;
+/// The first version that carries leader hints on NOT_LEADER_OR_FOLLOWER
+/// (KIP-951).
+const LEADER_HINTS: i16 = 10;
+
 pub async fn handle(
     broker: &Broker,
     request: ProduceRequest,
     version: i16,
     mut turn: AppendTurn,
 ) -> ProduceResponse {
+    // The name of each topic; `None`: an id this broker does not know.
+    let names: Vec<Option<String>> = if version >= TOPIC_IDS {
+        let image = broker.metadata.image();
+        request
+            .topic_data
+            .iter()
+            .map(|t| image.topic_by_id(&t.topic_id).map(|m| m.name.clone()))
+            .collect()
+    } else {
+        request
+            .topic_data
+            .iter()
+            .map(|t| Some(t.name.0.to_string()))
+            .collect()
+    };
     let _in_flight = turn.track(
         &broker.pipelining,
-        request.topic_data.iter().flat_map(|t| {
-            t.partition_data
-                .iter()
-                .map(|p| (t.name.0.as_str(), p.index))
-        }),
+        request
+            .topic_data
+            .iter()
+            .zip(&names)
+            .filter_map(|(t, name)| Some((t, name.as_deref()?)))
+            .flat_map(|(t, name)| t.partition_data.iter().map(move |p| (name, p.index))),
     );
     let acks = request.acks;
     let deadline = tokio::time::Instant::now()
@@ -99,8 +125,8 @@ pub async fn handle(
     let mut writes = Vec::new();
 
     // What can be refused from the request alone.
-    for (topic_index, topic) in request.topic_data.into_iter().enumerate() {
-        let name = topic.name.0.as_str().to_string();
+    for (topic_index, (topic, name)) in request.topic_data.into_iter().zip(names).enumerate() {
+        let topic_id = topic.topic_id;
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for (partition_index, data) in topic.partition_data.into_iter().enumerate() {
             let mut response = PartitionProduceResponse::default()
@@ -109,6 +135,16 @@ pub async fn handle(
                 .with_log_append_time_ms(-1)
                 .with_log_start_offset(-1);
             let records = data.records.unwrap_or_default();
+            let Some(name) = &name else {
+                let message = format!("unknown topic id {topic_id}");
+                refuse(
+                    &mut response,
+                    (ResponseError::UnknownTopicId, message),
+                    version,
+                );
+                partitions.push(response);
+                continue;
+            };
             match admissible(untagged_txn, acks, &records) {
                 Ok(txn) => writes.push(Write {
                     topic: topic_index,
@@ -123,11 +159,13 @@ pub async fn handle(
             }
             partitions.push(response);
         }
-        responses.push(
-            TopicProduceResponse::default()
-                .with_name(super::topic_name(name))
-                .with_partition_responses(partitions),
-        );
+        let mut response = TopicProduceResponse::default().with_partition_responses(partitions);
+        if version >= TOPIC_IDS {
+            response.topic_id = topic_id;
+        } else {
+            response.name = super::topic_name(name.unwrap_or_default());
+        }
+        responses.push(response);
     }
 
     turn.wait().await;
@@ -213,7 +251,38 @@ pub async fn handle(
         }
     }
 
-    ProduceResponse::default().with_responses(responses)
+    let mut response = ProduceResponse::default().with_responses(responses);
+    if version >= LEADER_HINTS {
+        add_leader_hints(broker, &mut response, &writes);
+    }
+    response
+}
+
+/// KIP-951: every NOT_LEADER_OR_FOLLOWER answer names the partition's
+/// current leader and epoch, and the response carries those leaders'
+/// endpoints, so the client need not refresh its metadata first.
+fn add_leader_hints(broker: &Broker, response: &mut ProduceResponse, writes: &[Write]) {
+    let mut endpoints: BTreeMap<i32, NodeEndpoint> = BTreeMap::new();
+    for write in writes {
+        let answer = &mut response.responses[write.topic].partition_responses[write.partition];
+        if answer.error_code != ResponseError::NotLeaderOrFollower.code() {
+            continue;
+        }
+        let hint = super::leader_hint(broker, &write.name, write.index);
+        answer.current_leader = LeaderIdAndEpoch::default()
+            .with_leader_id(BrokerId(hint.leader_id))
+            .with_leader_epoch(hint.leader_epoch);
+        if let Some(b) = hint.endpoint {
+            endpoints.entry(b.node_id).or_insert_with(|| {
+                NodeEndpoint::default()
+                    .with_node_id(BrokerId(b.node_id))
+                    .with_host(str_bytes(b.host))
+                    .with_port(b.port)
+                    .with_rack(b.rack.map(str_bytes))
+            });
+        }
+    }
+    response.node_endpoints = endpoints.into_values().collect();
 }
 
 /// The checks that need nothing but the request: `Ok` with the batch's
