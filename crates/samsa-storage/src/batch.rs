@@ -80,6 +80,12 @@ pub enum BatchError {
     CrcMismatch { expected: u32, actual: u32 },
     #[error("records of a batch compressed with codec {0} cannot be read without decompression")]
     Compressed(u8),
+    #[error("unknown compression codec {0}")]
+    UnknownCodec(u8),
+    #[error("cannot decompress {codec} records: {reason}")]
+    Decompression { codec: &'static str, reason: String },
+    #[error("records decompress to more than {limit} bytes")]
+    DecompressedTooLarge { limit: usize },
     #[error("malformed record in batch: {0}")]
     MalformedRecord(&'static str),
 }
@@ -525,15 +531,31 @@ pub fn records(batch: &[u8]) -> Result<RecordIter<'_>, BatchError> {
     if header.compression() != 0 {
         return Err(BatchError::Compressed(header.compression()));
     }
-    Ok(RecordIter {
-        body: &batch[BATCH_HEADER_LEN..total],
-        remaining: header.records_count.max(0),
-    })
+    Ok(records_in(
+        &batch[BATCH_HEADER_LEN..total],
+        header.records_count,
+    ))
+}
+
+/// Walks `count` records of an uncompressed records section (a batch's
+/// bytes after its header, decompressed if need be).
+pub fn records_in(body: &[u8], count: i32) -> RecordIter<'_> {
+    RecordIter {
+        body,
+        remaining: count.max(0),
+    }
 }
 
 pub struct RecordIter<'a> {
     body: &'a [u8],
     remaining: i32,
+}
+
+impl<'a> RecordIter<'a> {
+    /// The bytes after the records read so far.
+    pub fn rest(&self) -> &'a [u8] {
+        self.body
+    }
 }
 
 fn read_varlong(buf: &mut &[u8]) -> Result<i64, BatchError> {

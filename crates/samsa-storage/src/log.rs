@@ -49,6 +49,7 @@ use crate::batch::{
     self, set_base_offset, set_log_append_time, set_partition_leader_epoch, verify_crc, BatchError,
     BatchHeader, EndTxnMarker, BATCH_HEADER_LEN, NO_TIMESTAMP,
 };
+use crate::compression;
 use crate::config::{FlushPolicy, LogConfig};
 use crate::error::{IoContext, StorageError};
 use crate::fsutil::{self, fsync_dir, parse_offset_file_name, TMP_SUFFIX};
@@ -633,6 +634,11 @@ impl PartitionLog {
     /// offsets are returned. Offsets are assigned by rewriting base offsets,
     /// the partition leader epoch is set, and under LogAppendTime the max
     /// timestamp is stamped (CRC recomputed). One positioned write, no fsync.
+    ///
+    /// Under a `compression.type` other than `producer`, batches in another
+    /// codec are first recompressed ([`compression::to_topic_codec`]) and
+    /// the checks above apply to the result. Callers may do that beforehand,
+    /// outside any lock: batches already in the topic's codec pass through.
     pub fn append_as_leader(
         &mut self,
         records: &[u8],
@@ -642,6 +648,12 @@ impl PartitionLog {
         if records.is_empty() {
             return Err(StorageError::InvalidRecord("no record batches".into()));
         }
+        let records = compression::to_topic_codec(
+            records,
+            self.config.compression_type,
+            self.config.max_message_bytes,
+        )?;
+        let records: &[u8] = &records;
         let log_append_time = self.config.message_timestamp_type_log_append;
         let max_message_bytes = self.config.max_message_bytes;
         let mut placements = std::mem::take(&mut self.placements);
