@@ -7,8 +7,10 @@ use kafka_protocol::messages::describe_configs_response::{
 };
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 
+use samsa_storage::CompressionType;
+
 use super::str_bytes;
-use crate::metadata::TopicMetadata;
+use crate::metadata::{topic_log_config, TopicMetadata};
 use crate::Broker;
 
 const RESOURCE_TOPIC: i8 = 2;
@@ -48,7 +50,7 @@ fn topic_entries(broker: &Broker, topic: &TopicMetadata) -> Vec<Entry> {
     };
     vec![
         default("cleanup.policy", "delete".into(), TYPE_LIST),
-        default("compression.type", "producer".into(), TYPE_STRING),
+        compression_type_entry(broker, topic),
         default(
             "max.message.bytes",
             log.max_message_bytes.to_string(),
@@ -82,6 +84,26 @@ fn topic_entries(broker: &Broker, topic: &TopicMetadata) -> Vec<Entry> {
             TYPE_BOOLEAN,
         ),
     ]
+}
+
+/// A topic's `compression.type`: its own config, else the broker's
+/// `log.compression_type` (a static broker config when it is not Kafka's
+/// default `producer`).
+fn compression_type_entry(broker: &Broker, topic: &TopicMetadata) -> Entry {
+    let effective = topic_log_config(&broker.config.log, topic).compression_type;
+    let source = if topic.configs.contains_key("compression.type") {
+        SOURCE_TOPIC
+    } else if effective != CompressionType::default() {
+        SOURCE_STATIC_BROKER
+    } else {
+        SOURCE_DEFAULT
+    };
+    Entry {
+        name: "compression.type",
+        value: effective.name().into(),
+        source,
+        config_type: TYPE_STRING,
+    }
 }
 
 fn broker_entries(broker: &Broker) -> Vec<Entry> {
@@ -142,6 +164,11 @@ fn broker_entries(broker: &Broker) -> Vec<Entry> {
             "message.max.bytes",
             c.log.max_message_bytes.to_string(),
             TYPE_INT,
+        ),
+        entry(
+            "compression.type",
+            c.log.compression_type.name().into(),
+            TYPE_STRING,
         ),
         entry(
             "producer.id.expiration.ms",
