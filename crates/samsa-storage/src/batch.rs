@@ -17,7 +17,9 @@
 //!
 //! Records themselves are parsed only where the log needs a per-record answer
 //! (ListOffsets by timestamp, the type of a control record), and only for
-//! uncompressed batches: see [`records`].
+//! uncompressed batches: see [`records`]; and by `compression`, which walks
+//! the decompressed records of a batch it rewrites into the topic's codec
+//! ([`records_in`]).
 //!
 //! Transaction markers ([`EndTxnMarker`]) are the one kind of batch the log
 //! builds itself: a control batch (attributes transactional | control, no
