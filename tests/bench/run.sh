@@ -24,7 +24,8 @@
 #                                  sending uncompressed (and lz4 → producer,
 #                                  lz4 → zstd); broker CPU per record from
 #                                  /proc; COMPRESSION_RECORDS (default
-#                                  200000), COMPRESSION_ROUNDS (2, interleaved),
+#                                  200000), COMPRESSION_ROUNDS (2, interleaved,
+#                                  even rounds in reverse order),
 #                                  COMPRESSION_PAYLOADS ("text same")
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
 #   SAMSA_BIN=/path/to/samsa tests/bench/run.sh txn   use that binary, no build
@@ -181,7 +182,11 @@ if [ "$mode" = compression ]; then
     echo "|---|---|---|---|---|---|---|---|"
     for round in $(seq "${COMPRESSION_ROUNDS:-2}"); do
         for payload in ${COMPRESSION_PAYLOADS:-text same}; do
-            for pair in producer:none uncompressed:none gzip:none snappy:none lz4:none zstd:none producer:lz4 zstd:lz4; do
+            pairs="producer:none uncompressed:none gzip:none snappy:none lz4:none zstd:none producer:lz4 zstd:lz4"
+            # Even rounds run the list backwards, so no configuration always
+            # follows the same one (each run deletes the last one's data).
+            [ $((round % 2)) -eq 0 ] && pairs=$(echo "$pairs" | tr ' ' '\n' | tac | tr '\n' ' ')
+            for pair in $pairs; do
                 topic_codec=${pair%%:*} producer_codec=${pair##*:}
                 start_broker '"every-ack"'
                 "$samsa" topic create c --partitions 1 --config "compression.type=$topic_codec" \
