@@ -556,3 +556,29 @@ fn the_default_is_producer_as_in_kafka() {
         );
     }
 }
+
+#[test]
+fn list_offsets_by_timestamp_finds_records_inside_recompressed_batches() {
+    let node = SamsaNode::start();
+    let mut c = node.client();
+    let t = unique_topic("codec-times");
+    let created = create_topic_with(&mut c, &t, &[("compression.type", "zstd")]);
+    assert_eq!(created.error_code, NONE, "{created:?}");
+    let t0 = 1_760_000_000_000;
+    let mut batch = BatchBuilder::new();
+    for (i, delta) in [0, 10, 20, 30, 50, 40].into_iter().enumerate() {
+        batch = batch.record_at(format!("r{i}"), t0 + delta);
+    }
+    produce_ok(&mut c, &t, &batch.build(), 0, "six records");
+    assert_eq!(stored_batches(&mut c, &t), vec![(0, 4, false)]);
+    let at = |c: &mut KafkaClient, ts: i64| {
+        let r = c.list_offsets(&t, 0, ts).unwrap();
+        assert_eq!(r.error_code, NONE, "{r:?}");
+        (r.offset, r.timestamp)
+    };
+    // As Kafka answers: the record, not the batch.
+    assert_eq!(at(&mut c, t0 + 25), (3, t0 + 30));
+    assert_eq!(at(&mut c, t0 + 45), (4, t0 + 50));
+    // MAX_TIMESTAMP (-3).
+    assert_eq!(at(&mut c, -3), (4, t0 + 50));
+}

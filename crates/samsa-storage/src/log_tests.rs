@@ -928,9 +928,34 @@ fn max_timestamp_finds_the_record_inside_a_batch() {
         ..BatchSpec::default()
     });
     log.append_as_leader(&compressed, 0, NOW).unwrap();
-    // Compressed: the batch's last offset.
+    // Codec bits over plain records (a producer topic stores what it gets):
+    // they do not decompress, so the batch's last / base offset.
     assert_eq!(log.max_timestamp_and_offset(), Some((14, 1003)));
     assert_eq!(log.offset_for_timestamp(1001).unwrap(), Some((11, 1003)));
+    // Really compressed: the record itself, as Kafka answers.
+    let zstd = with_codec(
+        &build_batch(&BatchSpec {
+            record_count: 4,
+            base_timestamp: 2000,
+            timestamp_step: -10,
+            ..BatchSpec::default()
+        }),
+        CompressionType::Zstd,
+    );
+    log.append_as_leader(&zstd, 0, NOW).unwrap();
+    assert_eq!(log.max_timestamp_and_offset(), Some((15, 2000)));
+    let lz4 = with_codec(
+        &build_batch(&BatchSpec {
+            record_count: 4,
+            base_timestamp: 3000,
+            timestamp_step: 10,
+            ..BatchSpec::default()
+        }),
+        CompressionType::Lz4,
+    );
+    log.append_as_leader(&lz4, 0, NOW).unwrap();
+    assert_eq!(log.offset_for_timestamp(3015).unwrap(), Some((21, 3020)));
+    assert_eq!(log.max_timestamp_and_offset(), Some((22, 3030)));
 }
 
 // ---- flushing and the high watermark ----
