@@ -17,6 +17,16 @@
 #                                  transactions, auto-commit), same run;
 #                                  PIPELINE_RECORDS (default 200000) of
 #                                  RECORD_SIZE bytes, PIPELINE_ROUNDS (2)
+#   tests/bench/run.sh compression produce throughput (`samsa bench produce`,
+#                                  acks=all, idempotent, one partition, one
+#                                  node) to a topic with compression.type
+#                                  producer vs each codec, the producer
+#                                  sending uncompressed (and lz4 → producer,
+#                                  lz4 → zstd); broker CPU per record from
+#                                  /proc; COMPRESSION_RECORDS (default
+#                                  200000), COMPRESSION_ROUNDS (2, interleaved,
+#                                  even rounds in reverse order),
+#                                  COMPRESSION_PAYLOADS ("text same")
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
 #   SAMSA_BIN=/path/to/samsa tests/bench/run.sh txn   use that binary, no build
 #   SAMSA_SERVER_BIN=/path/to/old/samsa tests/bench/run.sh txn
@@ -152,6 +162,50 @@ if [ "$mode" = pipeline ]; then
         --record-size "$size" --partitions "${PIPELINE_PARTITIONS:-6}" --processes "${PIPELINE_PROCESSES:-2}" \
         --txn-interval-ms 100 --rounds "${PIPELINE_ROUNDS:-2}" --log-dir "$bench_dir/stages" 2>"$bench_dir/pipeline-bench.err"
     echo "load after: $(uptime)"
+    stop_broker
+    rm -rf "$bench_dir"
+    exit 0
+fi
+
+if [ "$mode" = compression ]; then
+    # Broker CPU time in seconds (user + system) from /proc/<pid>/stat.
+    broker_cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$broker_pid/stat"; }
+    n=${COMPRESSION_RECORDS:-200000}
+    echo "## samsa topic compression benchmark $(date -u +%Y-%m-%dT%H:%MZ), $n records of $size bytes per run"
+    echo
+    echo "samsa bench produce --records $n --record-size $size --partitions 1 --acks all --idempotent --payload P -X compression.type=C,"
+    echo "to a topic created with --config compression.type=T; a fresh broker (log.flush every-ack) per run."
+    echo
+    echo "load before: $(uptime | sed 's/.*load average: //')"
+    echo
+    echo "| round | payload | topic compression.type | producer codec | records/s | broker CPU s | broker CPU µs/record | stored MiB |"
+    echo "|---|---|---|---|---|---|---|---|"
+    for round in $(seq "${COMPRESSION_ROUNDS:-2}"); do
+        for payload in ${COMPRESSION_PAYLOADS:-text same}; do
+            pairs="producer:none uncompressed:none gzip:none snappy:none lz4:none zstd:none producer:lz4 zstd:lz4"
+            # Even rounds run the list backwards, so no configuration always
+            # follows the same one (each run deletes the last one's data).
+            [ $((round % 2)) -eq 0 ] && pairs=$(echo "$pairs" | tr ' ' '\n' | tac | tr '\n' ' ')
+            for pair in $pairs; do
+                topic_codec=${pair%%:*} producer_codec=${pair##*:}
+                start_broker '"every-ack"'
+                "$samsa" topic create c --partitions 1 --config "compression.type=$topic_codec" \
+                    --bootstrap-server "127.0.0.1:$port" >/dev/null
+                cpu0=$(broker_cpu)
+                line=$("$samsa" bench produce --bootstrap-server "127.0.0.1:$port" --topic c \
+                    --records "$n" --record-size "$size" --partitions 1 --acks all --idempotent \
+                    --payload "$payload" -X "compression.type=$producer_codec" 2>"$bench_dir/bench.err" | tail -1)
+                cpu1=$(broker_cpu)
+                rate=$(echo "$line" | grep -o '[0-9.]* records/sec' | cut -d' ' -f1)
+                stored=$(cat "$data"/c-0/*.log | wc -c | awk '{printf "%.1f", $1 / 1048576}')
+                per=$(awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN {printf "%.1f", (b - a) * 1e6 / n}')
+                cpu=$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN {printf "%.2f", b - a}')
+                echo "| $round | $payload | $topic_codec | $producer_codec | ${rate%.*} | $cpu | $per | $stored |"
+            done
+        done
+    done
+    echo
+    echo "load after: $(uptime | sed 's/.*load average: //')"
     stop_broker
     rm -rf "$bench_dir"
     exit 0

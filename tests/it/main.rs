@@ -6,6 +6,7 @@ mod bad_input;
 mod basics;
 mod chaos;
 mod cluster;
+mod compression;
 mod failover;
 mod groups;
 mod groups_smoke;

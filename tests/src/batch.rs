@@ -4,7 +4,8 @@
 
 use anyhow::{bail, Context, Result};
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::records::RecordBatchDecoder;
+use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
 
 /// Byte offsets of the fields of a v2 record batch header.
 pub mod layout {
@@ -51,6 +52,7 @@ pub struct BatchBuilder {
     base_sequence: i32,
     transactional: bool,
     partition_leader_epoch: i32,
+    compression: Compression,
     records: Vec<RecordSpec>,
 }
 
@@ -69,8 +71,16 @@ impl BatchBuilder {
             base_sequence: -1,
             transactional: false,
             partition_leader_epoch: -1,
+            compression: Compression::None,
             records: Vec::new(),
         }
+    }
+
+    /// Compresses the records with `codec` (kafka-protocol's codecs, which
+    /// are not samsa's: an independent producer's bytes).
+    pub fn compression(mut self, codec: Compression) -> Self {
+        self.compression = codec;
+        self
     }
 
     /// An idempotent batch of producer `pid` at `epoch` starting at `base_sequence`.
@@ -179,7 +189,8 @@ impl BatchBuilder {
             body.put_slice(&rec);
         }
 
-        let mut attributes: i16 = 0; // no compression, CreateTime
+        let body = compress(self.compression, body);
+        let mut attributes: i16 = self.compression as i16; // CreateTime
         if self.transactional {
             attributes |= 0x10;
         }
@@ -207,6 +218,41 @@ impl BatchBuilder {
         buf[layout::CRC..layout::CRC + 4].copy_from_slice(&crc.to_be_bytes());
         buf.freeze()
     }
+}
+
+fn compress(codec: Compression, plain: BytesMut) -> BytesMut {
+    let mut out = BytesMut::new();
+    let copy = |tmp: &mut BytesMut| {
+        tmp.put_slice(&plain);
+        Ok::<(), anyhow::Error>(())
+    };
+    match codec {
+        Compression::None => return plain,
+        Compression::Gzip => Gzip::compress(&mut out, copy),
+        Compression::Snappy => Snappy::compress(&mut out, copy),
+        Compression::Lz4 => Lz4::compress(&mut out, copy),
+        Compression::Zstd => Zstd::compress(&mut out, copy),
+    }
+    .expect("compress a test batch");
+    out
+}
+
+/// `(base offset, codec bits)` of every complete batch in a record set, as
+/// stored: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
+pub fn batch_codecs(data: &[u8]) -> Vec<(i64, u8)> {
+    let mut out = Vec::new();
+    let mut rest = data;
+    while rest.len() >= layout::HEADER_LEN {
+        let base = i64::from_be_bytes(rest[..8].try_into().expect("8 bytes"));
+        let len = i32::from_be_bytes(rest[8..12].try_into().expect("4 bytes"));
+        let total = usize::try_from(len).expect("batch length") + layout::LOG_OVERHEAD;
+        if rest.len() < total {
+            break;
+        }
+        out.push((base, rest[layout::ATTRIBUTES + 1] & 0x07));
+        rest = &rest[total..];
+    }
+    out
 }
 
 /// A copy of `batch` whose stored CRC no longer matches its contents.

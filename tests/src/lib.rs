@@ -32,6 +32,7 @@ pub mod codes {
     pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
     pub const UNSUPPORTED_VERSION: i16 = 35;
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+    pub const INVALID_CONFIG: i16 = 40;
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
     pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;

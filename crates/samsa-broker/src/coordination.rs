@@ -31,6 +31,7 @@ use crate::error::{metadata_error_code, partition_error_code};
 use crate::group::LogEntry;
 use crate::metadata::{BrokerInfo, NewTopic};
 use crate::replica::Partition;
+use crate::txn::placement::TRANSACTION_STATE_TOPIC;
 use crate::txn::LedByImage;
 use crate::{now_ms, Broker, MetadataError};
 
@@ -154,6 +155,14 @@ async fn create(broker: &Broker, name: &'static str, partitions: i32, rf: Option
         "unclean.leader.election.enable".to_string(),
         "false".to_string(),
     );
+    // Kafka's choices; either way the batches stay as the coordinator
+    // writes them, uncompressed, which is what its loader reads.
+    let compression = if name == TRANSACTION_STATE_TOPIC {
+        "uncompressed"
+    } else {
+        "producer"
+    };
+    configs.insert("compression.type".to_string(), compression.to_string());
     let topic = NewTopic {
         name: name.to_string(),
         partitions,

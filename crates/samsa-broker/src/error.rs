@@ -88,7 +88,10 @@ pub fn storage_error_code(error: &StorageError) -> ResponseError {
     match error {
         StorageError::CorruptRecord(_) => ResponseError::CorruptMessage,
         StorageError::InvalidRecord(_) => ResponseError::InvalidRecord,
-        StorageError::RecordTooLarge { .. } => ResponseError::MessageTooLarge,
+        StorageError::RecordTooLarge { .. } | StorageError::DecompressedTooLarge { .. } => {
+            ResponseError::MessageTooLarge
+        }
+        StorageError::Compression { .. } => ResponseError::UnknownServerError,
         StorageError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
         StorageError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
         StorageError::TransactionCoordinatorFenced { .. } => {

@@ -24,12 +24,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use samsa_storage::LogConfig;
+use samsa_storage::{CompressionType, LogConfig};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::error::MetadataError;
 use crate::fsutil::write_atomic;
+use crate::txn::placement::{CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
 
 /// `leader` of a partition that has no leader (Kafka's -1).
 pub const NO_LEADER: i32 = -1;
@@ -535,11 +536,16 @@ pub fn validate_topic_config(key: &str, value: &str) -> Result<(), MetadataError
     match key {
         "cleanup.policy" => match value {
             "delete" => Ok(()),
-            _ => Err(invalid("samsa supports only cleanup.policy=delete (compaction is not implemented)")),
+            _ => Err(invalid(
+                "samsa supports only cleanup.policy=delete (compaction is not implemented)",
+            )),
         },
-        "compression.type" => match value {
-            "producer" => Ok(()),
-            _ => Err(invalid("samsa stores batches as the producer compressed them; only 'producer' is supported")),
+        "compression.type" => match CompressionType::parse(value) {
+            Some(_) => Ok(()),
+            None => Err(invalid(&format!(
+                "must be one of: {}",
+                CompressionType::ALL.map(CompressionType::name).join(", ")
+            ))),
         },
         "max.message.bytes" => long_at_least(0),
         "message.timestamp.type" => match value {
@@ -562,8 +568,15 @@ pub fn validate_topic_config(key: &str, value: &str) -> Result<(), MetadataError
 }
 
 /// The effective log config of a topic: broker defaults overridden by topic configs.
+/// The coordinators' topics do not take the broker's default
+/// `compression.type`: their loaders read records uncompressed, and they are
+/// created with `producer` / `uncompressed` as Kafka does (see
+/// `coordination`), which an older one may not have recorded.
 pub fn topic_log_config(defaults: &LogConfig, topic: &TopicMetadata) -> LogConfig {
     let mut config = defaults.clone();
+    if topic.name == CONSUMER_OFFSETS_TOPIC || topic.name == TRANSACTION_STATE_TOPIC {
+        config.compression_type = CompressionType::Producer;
+    }
     for (key, value) in &topic.configs {
         match key.as_str() {
             "retention.ms" => {
@@ -593,6 +606,11 @@ pub fn topic_log_config(defaults: &LogConfig, topic: &TopicMetadata) -> LogConfi
             }
             "message.timestamp.type" => {
                 config.message_timestamp_type_log_append = value == "LogAppendTime";
+            }
+            "compression.type" => {
+                if let Some(v) = CompressionType::parse(value) {
+                    config.compression_type = v;
+                }
             }
             _ => {}
         }
@@ -731,6 +749,60 @@ mod tests {
         assert!(validate_topic_config("retention.ms", "abc").is_err());
         assert!(validate_topic_config("no.such.config", "1").is_err());
         assert!(validate_topic_config("message.timestamp.type", "LogAppendTime").is_ok());
+        for codec in ["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"] {
+            assert!(
+                validate_topic_config("compression.type", codec).is_ok(),
+                "{codec}"
+            );
+        }
+        match validate_topic_config("compression.type", "brotli") {
+            Err(MetadataError::InvalidConfig { reason, .. }) => assert_eq!(
+                reason,
+                "must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn compression_type_comes_from_the_topic_then_the_broker() {
+        let topic = |name: &str, configs: &[(&str, &str)]| TopicMetadata {
+            name: name.into(),
+            topic_id: Uuid::new_v4(),
+            partitions: 1,
+            replication_factor: 1,
+            configs: configs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            partition_states: Vec::new(),
+        };
+        let kafka = LogConfig::default();
+        let broker_zstd = LogConfig {
+            compression_type: CompressionType::Zstd,
+            ..LogConfig::default()
+        };
+        let plain = topic("t", &[]);
+        let gzip = topic("t", &[("compression.type", "gzip")]);
+        assert_eq!(
+            topic_log_config(&kafka, &plain).compression_type,
+            CompressionType::Producer
+        );
+        assert_eq!(
+            topic_log_config(&broker_zstd, &plain).compression_type,
+            CompressionType::Zstd
+        );
+        assert_eq!(
+            topic_log_config(&broker_zstd, &gzip).compression_type,
+            CompressionType::Gzip
+        );
+        for internal in ["__consumer_offsets", "__transaction_state"] {
+            assert_eq!(
+                topic_log_config(&broker_zstd, &topic(internal, &[])).compression_type,
+                CompressionType::Producer,
+                "{internal}"
+            );
+        }
     }
 
     #[test]

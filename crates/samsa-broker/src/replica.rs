@@ -194,7 +194,27 @@ impl Partition {
     /// as far as the ISR allows (to the LEO when this replica is alone).
     /// Returns the append outcome and the log start offset after it.
     pub fn append(&self, records: &[u8], now_ms: i64) -> Result<(AppendInfo, i64), PartitionError> {
-        self.append_as_leader_replicated(records, now_ms)
+        let records = self.in_topic_codec(records)?;
+        self.append_as_leader_replicated(&records, now_ms)
+    }
+
+    /// `records` recompressed to the topic's `compression.type`
+    /// (`samsa_storage::compression::to_topic_codec`), done here, outside
+    /// the log lock, because it is CPU work on the request's bytes alone;
+    /// the append then finds its batches already in the topic's codec.
+    fn in_topic_codec<'a>(
+        &self,
+        records: &'a [u8],
+    ) -> Result<std::borrow::Cow<'a, [u8]>, PartitionError> {
+        let (codec, max_message_bytes) = self.with_log(|log| {
+            let config = log.config();
+            Ok((config.compression_type, config.max_message_bytes))
+        })?;
+        Ok(samsa_storage::compression::to_topic_codec(
+            records,
+            codec,
+            max_message_bytes,
+        )?)
     }
 
     /// Appends a produce request's transactional records of producer
@@ -211,6 +231,7 @@ impl Partition {
         producer_epoch: i16,
         now_ms: i64,
     ) -> Result<(AppendInfo, i64), PartitionError> {
+        let records = self.in_topic_codec(records)?;
         self.leader_append_with(|log, epoch| {
             let mut verified = self.verified_txns.lock().unwrap_or_else(|p| p.into_inner());
             if !txn_admitted(log, &verified, producer_id, producer_epoch) {
@@ -220,7 +241,7 @@ impl Partition {
                     producer_epoch,
                 }));
             }
-            let info = log.append_as_leader(records, epoch, now_ms)?;
+            let info = log.append_as_leader(&records, epoch, now_ms)?;
             verified.remove(&producer_id);
             Ok(Ok(info))
         })

@@ -1,11 +1,13 @@
 //! Per-partition log settings (Kafka's topic-level `segment.*`, `retention.*`,
-//! `index.interval.bytes`, `max.message.bytes`, `message.timestamp.type`) and
-//! the fsync policy.
+//! `index.interval.bytes`, `max.message.bytes`, `message.timestamp.type`,
+//! `compression.type`) and the fsync policy.
 //!
 //! Defaults are Kafka's. The struct deserializes with missing fields taking
 //! their defaults, so a config file only names what it changes.
 
 use serde::{Deserialize, Serialize};
+
+use crate::compression::CompressionType;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -28,6 +30,8 @@ pub struct LogConfig {
     pub producer_id_expiration_ms: i64,
     /// `message.timestamp.type=LogAppendTime` when true, `CreateTime` when false.
     pub message_timestamp_type_log_append: bool,
+    /// `compression.type`: the codec leader appends store (`producer`: the producer's).
+    pub compression_type: CompressionType,
 }
 
 impl Default for LogConfig {
@@ -42,6 +46,7 @@ impl Default for LogConfig {
             flush: FlushPolicy::EveryAck,
             producer_id_expiration_ms: 86_400_000,
             message_timestamp_type_log_append: false,
+            compression_type: CompressionType::Producer,
         }
     }
 }
@@ -74,6 +79,7 @@ mod tests {
         assert_eq!(c.flush, FlushPolicy::EveryAck);
         assert_eq!(c.producer_id_expiration_ms, 86_400_000);
         assert!(!c.message_timestamp_type_log_append);
+        assert_eq!(c.compression_type, CompressionType::Producer);
     }
 
     #[test]
@@ -88,5 +94,8 @@ mod tests {
         let every: FlushPolicy = serde_json::from_str(r#""every-ack""#).unwrap();
         assert_eq!(every, FlushPolicy::EveryAck);
         assert!(serde_json::from_str::<LogConfig>(r#"{"segment_byte": 1}"#).is_err());
+        let zstd: LogConfig = serde_json::from_str(r#"{"compression_type": "zstd"}"#).unwrap();
+        assert_eq!(zstd.compression_type, CompressionType::Zstd);
+        assert!(serde_json::from_str::<LogConfig>(r#"{"compression_type": "ZSTD"}"#).is_err());
     }
 }

@@ -26,6 +26,14 @@ pub enum StorageError {
     /// Kafka `MESSAGE_TOO_LARGE` (10).
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
     RecordTooLarge { size: usize, max: u32 },
+    /// Kafka `MESSAGE_TOO_LARGE` (10): a compressed batch whose records
+    /// inflate beyond `compression::decompression_limit`.
+    #[error("record batch decompresses to more than {limit} bytes")]
+    DecompressedTooLarge { limit: usize },
+    /// Kafka `UNKNOWN_SERVER_ERROR` (-1): the topic's codec failed to
+    /// compress records that did decompress (an encoder error, not the data's fault).
+    #[error("cannot compress records with {codec}: {reason}")]
+    Compression { codec: &'static str, reason: String },
     /// Kafka `OUT_OF_ORDER_SEQUENCE_NUMBER` (45).
     #[error(
         "out of order sequence for producer {producer_id}: expected {expected}, found {found}"

@@ -8,13 +8,15 @@
 //! networking and no async. The broker wraps each log in a mutex and does
 //! group-commit fsyncs outside it ([`PartitionLog::flush_target`]).
 //!
-//! Module map: [`batch`] (v2 framing, CRC, transaction markers), [`config`],
+//! Module map: [`batch`] (v2 framing, CRC, transaction markers),
+//! [`compression`] (codecs and the topic's `compression.type`), [`config`],
 //! [`log`] (the log and recovery), [`producer_state`] (idempotence and
 //! ongoing transactions), and private `segment`, `index`, `txn_index` (aborted
 //! transactions per segment), `scan` (sequential batch scanning) and `fsutil`
 //! (atomic file replacement).
 
 pub mod batch;
+pub mod compression;
 pub mod config;
 mod error;
 mod fsutil;
@@ -28,6 +30,7 @@ pub mod testing;
 mod txn_index;
 
 pub use batch::{BatchError, BatchHeader, EndTxnMarker};
+pub use compression::CompressionType;
 pub use config::{FlushPolicy, LogConfig};
 pub use error::StorageError;
 pub use fsutil::replace_file_durably;

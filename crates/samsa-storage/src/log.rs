@@ -49,6 +49,7 @@ use crate::batch::{
     self, set_base_offset, set_log_append_time, set_partition_leader_epoch, verify_crc, BatchError,
     BatchHeader, EndTxnMarker, BATCH_HEADER_LEN, NO_TIMESTAMP,
 };
+use crate::compression;
 use crate::config::{FlushPolicy, LogConfig};
 use crate::error::{IoContext, StorageError};
 use crate::fsutil::{self, fsync_dir, parse_offset_file_name, TMP_SUFFIX};
@@ -633,6 +634,11 @@ impl PartitionLog {
     /// offsets are returned. Offsets are assigned by rewriting base offsets,
     /// the partition leader epoch is set, and under LogAppendTime the max
     /// timestamp is stamped (CRC recomputed). One positioned write, no fsync.
+    ///
+    /// Under a `compression.type` other than `producer`, batches in another
+    /// codec are first recompressed ([`compression::to_topic_codec`]) and
+    /// the checks above apply to the result. Callers may do that beforehand,
+    /// outside any lock: batches already in the topic's codec pass through.
     pub fn append_as_leader(
         &mut self,
         records: &[u8],
@@ -642,6 +648,12 @@ impl PartitionLog {
         if records.is_empty() {
             return Err(StorageError::InvalidRecord("no record batches".into()));
         }
+        let records = compression::to_topic_codec(
+            records,
+            self.config.compression_type,
+            self.config.max_message_bytes,
+        )?;
+        let records: &[u8] = &records;
         let log_append_time = self.config.message_timestamp_type_log_append;
         let max_message_bytes = self.config.max_message_bytes;
         let mut placements = std::mem::take(&mut self.placements);
@@ -1240,9 +1252,10 @@ impl PartitionLog {
     }
 
     /// ListOffsets by timestamp: `(offset, timestamp)` of the first record whose
-    /// timestamp is >= `timestamp`, found through the time index. Within an
-    /// uncompressed CreateTime batch the exact record is found; compressed or
-    /// LogAppendTime batches answer with the batch's base offset and max timestamp.
+    /// timestamp is >= `timestamp`, found through the time index. Within a
+    /// CreateTime batch the exact record is found (compressed batches are
+    /// decompressed); LogAppendTime batches, and compressed ones that do not
+    /// decompress, answer with the batch's base offset and max timestamp.
     pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, StorageError> {
         for segment in self.segments.values() {
             if segment.is_empty() || segment.max_timestamp() < timestamp {
@@ -1260,12 +1273,12 @@ impl PartitionLog {
             let Some((position, header)) = found else {
                 continue;
             };
-            if header.compression() != 0 || header.timestamp_type_is_log_append() {
+            if header.timestamp_type_is_log_append() {
                 return Ok(Some((header.base_offset, header.max_timestamp)));
             }
             let mut bytes = Vec::new();
             segment.read_into(&mut bytes, position, header.total_size())?;
-            return batch::first_record_at_or_after(&bytes, timestamp)
+            return batch::first_record_at_or_after(&bytes, timestamp, self.decompression_limit())
                 .map_err(|e| segment.corrupt(position, &e.to_string()));
         }
         Ok(None)
@@ -1274,8 +1287,9 @@ impl PartitionLog {
     /// ListOffsets MAX_TIMESTAMP: `(offset, timestamp)` of the first record with
     /// the largest timestamp in the log, if any record has a timestamp. (Note
     /// the order: offset first, like [`PartitionLog::offset_for_timestamp`].)
-    /// The record is found inside uncompressed batches; otherwise the offset is
-    /// the carrying batch's last offset (base offset under LogAppendTime).
+    /// The record is found inside the batch (decompressed if need be); if
+    /// its records cannot be read the offset is the carrying batch's last
+    /// offset (base offset under LogAppendTime).
     pub fn max_timestamp_and_offset(&self) -> Option<(i64, i64)> {
         let mut best: Option<&Segment> = None;
         for segment in self.segments.values() {
@@ -1295,7 +1309,7 @@ impl PartitionLog {
             }
             let mut bytes = Vec::new();
             segment.read_into(&mut bytes, position, header.total_size())?;
-            Ok(batch::offset_of_max_timestamp(&bytes).ok())
+            Ok(batch::offset_of_max_timestamp(&bytes, self.decompression_limit()).ok())
         })();
         match exact {
             Ok(Some(offset)) => Some((offset, timestamp)),
@@ -1588,6 +1602,10 @@ impl PartitionLog {
     /// Bytes of batches in all segments (index and snapshot files not counted).
     pub fn size_bytes(&self) -> u64 {
         self.segments.values().map(Segment::size).sum()
+    }
+
+    fn decompression_limit(&self) -> usize {
+        compression::decompression_limit(self.config.max_message_bytes)
     }
 
     pub fn config(&self) -> &LogConfig {

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::batch::{set_base_offset, BatchHeader};
+use crate::compression::CompressionType;
 use crate::testing::{
     build_batch, headers, idempotent_batch, simple_batch, transactional_batch,
     without_assigned_fields, BatchSpec,
@@ -930,9 +931,34 @@ fn max_timestamp_finds_the_record_inside_a_batch() {
         ..BatchSpec::default()
     });
     log.append_as_leader(&compressed, 0, NOW).unwrap();
-    // Compressed: the batch's last offset.
+    // Codec bits over plain records (a producer topic stores what it gets):
+    // they do not decompress, so the batch's last / base offset.
     assert_eq!(log.max_timestamp_and_offset(), Some((14, 1003)));
     assert_eq!(log.offset_for_timestamp(1001).unwrap(), Some((11, 1003)));
+    // Really compressed: the record itself, as Kafka answers.
+    let zstd = with_codec(
+        &build_batch(&BatchSpec {
+            record_count: 4,
+            base_timestamp: 2000,
+            timestamp_step: -10,
+            ..BatchSpec::default()
+        }),
+        CompressionType::Zstd,
+    );
+    log.append_as_leader(&zstd, 0, NOW).unwrap();
+    assert_eq!(log.max_timestamp_and_offset(), Some((15, 2000)));
+    let lz4 = with_codec(
+        &build_batch(&BatchSpec {
+            record_count: 4,
+            base_timestamp: 3000,
+            timestamp_step: 10,
+            ..BatchSpec::default()
+        }),
+        CompressionType::Lz4,
+    );
+    log.append_as_leader(&lz4, 0, NOW).unwrap();
+    assert_eq!(log.offset_for_timestamp(3015).unwrap(), Some((21, 3020)));
+    assert_eq!(log.max_timestamp_and_offset(), Some((22, 3030)));
 }
 
 // ---- flushing and the high watermark ----
@@ -2028,4 +2054,161 @@ fn markers_follow_the_log_append_time_setting() {
     assert!(h.timestamp_type_is_log_append() && h.is_control());
     assert_eq!(h.max_timestamp, NOW + 9);
     verify_crc(&read.records).unwrap();
+}
+
+// ---- compression.type ----
+
+fn with_codec(batch: &[u8], codec: CompressionType) -> Vec<u8> {
+    compression::to_topic_codec(batch, codec, u32::MAX)
+        .unwrap()
+        .into_owned()
+}
+
+/// Header fields that recompression keeps (everything but length, codec bits and CRC).
+fn kept(h: &BatchHeader) -> (i32, i16, i32, i64, i64, i64, i16, i32, i32) {
+    (
+        h.partition_leader_epoch,
+        h.attributes & !0x07,
+        h.last_offset_delta,
+        h.base_timestamp,
+        h.max_timestamp,
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        h.records_count,
+    )
+}
+
+#[test]
+fn leader_stores_the_topic_codec_and_idempotence_is_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        compression_type: CompressionType::Zstd,
+        ..small_config()
+    };
+    let mut log = open(dir.path(), &config);
+    let sent = build_batch(&BatchSpec {
+        timestamp_step: 3,
+        ..BatchSpec::idempotent(77, 2, 0, 5).with_timestamp(NOW)
+    });
+    let info = log.append_as_leader(&sent, 4, NOW).unwrap();
+    assert_eq!((info.base_offset, info.last_offset), (0, 4));
+    assert_eq!(
+        (info.max_timestamp, info.offset_of_max_timestamp),
+        (NOW + 12, 4)
+    );
+
+    let stored = read_all(&log);
+    assert_eq!(stored.len(), 1);
+    let (h, want) = (
+        BatchHeader::parse(&stored[0]).unwrap(),
+        BatchHeader::parse(&sent).unwrap(),
+    );
+    assert_eq!(h.compression(), 4);
+    assert_eq!(h.base_offset, 0);
+    let mut expected = kept(&want);
+    expected.0 = 4; // the leader epoch the append stamps
+    assert_eq!(kept(&h), expected);
+    assert_eq!(
+        compression::decompressed_records(&stored[0], usize::MAX).unwrap(),
+        &sent[BATCH_HEADER_LEN..]
+    );
+
+    // The same batch again: its original offsets, nothing written.
+    let (size, leo) = (log.size_bytes(), log.log_end_offset());
+    let retry = log.append_as_leader(&sent, 4, NOW).unwrap();
+    assert!(retry.duplicate);
+    assert_eq!((retry.base_offset, retry.last_offset), (0, 4));
+    assert_eq!((log.size_bytes(), log.log_end_offset()), (size, leo));
+    // A retry that the client compressed differently is the same batch too.
+    let retry = log
+        .append_as_leader(&with_codec(&sent, CompressionType::Gzip), 4, NOW)
+        .unwrap();
+    assert!(retry.duplicate);
+    // The next sequence goes on; a gap is still a gap.
+    let next = idempotent_batch(77, 2, 5, 2, NOW);
+    assert_eq!(log.append_as_leader(&next, 4, NOW).unwrap().base_offset, 5);
+    assert!(matches!(
+        log.append_as_leader(&idempotent_batch(77, 2, 9, 1, NOW), 4, NOW),
+        Err(StorageError::OutOfOrderSequence { .. })
+    ));
+
+    // Stored compressed batches survive recovery.
+    drop(log);
+    let log = open(dir.path(), &config);
+    assert_eq!(log.log_end_offset(), 7);
+    assert_eq!(
+        log.producer_state().get(77).unwrap().last_sequence,
+        6,
+        "producer state rebuilt from the recompressed batches"
+    );
+    assert!(read_all(&log)
+        .iter()
+        .all(|b| BatchHeader::parse(b).unwrap().compression() == 4));
+}
+
+#[test]
+fn transactions_markers_and_log_append_time_under_a_topic_codec() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        compression_type: CompressionType::Lz4,
+        message_timestamp_type_log_append: true,
+        ..small_config()
+    };
+    let mut log = open(dir.path(), &config);
+    let sent = with_codec(&transactional_batch(9, 0, 0, 3, 5), CompressionType::Snappy);
+    log.append_as_leader(&sent, 0, NOW).unwrap();
+    assert_eq!(log.first_unstable_offset(), Some(0));
+    log.append_txn_marker(&marker(9, 0, 1, true), 0, NOW)
+        .unwrap();
+    assert_eq!(log.first_unstable_offset(), None);
+    let stored = read_all(&log);
+    let data = BatchHeader::parse(&stored[0]).unwrap();
+    assert_eq!(data.compression(), 3);
+    assert!(data.is_transactional() && data.timestamp_type_is_log_append());
+    assert_eq!(data.max_timestamp, NOW);
+    let control = BatchHeader::parse(&stored[1]).unwrap();
+    assert!(control.is_control());
+    assert_eq!(control.compression(), 0, "markers are never compressed");
+}
+
+#[test]
+fn a_compressed_batch_that_does_not_decompress_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        compression_type: CompressionType::Uncompressed,
+        ..small_config()
+    };
+    let mut log = open(dir.path(), &config);
+    log.append_as_leader(&simple_batch(1, 5), 0, NOW).unwrap();
+    let mut bad = simple_batch(2, 5);
+    bad[22] |= 4; // claims zstd; the body is plain records
+    batch::recompute_crc(&mut bad).unwrap();
+    let good = simple_batch(1, 6);
+    let request = [&good[..], &bad[..]].concat();
+    assert!(matches!(
+        log.append_as_leader(&request, 0, NOW),
+        Err(StorageError::CorruptRecord(
+            BatchError::Decompression { .. }
+        ))
+    ));
+    assert_eq!(log.log_end_offset(), 1);
+    assert_eq!(read_all(&log).len(), 1);
+}
+
+#[test]
+fn followers_store_the_leaders_bytes_whatever_their_codec() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        compression_type: CompressionType::Zstd,
+        ..small_config()
+    };
+    let mut follower = open(dir.path(), &config);
+    let plain = simple_batch(2, 5);
+    let lz4 = with_codec(&simple_batch(3, 6), CompressionType::Lz4);
+    let mut lz4_at_2 = lz4.clone();
+    set_base_offset(&mut lz4_at_2, 2);
+    let request = [&plain[..], &lz4_at_2[..]].concat();
+    follower.append_as_follower(&request, NOW).unwrap();
+    assert_eq!(read_all(&follower), vec![plain, lz4_at_2]);
 }

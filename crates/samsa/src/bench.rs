@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use hdrhistogram::Histogram;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::ClientContext;
@@ -69,8 +69,23 @@ pub struct BenchProduceArgs {
     /// batch.size: maximum bytes per batch (default: librdkafka's, 1000000).
     #[arg(long, value_name = "BYTES")]
     batch_size: Option<u64>,
+    /// What the record values hold.
+    #[arg(long, value_enum, default_value_t = PayloadKind::Same)]
+    payload: PayloadKind,
     #[command(flatten)]
     connect: ConnectArgs,
+}
+
+/// Record values of `samsa bench produce`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PayloadKind {
+    /// Every record carries the same pseudo-random letters (a batch of them
+    /// compresses extremely well: one record, then repeats).
+    Same,
+    /// Each record is fresh pseudo-random text: words of a fixed
+    /// 512-word vocabulary, so a codec finds what it finds in log lines
+    /// (roughly 3:1 for gzip and zstd), not repeats of a whole record.
+    Text,
 }
 
 #[derive(Debug, Args)]
@@ -262,10 +277,14 @@ fn bench_produce(args: &BenchProduceArgs) -> Result<ExitCode> {
         .create_with_context(recorder)
         .context("cannot create the Kafka producer")?;
 
-    let payload = payload(args.record_size);
+    let mut payload = payload(args.record_size);
+    let mut text = TextPayload::new();
     let ctx = producer.context();
     let mut progress = Progress::new(ctx.now_ns());
     for _ in 0..args.records {
+        if args.payload == PayloadKind::Text {
+            text.fill(&mut payload, args.record_size);
+        }
         // Stamped once, before the first attempt: like Kafka's tool, time
         // spent waiting for room in a full queue counts as latency.
         let sent_ns = usize::try_from(ctx.now_ns()).unwrap_or(usize::MAX);
@@ -389,6 +408,49 @@ fn payload(size: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Pseudo-random text of a fixed vocabulary ([`PayloadKind::Text`]),
+/// deterministic from run to run.
+struct TextPayload {
+    state: u64,
+    words: Vec<Vec<u8>>,
+}
+
+impl TextPayload {
+    fn new() -> Self {
+        let mut generator = TextPayload {
+            state: 0x2545_F491_4F6C_DD1D,
+            words: Vec::new(),
+        };
+        generator.words = (0..512)
+            .map(|_| {
+                let len = 2 + generator.next() % 9;
+                (0..len)
+                    .map(|_| b'a' + (generator.next() % 26) as u8)
+                    .collect()
+            })
+            .collect();
+        generator
+    }
+
+    fn next(&mut self) -> u64 {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        self.state
+    }
+
+    /// Replaces `out` with `size` bytes of words separated by spaces.
+    fn fill(&mut self, out: &mut Vec<u8>, size: usize) {
+        out.clear();
+        while out.len() < size {
+            let word = (self.next() % self.words.len() as u64) as usize;
+            out.extend_from_slice(&self.words[word]);
+            out.push(b' ');
+        }
+        out.truncate(size);
+    }
+}
+
 fn bench_consume(args: &BenchConsumeArgs) -> Result<ExitCode> {
     let consumer = assigning_consumer(
         &args.connect,
@@ -471,6 +533,20 @@ mod tests {
         assert_eq!(p.len(), 1024);
         assert!(p.iter().all(u8::is_ascii_uppercase));
         assert_eq!(p, payload(1024));
+    }
+
+    #[test]
+    fn text_payload_is_sized_fresh_and_compressible_words() {
+        let mut text = TextPayload::new();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        text.fill(&mut a, 1024);
+        text.fill(&mut b, 1024);
+        assert_eq!((a.len(), b.len()), (1024, 1024));
+        assert_ne!(a, b);
+        assert!(a.iter().all(|c| c.is_ascii_lowercase() || *c == b' '));
+        let mut again = Vec::new();
+        TextPayload::new().fill(&mut again, 1024);
+        assert_eq!(again, a, "deterministic");
     }
 
     #[test]

@@ -31,6 +31,7 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use samsa_storage::LogConfig;
 
+
 use super::str_bytes;
 use crate::config::BrokerConfig;
 use crate::metadata::TopicMetadata;
@@ -209,6 +210,9 @@ fn broker_keys(broker: &Broker) -> Vec<BrokerKey> {
         key("log.retention.check.interval.ms", TYPE_LONG, Some("retention_check_interval_ms"),
             s(&c.retention_check_interval_ms), s(&d.retention_check_interval_ms),
             "samsa: retention_check_interval_ms. How often retention deletes old segments."),
+        key("compression.type", TYPE_STRING, Some("log.compression_type"),
+            s(&c.log.compression_type.name()), s(&log_default.compression_type.name()),
+            "samsa: log.compression_type. The codec of stored batches for topics without their own compression.type; producer keeps the producer's."),
         log_key!("log.segment.bytes", TYPE_INT, segment_bytes,
             "samsa: log.segment_bytes. A segment is rolled before an append would make it larger."),
         key("log.roll.ms", TYPE_LONG, Some("log.segment_ms"), s(&c.log.segment_ms), None,
@@ -377,8 +381,8 @@ fn topic_entries(broker: &Broker, topic: &TopicMetadata) -> Vec<Entry> {
     vec![
         entry("cleanup.policy", Some("log.cleanup.policy"), "delete".into(), TYPE_LIST,
             "Old segments are deleted; samsa accepts only delete."),
-        entry("compression.type", None, "producer".into(), TYPE_STRING,
-            "Batches are stored as the producer compressed them."),
+        entry("compression.type", Some("compression.type"), log.compression_type.name().into(), TYPE_STRING,
+            "The codec of stored batches: producer keeps the producer's, any other codec is recompressed to on append."),
         entry("max.message.bytes", Some("message.max.bytes"), log.max_message_bytes.to_string(), TYPE_INT,
             "The largest record batch a producer may send to this topic."),
         entry("message.timestamp.type", Some("log.message.timestamp.type"),
