@@ -13,6 +13,7 @@ mod idempotence;
 mod offsets;
 mod persistence;
 mod pipeline;
+mod pipelined_clients;
 mod rdkafka_eos;
 mod replication;
 mod stage_start;
