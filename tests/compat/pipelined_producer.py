@@ -38,11 +38,15 @@ happen; every value is unique in the run):
     {"ev":"commit","producer":P,"txn":T,"values":[V,...]}
     {"ev":"abort","producer":P,"txn":T,"reason":"random"|"error: ...","values":[V,...]}
     {"ev":"fatal","producer":P,"error":"..."}
+    {"ev":"ooos_retried","producer":P,"partition":N,"sequence":S}
     {"ev":"inflight","producer":P,"requests":R,"pipelined_batches":B,
      "max_batches_per_partition":K,"max_requests_per_connection":M}
     {"ev":"end","ok":true|false,"ooos":N,...}
 
-(``inflight``: R produce requests built; B batches sent while an earlier
+(Every event also has ``t``, the wall-clock time in seconds. ``ooos_retried``:
+an OUT_OF_ORDER_SEQUENCE_NUMBER retried because an earlier batch of the
+partition was unresolved, see ``pipeline_partitions``; ``inflight``: R
+produce requests built; B batches sent while an earlier
 batch of the same partition was still unanswered; K the most batches of one
 partition in flight at once, M the most requests of one connection.)
 
@@ -56,6 +60,7 @@ the producer like a fatal error.
 
 import argparse
 import json
+import logging
 import random
 import sys
 import threading
@@ -85,6 +90,7 @@ class History:
             self.acks += 1
         if self._f is None:
             return
+        event["t"] = round(time.time(), 3)
         line = json.dumps(event, separators=(",", ":"))
         with self._lock:
             self._f.write(line + "\n")
@@ -99,21 +105,36 @@ def describe(exc):
     return f"{type(exc).__name__}: {exc}"
 
 
-def pipeline_partitions(producer):
+def pipeline_partitions(producer, on_retried_ooos):
     """Lets ``producer`` keep up to max_in_flight_requests_per_connection
-    batches of one partition in flight, as Java's producer does by default.
+    batches of one partition in flight, with the retry rules Java's producer
+    has for that case.
 
-    Released kafka-python cannot: 2.x refuses idempotence with more than one
-    request in flight, and 3.0.0 onwards (commit a1582bc, "Enforce
-    guaranteed message order when idempotence_enabled") mutes a partition
-    while one of its batches is in flight, because its retry path reverses
-    batches that failed together (``reenqueue`` puts each at the head of the
-    partition's queue). Both private settings below are restored to what
-    Java does: no muting, and a retried batch goes back into its partition's
-    queue in sequence order (Java's ``insertInSequenceOrder``), so that the
-    batches of a connection that died are sent again in their original
-    order. Everything else - batching, sequence numbers, transactions,
-    retries, the wire protocol - is kafka-python's own."""
+    Released kafka-python cannot pipeline idempotent batches: 2.x refuses
+    idempotence with more than one request in flight, and 3.0.0 onwards
+    (commit a1582bc, "Enforce guaranteed message order when
+    idempotence_enabled") mutes a partition while one of its batches is in
+    flight, because its retry path was not made for several. Three private
+    behaviours are changed here, each to what Java's producer does:
+
+    - no muting (``guarantee_message_order``);
+    - a retried batch goes back into its partition's queue in sequence
+      order (Java's ``insertInSequenceOrder``; kafka-python puts each at the
+      head, which reverses the batches of a connection that died);
+    - OUT_OF_ORDER_SEQUENCE_NUMBER for a batch while a batch of the same
+      partition with a lower sequence is unresolved (waiting to be retried
+      after a retriable error such as NOT_ENOUGH_REPLICAS,
+      NOT_LEADER_OR_FOLLOWER or a dead connection, or still in flight to the
+      partition's previous leader) is retried, not fatal (Java's
+      ``canRetry``): any broker must refuse the later batch until the
+      earlier one is in. ``on_retried_ooos(batch)`` is told of each. An
+      OUT_OF_ORDER_SEQUENCE_NUMBER while every earlier batch of the
+      partition is acknowledged - a broker that appended a connection's
+      batches out of order - goes to kafka-python as before (an epoch bump
+      that fails the batch; this script then ends the run).
+
+    Batching, sequence numbers, transactions, the wire protocol and every
+    other retry decision are kafka-python's own."""
     sender, acc = producer._sender, producer._accumulator
     sender.config["guarantee_message_order"] = False
 
@@ -132,7 +153,37 @@ def pipeline_partitions(producer):
                     i += 1
             dq.insert(i, batch)
 
+    def earlier_batch_unresolved(batch):
+        # An earlier batch of the partition waits to be retried, or is still
+        # in flight - on another connection: the responses of one
+        # connection come in order, so an earlier batch sent on this one has
+        # been answered by now.
+        seq = sequence(batch)
+        if seq is None:
+            return False
+        tp = batch.topic_partition
+        with acc._tp_lock(tp):
+            queued = [b for b in acc._batches.get(tp, ()) if b.in_retry()]
+        in_flight = [b for _, b in list(sender._in_flight_batches.get(tp, ())) if b is not batch]
+        return any(sequence(b) is not None and sequence(b) < seq for b in queued + in_flight)
+
+    complete_batch = sender._complete_batch
+    ooos = Errors.OutOfOrderSequenceNumberError.errno
+
+    def complete_batch_retrying_ooos(batch, partition_response):
+        tm = sender._transaction_manager
+        if (partition_response.error_code == ooos
+                and earlier_batch_unresolved(batch)
+                and not batch.has_reached_delivery_timeout(acc.delivery_timeout_ms)
+                and tm is not None and tm.producer_id_and_epoch.match(batch)):
+            on_retried_ooos(batch)
+            acc.reenqueue(batch)
+            sender._maybe_remove_from_inflight_batches(batch)
+            return
+        complete_batch(batch, partition_response)
+
     acc.reenqueue = reenqueue_in_sequence_order
+    sender._complete_batch = complete_batch_retrying_ooos
 
 
 class InflightCounter:
@@ -230,7 +281,7 @@ class Worker(threading.Thread):
         try:
             self.producer = KafkaProducer(**self.producer_config())
             if self.args.mode != "plain" and not self.args.mute_partitions:
-                pipeline_partitions(self.producer)
+                pipeline_partitions(self.producer, self.retried_ooos)
             self.counter = InflightCounter(self.producer)
             if self.args.mode == "transactional":
                 self.producer.init_transactions()
@@ -255,6 +306,11 @@ class Worker(threading.Thread):
                 except Exception as e:  # noqa: BLE001
                     print(f"{self.name_}: close: {describe(e)}", file=sys.stderr)
 
+    def retried_ooos(self, batch):
+        self.history.write(ev="ooos_retried", producer=self.name_,
+                           partition=batch.topic_partition.partition,
+                           sequence=batch.records.base_sequence)
+
     def send(self, txn, value, partition, acked):
         h = self.history
         h.write(ev="send", producer=self.name_, txn=txn, value=value, partition=partition)
@@ -278,7 +334,7 @@ class Worker(threading.Thread):
 
     def check_ooos(self):
         if self.history.ooos:
-            raise Fatal(f"{self.history.ooos} send(s) failed with OUT_OF_ORDER_SEQUENCE_NUMBER")
+            raise Fatal(f"{self.history.ooos} send(s) of this run failed with OUT_OF_ORDER_SEQUENCE_NUMBER")
 
     def run_transactional(self):
         a = self.args
@@ -372,6 +428,10 @@ def main():
     p.add_argument("--run-id", default="", help="prefix of producer names and values")
     p.add_argument("--history", help="JSON-lines history file")
     args = p.parse_args()
+    # kafka-python's warnings (retries, coordinator moves, epoch bumps) to
+    # stderr, which the tests keep with the history of a failed run.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
 
     if args.create_topic:
         create_topic(args)

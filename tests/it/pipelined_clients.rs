@@ -53,6 +53,8 @@ struct Workload {
     records: u32,
     abort_ratio: f64,
     seed: u64,
+    /// Prefix of the producers' names and transactional ids (`<run_id>p<i>`).
+    run_id: String,
 }
 
 impl Workload {
@@ -67,6 +69,7 @@ impl Workload {
             ("--records", self.records.to_string()),
             ("--abort-ratio", self.abort_ratio.to_string()),
             ("--seed", self.seed.to_string()),
+            ("--run-id", self.run_id.clone()),
             ("--history", history.display().to_string()),
         ]
         .into_iter()
@@ -116,6 +119,11 @@ fn assert_client_pipelined(history: &History) {
         total.max_batches_per_partition,
         total.max_requests_per_connection,
         history.inflight
+    );
+    println!(
+        "OUT_OF_ORDER_SEQUENCE_NUMBER answers retried because an earlier batch of the partition \
+         was unresolved (as any broker answers after a retriable error): {}",
+        history.retried_out_of_order.len()
     );
     assert!(
         total.pipelined_batches > 0 && total.max_batches_per_partition >= 2,
@@ -237,6 +245,7 @@ fn transactional_producers_pipeline_on_one_node() {
         records: 5000,
         abort_ratio: 0.25,
         seed: seed(),
+        run_id: String::new(),
     });
 }
 
@@ -249,6 +258,7 @@ fn idempotent_producers_pipeline_on_one_node() {
         records: 5000,
         abort_ratio: 0.0,
         seed: seed(),
+        run_id: String::new(),
     });
 }
 
@@ -261,6 +271,7 @@ fn plain_producers_keep_order_on_one_node() {
         records: 5000,
         abort_ratio: 0.0,
         seed: seed(),
+        run_id: String::new(),
     });
 }
 
@@ -294,14 +305,50 @@ fn transactional_producers_pipeline_across_a_leader_kill() {
                 .filter(|l| l.len() == PARTITIONS as usize)
         },
     );
+    let controller = cluster.wait_leader(Duration::from_secs(20));
+    // The victim leads some of the topic's partitions; it is neither the
+    // controller leader nor the transaction coordinator of the producers,
+    // so that only data partitions fail over with pipelined batches in
+    // flight (failover.rs and transactions.rs kill those others).
+    let victim = cluster
+        .ids()
+        .into_iter()
+        .filter(|id| *id != controller)
+        .max_by_key(|id| leaders.values().filter(|l| *l == id).count())
+        .unwrap();
+    let led: Vec<i32> = leaders
+        .iter()
+        .filter(|(_, l)| **l == victim)
+        .map(|(p, _)| *p)
+        .collect();
+    assert!(!led.is_empty(), "node {victim} leads none of {leaders:?}");
+    const PRODUCERS: u32 = 2;
+    let run_id = wait_until(
+        "transactional ids coordinated by another node than the victim",
+        Duration::from_secs(30),
+        || {
+            let mut client = cluster.client(controller);
+            // FindCoordinator creates __transaction_state if need be.
+            client.find_coordinator(1, "pipelined-probe").ok()?;
+            let coordinators = txn::partition_leaders(&mut client, txn::TRANSACTION_STATE_TOPIC)?;
+            let n = i32::try_from(coordinators.len()).ok()?;
+            (0..100).map(|r| format!("r{r}")).find(|run| {
+                (0..PRODUCERS).all(|i| {
+                    let id = format!("{run}p{i}");
+                    coordinators.get(&txn::transaction_state_partition(&id, n)) != Some(&victim)
+                })
+            })
+        },
+    );
 
     let workload = Workload {
         mode: "transactional",
-        producers: 2,
+        producers: PRODUCERS,
         transactions: 10,
         records: 5000,
         abort_ratio: 0.2,
         seed: seed(),
+        run_id,
     };
     println!("seed {} (SAMSA_TEST_SEED replays it)", workload.seed);
     let dir = tempfile::tempdir().unwrap();
@@ -318,20 +365,6 @@ fn transactional_producers_pipeline_across_a_leader_kill() {
         Duration::from_secs(60),
         || (commits_so_far(&history_path) >= 2).then_some(()),
     );
-    let controller = cluster.wait_leader(Duration::from_secs(20));
-    // A node leading some partitions; not the controller leader, so that
-    // only the partitions fail over (failover.rs covers both at once).
-    let victim = cluster
-        .ids()
-        .into_iter()
-        .filter(|id| *id != controller)
-        .max_by_key(|id| leaders.values().filter(|l| *l == id).count())
-        .unwrap();
-    let led: Vec<i32> = leaders
-        .iter()
-        .filter(|(_, l)| **l == victim)
-        .map(|(p, _)| *p)
-        .collect();
     let commits_at_kill = commits_so_far(&history_path);
     cluster.sigkill(victim);
     println!(

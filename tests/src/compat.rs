@@ -4,8 +4,9 @@
 //! JSON-lines history such a script writes, fed to the exactly-once checker.
 //!
 //! The history format is the one `tests/compat/pipelined_producer.py`
-//! documents: `send`, `ack`, `fail`, `commit`, `abort`, `fatal`, `inflight`
-//! and `end` events, one JSON object per line, every value unique in the run.
+//! documents: `send`, `ack`, `fail`, `commit`, `abort`, `fatal`,
+//! `ooos_retried`, `inflight` and `end` events, one JSON object per line,
+//! every value unique in the run.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -66,6 +67,7 @@ pub fn compat_script(name: &str) -> PathBuf {
 /// `setpriv --pdeathsig` when the test process dies first.
 pub struct PyScript {
     child: Option<Child>,
+    dir: PathBuf,
     stdout: PathBuf,
     stderr: PathBuf,
 }
@@ -94,6 +96,7 @@ impl PyScript {
             .unwrap_or_else(|e| panic!("spawn {} {}: {e}", python.display(), script.display()));
         PyScript {
             child: Some(child),
+            dir: dir.to_path_buf(),
             stdout,
             stderr,
         }
@@ -136,6 +139,39 @@ impl Drop for PyScript {
             let _ = c.kill();
             let _ = c.wait();
         }
+        if std::thread::panicking() {
+            self.keep_files();
+        }
+    }
+}
+
+impl PyScript {
+    /// With `SAMSA_TEST_KEEP_LOGS=<dir>` set (see `SamsaCluster::keep_logs`),
+    /// copies the script's files (history, stdout, stderr) into
+    /// `<dir>/<pid>-script-<n>/` before a failed test removes them.
+    fn keep_files(&self) {
+        let Some(keep) = std::env::var_os("SAMSA_TEST_KEEP_LOGS") else {
+            return;
+        };
+        static KEPT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = KEPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dest = PathBuf::from(keep).join(format!("{}-script-{n}", std::process::id()));
+        let copied = std::fs::create_dir_all(&dest).and_then(|()| {
+            for entry in std::fs::read_dir(&self.dir)? {
+                let path = entry?.path();
+                if let Some(name) = path.file_name().filter(|_| path.is_file()) {
+                    std::fs::copy(&path, dest.join(name))?;
+                }
+            }
+            Ok(())
+        });
+        match copied {
+            Ok(()) => eprintln!("workload files kept in {}", dest.display()),
+            Err(e) => eprintln!(
+                "could not keep the workload files in {}: {e}",
+                dest.display()
+            ),
+        }
     }
 }
 
@@ -168,6 +204,10 @@ pub struct History {
     pub aborted: BTreeMap<String, (String, Vec<String>)>,
     /// Per producer.
     pub inflight: BTreeMap<String, Inflight>,
+    /// `ooos_retried` events: OUT_OF_ORDER_SEQUENCE_NUMBER answers the
+    /// client retried because an earlier batch of the partition was
+    /// unresolved (what any broker answers then): (producer, partition).
+    pub retried_out_of_order: Vec<(String, i64)>,
     /// The closing `end` event, if the script got that far.
     pub end: Option<Value>,
 }
@@ -255,6 +295,9 @@ impl History {
             }
             "end" => self.end = Some(e.clone()),
             "ack" => self.acked.push(str_field(e, "value")?),
+            "ooos_retried" => self
+                .retried_out_of_order
+                .push((str_field(e, "producer")?, int_field(e, "partition")?)),
             "send" => {}
             other => bail!("unknown history event {other:?}: {e}"),
         }
