@@ -354,3 +354,56 @@ impl History {
             })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_history_feeds_the_checker() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.jsonl");
+        let lines = [
+            r#"{"ev":"send","producer":"p0","txn":"t1","value":"a","partition":0,"t":1.0}"#,
+            r#"{"ev":"send","producer":"p0","txn":"t1","value":"b","partition":1,"t":1.0}"#,
+            r#"{"ev":"ack","value":"a","partition":0,"offset":0,"t":1.1}"#,
+            r#"{"ev":"ack","value":"b","partition":1,"offset":0,"t":1.1}"#,
+            r#"{"ev":"abort","producer":"p0","txn":"t1","reason":"random","values":["a","b"],"t":1.2}"#,
+            r#"{"ev":"send","producer":"p0","txn":"t2","value":"c","partition":0,"t":1.3}"#,
+            r#"{"ev":"ack","value":"c","partition":0,"offset":2,"t":1.4}"#,
+            r#"{"ev":"commit","producer":"p0","txn":"t2","values":["c"],"t":1.5}"#,
+            r#"{"ev":"ooos_retried","producer":"p0","partition":0,"sequence":7,"t":1.5}"#,
+            r#"{"ev":"fail","value":"x","error":"OutOfOrderSequenceNumberError: [Error 45]","t":1.6}"#,
+            r#"{"ev":"inflight","producer":"p0","requests":3,"pipelined_batches":2,"max_batches_per_partition":2,"max_requests_per_connection":3,"t":2.0}"#,
+            r#"{"ev":"end","ok":false,"t":2.0}"#,
+        ];
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        let h = History::read(&path).unwrap();
+        assert_eq!(h.committed.len(), 1);
+        assert_eq!(h.aborted.len(), 1);
+        assert_eq!(h.out_of_order.len(), 1);
+        assert_eq!(h.retried_out_of_order, vec![("p0".to_string(), 0)]);
+        assert_eq!(h.acked.len(), 3);
+        assert_eq!(h.total_inflight().max_batches_per_partition, 2);
+        assert!(h.end.is_some());
+
+        // "x" failed but was never sent: the checker refuses such a history.
+        let mut h2 = History::read(&path).unwrap();
+        h2.events.retain(|e| e["ev"] != "fail");
+        let mut checker = EosChecker::new();
+        h2.feed(&mut checker).unwrap();
+        checker.read(0, 0, b"a"); // an aborted record seen
+        checker.read(0, 2, b"c");
+        let r = checker.check();
+        assert_eq!(r.aborted_read.len(), 1, "{r}");
+        assert!(r.lost.is_empty(), "{r}");
+    }
+
+    #[test]
+    fn an_unknown_event_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.jsonl");
+        std::fs::write(&path, r#"{"ev":"what","t":1.0}"#).unwrap();
+        assert!(History::read(&path).is_err());
+    }
+}
