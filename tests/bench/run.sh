@@ -27,6 +27,11 @@
 #                                  200000), COMPRESSION_ROUNDS (2, interleaved,
 #                                  even rounds in reverse order),
 #                                  COMPRESSION_PAYLOADS ("text same")
+#   tests/bench/run.sh pipelining  kafka-python produce throughput with 1 and 5
+#                                  requests in flight, batches of one partition
+#                                  pipelined or not, idempotent and
+#                                  transactional (see the mode below); one node
+#                                  and a three-node cluster
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
 #   SAMSA_BIN=/path/to/samsa tests/bench/run.sh txn   use that binary, no build
 #   SAMSA_SERVER_BIN=/path/to/old/samsa tests/bench/run.sh txn
@@ -201,6 +206,62 @@ if [ "$mode" = compression ]; then
                 per=$(awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN {printf "%.1f", (b - a) * 1e6 / n}')
                 cpu=$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN {printf "%.2f", b - a}')
                 echo "| $round | $payload | $topic_codec | $producer_codec | ${rate%.*} | $cpu | $per | $stored |"
+            done
+        done
+    done
+    echo
+    echo "load after: $(uptime | sed 's/.*load average: //')"
+    stop_broker
+    rm -rf "$bench_dir"
+    exit 0
+fi
+
+if [ "$mode" = pipelining ]; then
+    # kafka-python (tests/compat/pipelined_producer.py, the compat venv's
+    # python) producing PIPELINING_RECORDS records of PIPELINING_RECORD_SIZE
+    # bytes to 10 partitions, acks=all, one producer, in each configuration:
+    # max.in.flight 1; 5 as kafka-python ships it (one batch per partition in
+    # flight); 5 pipelined (several batches per partition, as Java's
+    # producer); transactional (transactions of 10,000 records) as shipped
+    # and pipelined. PIPELINING_SETUPS: "single" (one node, RF=1) and/or
+    # "cluster" (samsa dev --nodes 3, RF=3); PIPELINING_RUNS repetitions.
+    python=${SAMSA_COMPAT_PYTHON:-$target/compat-venv/bin/python}
+    if [ ! -x "$python" ]; then
+        log "no python with kafka-python at $python: bash tests/run-all.sh creates the compat venv, or set SAMSA_COMPAT_PYTHON"
+        exit 1
+    fi
+    precords=${PIPELINING_RECORDS:-200000}
+    psize=${PIPELINING_RECORD_SIZE:-100}
+    per_txn=10000
+    echo "## kafka-python produce throughput $(date -u +%Y-%m-%dT%H:%MZ), broker $server, $precords records of $psize bytes, 10 partitions, acks=all"
+    echo
+    echo "load before: $(uptime | sed 's/.*load average: //')"
+    echo
+    echo "| setup | configuration | run | records/s | outcome |"
+    echo "|---|---|---|---|---|"
+    for run in $(seq "${PIPELINING_RUNS:-2}"); do
+        for setup in ${PIPELINING_SETUPS:-single cluster}; do
+            for cfg in "idempotent 1" "idempotent 5 shipped" "idempotent 5" "transactional 5 shipped" "transactional 5"; do
+                set -- $cfg
+                if [ "$setup" = single ]; then
+                    start_broker '"every-ack"'; bootstrap=127.0.0.1:$port; rf=1; name="1 node, RF=1"
+                else
+                    start_cluster; bootstrap="127.0.0.1:$port,127.0.0.1:$((port + 100)),127.0.0.1:$((port + 200))"; rf=3; name="3 nodes, RF=3"
+                fi
+                "$samsa" topic create perf --partitions 10 --replication-factor "$rf" \
+                    --bootstrap-server "127.0.0.1:$port" >/dev/null
+                extra=()
+                [ "${3:-}" = shipped ] && extra+=(--mute-partitions)
+                label="$1, max.in.flight $2${3:+ (as shipped: one batch per partition)}"
+                [ "$2" = 5 ] && [ -z "${3:-}" ] && label="$1, max.in.flight 5, pipelined"
+                out=$("$python" "$root/tests/compat/pipelined_producer.py" --bootstrap "$bootstrap" \
+                    --topic perf --partitions 10 --mode "$1" --producers 1 \
+                    --transactions $((precords / per_txn)) --records "$per_txn" --abort-ratio 0 \
+                    --max-in-flight "$2" --value-size "$psize" "${extra[@]}" 2>"$bench_dir/pipelining.err" | tail -1) || true
+                rate=$(echo "$out" | grep -o '[0-9-]* records/s' | cut -d' ' -f1)
+                outcome=$(echo "$out" | grep -o 'acked [0-9]*, failed [0-9]* (OUT_OF_ORDER_SEQUENCE_NUMBER [0-9]*), committed [0-9]*')
+                [ -n "$outcome" ] || outcome="no summary: $(tail -1 "$bench_dir/pipelining.err")"
+                echo "| $name | $label | $run | ${rate:--} | $outcome |"
             done
         done
     done

@@ -16,6 +16,7 @@ mod persistence;
 mod pipeline;
 mod pipelined_produce;
 mod protocol_details;
+mod pipelined_clients;
 mod rdkafka_eos;
 mod read_apis;
 mod replication;

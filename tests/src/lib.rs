@@ -9,6 +9,7 @@ pub mod batch;
 pub mod checker;
 pub mod client;
 pub mod cluster;
+pub mod compat;
 pub mod group;
 pub mod http;
 pub mod node;
