@@ -31,7 +31,6 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use samsa_storage::LogConfig;
 
-
 use super::str_bytes;
 use crate::config::BrokerConfig;
 use crate::metadata::TopicMetadata;
