@@ -143,6 +143,21 @@ fn garbage_bytes_close_the_connection() {
     body.put_slice(&[0xff; 24]);
     c.send_raw_bytes(&frame(&body)).unwrap();
     assert_closed(&mut c, "Metadata v12 with a garbage body");
+    // The log line names the client and shows the bytes that did not decode.
+    samsa_tests::wait_until(
+        "the malformed request's log line",
+        Duration::from_secs(10),
+        || {
+            let log = f.node.log_tail(200);
+            log.lines()
+                .any(|l| {
+                    l.contains("malformed Metadata v12 request")
+                        && l.contains("starting ffffffff")
+                        && l.contains("client id")
+                })
+                .then_some(())
+        },
+    );
     f.assert_healthy("after a garbage Metadata body");
 
     // A frame too short to hold a request header.

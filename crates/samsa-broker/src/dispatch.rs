@@ -116,16 +116,26 @@ pub async fn dispatch(
             "malformed {api_key:?} v{version} request header: {e}"
         ))
     })?;
+    let client_id = header
+        .client_id
+        .as_ref()
+        .map(|c| c.to_string())
+        .unwrap_or_default();
     let span = tracing::debug_span!(
         "request",
         api = ?api_key,
         version,
         correlation_id,
-        client_id = header.client_id.as_ref().map(|c| c.as_str()).unwrap_or("")
+        client_id = client_id.as_str()
     );
     handle(broker, api_key, header, frame, peer, turn)
         .instrument(span)
         .await
+        .map_err(|DispatchError::Close(reason)| {
+            DispatchError::Close(format!(
+                "{reason} (client id {client_id:?}, correlation id {correlation_id})"
+            ))
+        })
 }
 
 fn decode<T: Decodable>(
@@ -133,13 +143,37 @@ fn decode<T: Decodable>(
     body: &mut Bytes,
     version: i16,
 ) -> Result<T, DispatchError> {
+    // Kept for the log line: which bytes did not decode is what tells a
+    // client's bug from a decoder's.
+    let whole = body.clone();
     let request = T::decode(body, version).map_err(|e| {
-        DispatchError::Close(format!("malformed {api_key:?} v{version} request: {e}"))
+        DispatchError::Close(format!(
+            "malformed {api_key:?} v{version} request: {e}; body of {} bytes, {} undecoded, starting {}",
+            whole.len(),
+            body.remaining(),
+            hex_prefix(&whole, MALFORMED_PREFIX_BYTES)
+        ))
     })?;
     if body.has_remaining() {
         debug!(api = ?api_key, trailing = body.remaining(), "request has trailing bytes");
     }
     Ok(request)
+}
+
+/// How much of an undecodable request body the log line shows.
+const MALFORMED_PREFIX_BYTES: usize = 64;
+
+/// The first `limit` bytes of `bytes` in hex (`…` when there are more).
+fn hex_prefix(bytes: &[u8], limit: usize) -> String {
+    let mut out: String = bytes
+        .iter()
+        .take(limit)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if bytes.len() > limit {
+        out.push('…');
+    }
+    out
 }
 
 /// Encodes `response` with the header version the API and version call for.
@@ -340,5 +374,17 @@ async fn handle(
             respond!(handlers::describe_topic_partitions::handle(broker, request))
         }
         other => Err(DispatchError::Close(format!("no handler for {other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hex_prefix;
+
+    #[test]
+    fn hex_prefix_is_bounded() {
+        assert_eq!(hex_prefix(&[0x00, 0xab, 0x10], 8), "00ab10");
+        assert_eq!(hex_prefix(&[1, 2, 3, 4], 2), "0102…");
+        assert_eq!(hex_prefix(&[], 2), "");
     }
 }
