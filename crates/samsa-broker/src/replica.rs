@@ -118,6 +118,10 @@ pub struct Partition {
     leadership: AtomicU64,
     /// Whether `acks=all` answers wait for an fsync (`FlushPolicy::EveryAck`).
     pub flushes_before_ack: bool,
+    /// The topic's `compression.type` and `max.message.bytes` (what
+    /// [`Self::in_topic_codec`] needs), copied from the log's config at open
+    /// so a produce does not take the log lock an extra time to read them.
+    topic_codec: (samsa_storage::CompressionType, u32),
     pub(crate) log: Mutex<Option<PartitionLog>>,
     pub(crate) high_watermark: watch::Sender<i64>,
     /// The log end offset, for follower fetches waiting on new data.
@@ -146,6 +150,7 @@ impl Partition {
             index,
             leadership: AtomicU64::new(leadership.pack()),
             flushes_before_ack: log.config().flush == FlushPolicy::EveryAck,
+            topic_codec: (log.config().compression_type, log.config().max_message_bytes),
             log: Mutex::new(Some(log)),
             high_watermark: watch::Sender::new(hw),
             log_end: watch::Sender::new(leo),
@@ -206,10 +211,7 @@ impl Partition {
         &self,
         records: &'a [u8],
     ) -> Result<std::borrow::Cow<'a, [u8]>, PartitionError> {
-        let (codec, max_message_bytes) = self.with_log(|log| {
-            let config = log.config();
-            Ok((config.compression_type, config.max_message_bytes))
-        })?;
+        let (codec, max_message_bytes) = self.topic_codec;
         Ok(samsa_storage::compression::to_topic_codec(
             records,
             codec,
