@@ -1,7 +1,8 @@
 //! Request decoding, version checks and routing to handlers.
 //!
-//! [`SUPPORTED_APIS`] is the single table of what samsa implements: ApiVersions
-//! advertises exactly it, and a request outside it is refused here.
+//! [`crate::apis::SUPPORTED_APIS`] is the single table of what samsa
+//! implements: ApiVersions advertises exactly it, and a request outside it is
+//! refused here.
 //!
 //! Kafka's rules kept here: the ApiVersions response always uses response
 //! header v0, and an ApiVersions request at an unknown version is answered
@@ -18,51 +19,6 @@ use tracing::{debug, Instrument};
 use crate::handlers;
 use crate::produce_order::AppendTurn;
 use crate::Broker;
-
-/// `(api, min version, max version)` for every API samsa implements.
-pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 13),
-    (ApiKey::Fetch, 4, 18),
-    (ApiKey::ListOffsets, 1, 10),
-    (ApiKey::Metadata, 0, 13),
-    (ApiKey::ApiVersions, 0, 4),
-    (ApiKey::CreateTopics, 2, 7),
-    (ApiKey::DeleteTopics, 1, 6),
-    (ApiKey::DeleteRecords, 0, 2),
-    (ApiKey::InitProducerId, 0, 5),
-    (ApiKey::DescribeConfigs, 1, 4),
-    (ApiKey::CreatePartitions, 0, 3),
-    (ApiKey::DescribeCluster, 0, 2),
-    (ApiKey::FindCoordinator, 0, 6),
-    (ApiKey::AddPartitionsToTxn, 0, 5),
-    (ApiKey::AddOffsetsToTxn, 0, 4),
-    (ApiKey::EndTxn, 0, 5),
-    (ApiKey::WriteTxnMarkers, 1, 1),
-    (ApiKey::DescribeProducers, 0, 0),
-    (ApiKey::DescribeTransactions, 0, 0),
-    (ApiKey::ListTransactions, 0, 1),
-    (ApiKey::JoinGroup, 0, 9),
-    (ApiKey::SyncGroup, 0, 5),
-    (ApiKey::Heartbeat, 0, 4),
-    (ApiKey::LeaveGroup, 0, 5),
-    (ApiKey::OffsetCommit, 2, 9),
-    (ApiKey::OffsetFetch, 1, 9),
-    (ApiKey::OffsetDelete, 0, 0),
-    (ApiKey::DescribeGroups, 0, 6),
-    (ApiKey::ListGroups, 0, 5),
-    (ApiKey::DeleteGroups, 0, 2),
-    (ApiKey::TxnOffsetCommit, 0, 5),
-    (ApiKey::DescribeLogDirs, 1, 4),
-    (ApiKey::DescribeQuorum, 0, 2),
-    (ApiKey::DescribeTopicPartitions, 0, 0),
-];
-
-pub fn supported_range(api_key: ApiKey) -> Option<(i16, i16)> {
-    SUPPORTED_APIS
-        .iter()
-        .find(|(key, _, _)| *key == api_key)
-        .map(|(_, min, max)| (*min, *max))
-}
 
 #[derive(Debug)]
 pub enum DispatchError {
@@ -94,16 +50,20 @@ pub async fn dispatch(
     let api_key = ApiKey::try_from(raw_key)
         .map_err(|_| DispatchError::Close(format!("unknown api key {raw_key}")))?;
 
-    let Some((min, max)) = supported_range(api_key) else {
+    let Some(&crate::apis::Api {
+        min_version: min,
+        max_version: max,
+        ..
+    }) = crate::apis::find(api_key)
+    else {
         return Err(DispatchError::Close(format!(
             "unsupported api {api_key:?} (key {raw_key}) v{version}"
         )));
     };
     if version < min || version > max {
         if api_key == ApiKey::ApiVersions {
-            return Ok(Some(handlers::api_versions::unsupported_version_response(
-                correlation_id,
-            )?));
+            let response = handlers::api_versions::unsupported_version();
+            return encode_response(ApiKey::ApiVersions, 0, correlation_id, &response).map(Some);
         }
         return Err(DispatchError::Close(format!(
             "unsupported version {version} of {api_key:?} (supported {min}..={max})"

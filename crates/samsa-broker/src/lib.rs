@@ -1,7 +1,9 @@
 //! samsa-broker: the Kafka protocol front end and everything a broker hosts.
 //!
 //! - [`server`]: TCP listener, framing, in-order pipelined answers;
-//! - [`dispatch`]: header decoding, the table of supported API versions, routing;
+//! - [`apis`]: the one declaration of every API served (key, versions, its
+//!   ordering on a connection);
+//! - [`dispatch`]: header decoding, version checks against [`apis`], routing;
 //! - [`handlers`]: one module per Kafka API family;
 //! - [`produce_order`]: a connection's produce requests append in arrival
 //!   order while their acks=all waits overlap;
@@ -31,6 +33,7 @@
 //! [`run`] wires them together: for a single node (no
 //! `controller_quorum_voters`), or as a cluster node ([`cluster::run`]).
 
+pub mod apis;
 mod apply;
 pub mod cluster;
 mod codec;

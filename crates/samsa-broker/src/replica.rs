@@ -150,7 +150,10 @@ impl Partition {
             index,
             leadership: AtomicU64::new(leadership.pack()),
             flushes_before_ack: log.config().flush == FlushPolicy::EveryAck,
-            topic_codec: (log.config().compression_type, log.config().max_message_bytes),
+            topic_codec: (
+                log.config().compression_type,
+                log.config().max_message_bytes,
+            ),
             log: Mutex::new(Some(log)),
             high_watermark: watch::Sender::new(hw),
             log_end: watch::Sender::new(leo),

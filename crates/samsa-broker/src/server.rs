@@ -33,6 +33,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn, Instrument};
 
+use crate::apis::ConnectionOrder;
 use crate::dispatch::{dispatch, DispatchError};
 use crate::produce_order::{AppendTurn, ConnectionAppendOrder};
 use crate::Broker;
@@ -205,35 +206,20 @@ async fn dispatch_owned(
     dispatch(&broker, body, peer, turn).await
 }
 
-fn api_key_of(frame: &[u8]) -> Option<kafka_protocol::messages::ApiKey> {
-    let key = frame.get(..2).map(|k| i16::from_be_bytes([k[0], k[1]]))?;
-    kafka_protocol::messages::ApiKey::try_from(key).ok()
+fn order_of(frame: &[u8]) -> ConnectionOrder {
+    // A frame of an API samsa does not serve is refused by dispatch; until
+    // then it is ordered like any other request.
+    crate::apis::of_frame(frame).map_or(ConnectionOrder::Concurrent, |api| api.order)
 }
 
 fn is_produce(frame: &[u8]) -> bool {
-    api_key_of(frame) == Some(kafka_protocol::messages::ApiKey::Produce)
+    order_of(frame) == ConnectionOrder::AppendInOrder
 }
 
-/// Whether a request frame is one of the group coordinator's, which run one
-/// at a time on a connection (see the module docs).
+/// Whether a request frame is a barrier on its connection (the group
+/// coordinator's APIs, see the module docs and [`crate::apis`]).
 fn is_barrier(frame: &[u8]) -> bool {
-    use kafka_protocol::messages::ApiKey;
-    matches!(
-        api_key_of(frame),
-        Some(
-            ApiKey::JoinGroup
-                | ApiKey::SyncGroup
-                | ApiKey::Heartbeat
-                | ApiKey::LeaveGroup
-                | ApiKey::OffsetCommit
-                | ApiKey::OffsetFetch
-                | ApiKey::TxnOffsetCommit
-                | ApiKey::OffsetDelete
-                | ApiKey::DeleteGroups
-                | ApiKey::DescribeGroups
-                | ApiKey::ListGroups
-        )
-    )
+    order_of(frame) == ConnectionOrder::Barrier
 }
 
 async fn write_response(

@@ -1,4 +1,4 @@
-//! ApiVersions: advertises exactly [`crate::dispatch::SUPPORTED_APIS`], and
+//! ApiVersions: advertises exactly [`crate::apis::SUPPORTED_APIS`], and
 //! (v3+) the one KIP-584 feature samsa serves: `transaction.version`.
 //!
 //! Kafka 4 clients switch to transaction version 2 (Produce v12 adds the
@@ -10,24 +10,23 @@
 //! feature is named: `group.version` 1 would promise KIP-848, which samsa
 //! lacks, and `metadata.version` levels stand for Kafka releases.
 
-use bytes::BytesMut;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::api_versions_response::{
     ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
 };
-use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
+use kafka_protocol::messages::ApiVersionsResponse;
 use kafka_protocol::protocol::StrBytes;
 
-use crate::dispatch::{encode_response, DispatchError, SUPPORTED_APIS};
+use crate::apis::SUPPORTED_APIS;
 
 fn supported_versions() -> Vec<ApiVersion> {
     SUPPORTED_APIS
         .iter()
-        .map(|(key, min, max)| {
+        .map(|api| {
             ApiVersion::default()
-                .with_api_key(*key as i16)
-                .with_min_version(*min)
-                .with_max_version(*max)
+                .with_api_key(api.key as i16)
+                .with_min_version(api.min_version)
+                .with_max_version(api.max_version)
         })
         .collect()
 }
@@ -69,9 +68,10 @@ pub fn handle(version: i16) -> ApiVersionsResponse {
 
 /// The answer to an ApiVersions request at a version samsa lacks: error 35
 /// with the supported ranges, encoded as v0 so any client can read it.
-pub fn unsupported_version_response(correlation_id: i32) -> Result<BytesMut, DispatchError> {
-    let response = ApiVersionsResponse::default()
+/// The answer to ApiVersions at a version samsa does not serve: encoded as
+/// v0 by the caller, with every supported range.
+pub fn unsupported_version() -> ApiVersionsResponse {
+    ApiVersionsResponse::default()
         .with_error_code(ResponseError::UnsupportedVersion.code())
-        .with_api_keys(supported_versions());
-    encode_response(ApiKey::ApiVersions, 0, correlation_id, &response)
+        .with_api_keys(supported_versions())
 }
