@@ -173,6 +173,11 @@ pub fn producer_fenced_for_version(
     }
 }
 
+/// The wire code of an outcome: 0 (NONE) for `None`, else the error's.
+pub fn wire_code(error: Option<ResponseError>) -> i16 {
+    error.map_or(0, |e| e.code())
+}
+
 /// The answer to a produce whose transactional batch could not be verified
 /// with the transaction coordinator (KIP-890), for a Produce request of
 /// `version`:

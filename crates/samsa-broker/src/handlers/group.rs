@@ -38,15 +38,12 @@ use tracing::{info_span, Instrument};
 
 use super::{str_bytes, topic_name};
 use crate::error::producer_fenced_for_version;
+use crate::error::wire_code;
 use crate::group::{
     ClientInfo, CommitPartition, CommitRequest, FetchedOffset, PartitionResult, Reply,
     TransactionalWrite,
 };
 use crate::Broker;
-
-fn code(error: Option<ResponseError>) -> i16 {
-    error.map_or(0, |e| e.code())
-}
 
 /// The reply a dropped waiter gets (the shell shut down under it).
 const LOST: ResponseError = ResponseError::CoordinatorNotAvailable;
@@ -128,7 +125,7 @@ pub fn heartbeat(broker: &Broker, request: HeartbeatRequest) -> HeartbeatRespons
     let error = broker
         .groups
         .with(|c, now| (c.heartbeat(&request, now), Default::default()));
-    HeartbeatResponse::default().with_error_code(code(error))
+    HeartbeatResponse::default().with_error_code(wire_code(error))
 }
 
 pub fn leave_group(
@@ -180,7 +177,7 @@ fn response_topics<T, P>(
         .map(|(name, parts)| {
             let parts = parts
                 .into_iter()
-                .map(|(p, e)| partition(p, code(e)))
+                .map(|(p, e)| partition(p, wire_code(e)))
                 .collect();
             topic(topic_name(name), parts)
         })
@@ -460,7 +457,7 @@ pub fn offset_fetch(
                                                     .with_committed_offset(offset)
                                                     .with_committed_leader_epoch(epoch)
                                                     .with_metadata(Some(str_bytes(metadata)))
-                                                    .with_error_code(code(o.error))
+                                                    .with_error_code(wire_code(o.error))
                                             })
                                             .collect(),
                                     )
@@ -532,7 +529,7 @@ fn v7_topics(offsets: Vec<FetchedOffset>, version: i16) -> Vec<OffsetFetchRespon
                                 .with_committed_offset(offset)
                                 .with_committed_leader_epoch(if version >= 5 { epoch } else { -1 })
                                 .with_metadata(Some(str_bytes(metadata)))
-                                .with_error_code(code(o.error))
+                                .with_error_code(wire_code(o.error))
                         })
                         .collect(),
                 )
@@ -603,7 +600,7 @@ pub async fn delete_groups(broker: &Broker, request: DeleteGroupsRequest) -> Del
         results.push(
             DeletableGroupResult::default()
                 .with_group_id(group.clone())
-                .with_error_code(code(error)),
+                .with_error_code(wire_code(error)),
         );
     }
     DeleteGroupsResponse::default().with_results(results)

@@ -43,6 +43,7 @@ use tracing::{info_span, Instrument};
 
 use super::{str_bytes, topic_name};
 use crate::error::partition_error_code;
+use crate::error::wire_code;
 use crate::transactions::markers::write_markers;
 use crate::txn::{self, Outcome, TopicPartition, TxnResult};
 use crate::{now_ms, Broker};
@@ -56,10 +57,6 @@ use crate::{now_ms, Broker};
 /// follow. Short, so a transaction whose markers cannot be written still
 /// gets its answer and the client's own retry loop as before.
 const CONCURRENT_WAIT: Duration = Duration::from_millis(100);
-
-fn code(error: Option<ResponseError>) -> i16 {
-    error.map_or(0, |e| e.code())
-}
 
 /// Runs `attempt` (a coordinator handler) and, while it plans no write and
 /// its response is `concurrent`, runs it again after each completed state
@@ -109,7 +106,7 @@ pub async fn init_producer_id(
     async {
         let answer = |r: txn::InitProducerIdResponse| {
             InitProducerIdResponse::default()
-                .with_error_code(code(r.error))
+                .with_error_code(wire_code(r.error))
                 .with_producer_id(ProducerId(r.producer_id))
                 .with_producer_epoch(r.producer_epoch)
         };
@@ -178,7 +175,7 @@ fn topic_results(
         by_topic.entry(tp.topic).or_default().push(
             AddPartitionsToTxnPartitionResult::default()
                 .with_partition_index(tp.partition)
-                .with_partition_error_code(code(e)),
+                .with_partition_error_code(wire_code(e)),
         );
     }
     by_topic
@@ -315,7 +312,7 @@ pub async fn add_offsets_to_txn(
         )
         .await;
         let response = broker.txn.respond(broker, outcome).await;
-        AddOffsetsToTxnResponse::default().with_error_code(code(response.error))
+        AddOffsetsToTxnResponse::default().with_error_code(wire_code(response.error))
     }
     .instrument(span)
     .await
@@ -350,7 +347,7 @@ pub async fn end_txn(broker: &Broker, request: EndTxnRequest, version: i16) -> E
         )
         .await;
         let response = broker.txn.respond(broker, outcome).await;
-        let mut out = EndTxnResponse::default().with_error_code(code(response.error));
+        let mut out = EndTxnResponse::default().with_error_code(wire_code(response.error));
         if version >= 5 {
             out = out
                 .with_producer_id(ProducerId(response.producer_id))
@@ -376,7 +373,7 @@ pub fn describe_transactions(
         .into_iter()
         .map(|d| {
             TransactionState::default()
-                .with_error_code(code(d.error))
+                .with_error_code(wire_code(d.error))
                 .with_transactional_id(TransactionalId(str_bytes(d.transactional_id)))
                 .with_transaction_state(str_bytes(d.state))
                 .with_transaction_timeout_ms(d.timeout_ms)
@@ -418,7 +415,7 @@ pub fn list_transactions(
     };
     let listed = broker.txn.serving().list_transactions(&filter, now_ms());
     ListTransactionsResponse::default()
-        .with_error_code(code(listed.error))
+        .with_error_code(wire_code(listed.error))
         .with_unknown_state_filters(
             listed
                 .unknown_state_filters
@@ -478,7 +475,7 @@ pub async fn write_txn_markers(
             by_topic.entry(tp.topic).or_default().push(
                 WritableTxnMarkerPartitionResult::default()
                     .with_partition_index(tp.partition)
-                    .with_error_code(code(e)),
+                    .with_error_code(wire_code(e)),
             );
         }
         out.push(
