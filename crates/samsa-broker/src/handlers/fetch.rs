@@ -55,21 +55,11 @@ pub async fn handle(broker: &Broker, request: FetchRequest, version: i16) -> Fet
         Ok(n) => n,
     };
 
-    // The name of each requested topic; `None`: an id this broker does not know.
-    let names: Vec<Option<String>> = if version >= TOPIC_IDS {
-        let image = broker.metadata.image();
-        request
-            .topics
-            .iter()
-            .map(|t| image.topic_by_id(&t.topic_id).map(|m| m.name.clone()))
-            .collect()
-    } else {
-        request
-            .topics
-            .iter()
-            .map(|t| Some(t.topic.0.to_string()))
-            .collect()
-    };
+    let names = super::topic_names(
+        broker,
+        version >= TOPIC_IDS,
+        request.topics.iter().map(|t| (&t.topic, &t.topic_id)),
+    );
     let read = Read {
         request: &request,
         names: &names,

@@ -29,6 +29,26 @@ pub(crate) fn topic_name(s: impl Into<String>) -> TopicName {
     TopicName(str_bytes(s))
 }
 
+/// The name of each topic of a request that names topics by id (`by_id`,
+/// KIP-516: Fetch v13+, Produce v13+) or by name; `None`: an id this broker
+/// does not know.
+pub(crate) fn topic_names<'a>(
+    broker: &crate::Broker,
+    by_id: bool,
+    topics: impl Iterator<Item = (&'a TopicName, &'a uuid::Uuid)>,
+) -> Vec<Option<String>> {
+    let image = broker.metadata.image();
+    topics
+        .map(|(name, id)| {
+            if by_id {
+                image.topic_by_id(id).map(|m| m.name.clone())
+            } else {
+                Some(name.0.to_string())
+            }
+        })
+        .collect()
+}
+
 /// KIP-951: where a client should go for a partition this broker does not
 /// lead (any more): the leader and leader epoch the metadata names (-1, -1
 /// when it names none), and that leader's endpoint while it is live.

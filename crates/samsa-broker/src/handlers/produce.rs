@@ -81,21 +81,11 @@ pub async fn handle(
     version: i16,
     mut turn: AppendTurn,
 ) -> ProduceResponse {
-    // The name of each topic; `None`: an id this broker does not know.
-    let names: Vec<Option<String>> = if version >= TOPIC_IDS {
-        let image = broker.metadata.image();
-        request
-            .topic_data
-            .iter()
-            .map(|t| image.topic_by_id(&t.topic_id).map(|m| m.name.clone()))
-            .collect()
-    } else {
-        request
-            .topic_data
-            .iter()
-            .map(|t| Some(t.name.0.to_string()))
-            .collect()
-    };
+    let names = super::topic_names(
+        broker,
+        version >= TOPIC_IDS,
+        request.topic_data.iter().map(|t| (&t.name, &t.topic_id)),
+    );
     let _in_flight = turn.track(
         &broker.pipelining,
         request
