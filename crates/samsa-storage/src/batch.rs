@@ -214,17 +214,24 @@ pub fn increment_sequence(sequence: i32, increment: i32) -> i32 {
     }
 }
 
+/// The header of the batch `bytes` starts with and the batch's bytes
+/// (`total_size` of them), or Truncated when `bytes` holds less.
+pub(crate) fn whole_batch(bytes: &[u8]) -> Result<(BatchHeader, &[u8]), BatchError> {
+    let header = BatchHeader::parse(bytes)?;
+    let total = header.total_size();
+    match bytes.get(..total) {
+        Some(batch) => Ok((header, batch)),
+        None => Err(BatchError::Truncated {
+            needed: total,
+            available: bytes.len(),
+        }),
+    }
+}
+
 /// CRC-32C of a batch's covered bytes (21..total_size). `batch` must start at a batch.
 pub fn compute_crc(batch: &[u8]) -> Result<u32, BatchError> {
-    let header = BatchHeader::parse(batch)?;
-    let total = header.total_size();
-    if batch.len() < total {
-        return Err(BatchError::Truncated {
-            needed: total,
-            available: batch.len(),
-        });
-    }
-    Ok(crc32c::crc32c(&batch[CRC_COVERED_FROM..total]))
+    let (_, batch) = whole_batch(batch)?;
+    Ok(crc32c::crc32c(&batch[CRC_COVERED_FROM..]))
 }
 
 /// Checks the CRC-32C stored in the header against bytes 21..total_size.
@@ -300,24 +307,16 @@ impl<'a> Iterator for BatchIter<'a> {
         if self.failed || self.position >= self.buf.len() {
             return None;
         }
-        let rest = &self.buf[self.position..];
-        let header = match BatchHeader::parse(rest) {
-            Ok(header) => header,
+        match whole_batch(&self.buf[self.position..]) {
+            Ok((header, batch)) => {
+                self.position += batch.len();
+                Some(Ok((header, batch)))
+            }
             Err(e) => {
                 self.failed = true;
-                return Some(Err(e));
+                Some(Err(e))
             }
-        };
-        let total = header.total_size();
-        if rest.len() < total {
-            self.failed = true;
-            return Some(Err(BatchError::Truncated {
-                needed: total,
-                available: rest.len(),
-            }));
         }
-        self.position += total;
-        Some(Ok((header, &rest[..total])))
     }
 }
 
@@ -520,23 +519,14 @@ pub struct RecordView<'a> {
 }
 
 /// Walks the records of an uncompressed batch (headers of records are skipped).
-/// A compressed batch yields [`BatchError::Compressed`]: the log never decompresses.
+/// A compressed batch yields [`BatchError::Compressed`]: decompress its
+/// records first (`compression::decompressed_records`).
 pub fn records(batch: &[u8]) -> Result<RecordIter<'_>, BatchError> {
-    let header = BatchHeader::parse(batch)?;
-    let total = header.total_size();
-    if batch.len() < total {
-        return Err(BatchError::Truncated {
-            needed: total,
-            available: batch.len(),
-        });
-    }
+    let (header, batch) = whole_batch(batch)?;
     if header.compression() != 0 {
         return Err(BatchError::Compressed(header.compression()));
     }
-    Ok(records_in(
-        &batch[BATCH_HEADER_LEN..total],
-        header.records_count,
-    ))
+    Ok(records_in(&batch[BATCH_HEADER_LEN..], header.records_count))
 }
 
 /// Walks `count` records of an uncompressed records section (a batch's

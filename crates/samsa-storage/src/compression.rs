@@ -158,16 +158,9 @@ pub fn decompression_limit(max_message_bytes: u32) -> usize {
 /// The records section of `batch`, decompressed (borrowed when the batch is
 /// uncompressed). Checks the frame only, not the CRC or the records.
 pub fn decompressed_records(batch: &[u8], limit: usize) -> Result<Cow<'_, [u8]>, BatchError> {
-    let header = BatchHeader::parse(batch)?;
-    let total = header.total_size();
-    if batch.len() < total {
-        return Err(BatchError::Truncated {
-            needed: total,
-            available: batch.len(),
-        });
-    }
+    let (header, batch) = crate::batch::whole_batch(batch)?;
     let codec = Codec::from_id(header.compression())?;
-    decompress(codec, &batch[BATCH_HEADER_LEN..total], limit)
+    decompress(codec, &batch[BATCH_HEADER_LEN..], limit)
 }
 
 /// Rewrites the batches of a produce request's `records` whose codec is not
