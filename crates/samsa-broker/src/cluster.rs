@@ -967,7 +967,7 @@ async fn serve_grpc(
     listen: std::net::SocketAddr,
     routes: tonic::service::Routes,
     replication: ReplicationGrpc,
-    txn: crate::transactions::grpc::TxnGrpc,
+    txn: crate::coordinator::txn::grpc::TxnGrpc,
     mut stop: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, BrokerError> {
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
@@ -1047,7 +1047,7 @@ async fn run_node(
     let cluster_id = config.cluster_id.clone().or(identity.cluster_id.clone());
     let (controller, routes) = start_controller(&config, &settings, cluster_id).await?;
     let replication = ReplicationGrpc::new();
-    let txn_grpc = crate::transactions::grpc::TxnGrpc::new();
+    let txn_grpc = crate::coordinator::txn::grpc::TxnGrpc::new();
     let (grpc_stop_tx, grpc_stop_rx) = watch::channel(false);
     let grpc = match serve_grpc(
         config.controller_listen,
@@ -1100,7 +1100,7 @@ async fn run_node(
 /// the broker once it is open.
 struct BrokerServices {
     replication: ReplicationGrpc,
-    txn: crate::transactions::grpc::TxnGrpc,
+    txn: crate::coordinator::txn::grpc::TxnGrpc,
     /// What `/metrics` and `/readyz` read (the HTTP server runs from start-up).
     http: Arc<crate::http::HttpState>,
 }
@@ -1269,14 +1269,14 @@ async fn serve(
         // Transactions: markers and verification reach other brokers at
         // the same gRPC addresses.
         txn_grpc.attach(Arc::clone(&broker));
-        tasks.0.push(crate::transactions::TxnShell::start(
+        tasks.0.push(crate::coordinator::txn::TxnShell::start(
             &broker,
             Some(peers.iter().cloned().collect()),
             stop_rx.clone(),
         ));
         tasks
             .0
-            .push(crate::groups::GroupShell::start(&broker, stop_rx.clone()));
+            .push(crate::coordinator::group::GroupShell::start(&broker, stop_rx.clone()));
         tasks.spawn(
             isr_loop(
                 Arc::clone(&broker),

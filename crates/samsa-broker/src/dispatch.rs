@@ -270,7 +270,7 @@ async fn handle(
         }
         ApiKey::JoinGroup => {
             let request = decode(api_key, &mut body, v)?;
-            let client = crate::group::ClientInfo {
+            let client = crate::coordinator::group::ClientInfo {
                 client_id: header
                     .client_id
                     .as_ref()

@@ -26,7 +26,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
-use crate::txn::ListTransactionsFilter;
+use crate::coordinator::txn::ListTransactionsFilter;
 use crate::{now_ms, Broker, BrokerError};
 
 /// What the HTTP handlers read: the broker once it is open, and whether it

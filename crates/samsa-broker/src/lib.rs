@@ -38,12 +38,10 @@ mod apply;
 pub mod cluster;
 mod codec;
 pub mod config;
-pub mod coordination;
+pub mod coordinator;
 pub mod dispatch;
 pub mod error;
 mod fsutil;
-pub mod group;
-pub mod groups;
 pub mod handlers;
 pub mod http;
 pub mod metadata;
@@ -52,8 +50,6 @@ pub mod producer_ids;
 pub mod replica;
 pub mod replication;
 mod server;
-pub mod transactions;
-pub mod txn;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,9 +106,9 @@ pub struct Broker {
     /// Single-node mode (local metadata file).
     single_node: bool,
     /// The transaction coordinator and its IO shell.
-    pub txn: transactions::TxnShell,
+    pub txn: coordinator::txn::TxnShell,
     /// The group coordinator and its IO shell.
-    pub groups: groups::GroupShell,
+    pub groups: coordinator::group::GroupShell,
     /// How much clients pipeline produce requests (`/metrics`).
     pub pipelining: produce_order::PipeliningStats,
 }
@@ -168,8 +164,8 @@ impl Broker {
         let replicas = ReplicaManager::new(config.data_dir.clone(), config.log.clone());
         replicas.purge_deleted_dirs()?;
         Ok(Broker {
-            txn: transactions::TxnShell::new(&config),
-            groups: groups::GroupShell::new(&config),
+            txn: coordinator::txn::TxnShell::new(&config),
+            groups: coordinator::group::GroupShell::new(&config),
             pipelining: Default::default(),
             single_node: config.controller_quorum_voters.is_none(),
             config,
@@ -316,8 +312,8 @@ pub async fn run(
     let listener = server::bind(listen).await?;
 
     let maintenance = tokio::spawn(maintenance_loop(broker.clone(), stop_rx.clone()));
-    let coordinator = transactions::TxnShell::start(&broker, None, stop_rx.clone());
-    let group_coordinator = groups::GroupShell::start(&broker, stop_rx.clone());
+    let coordinator = coordinator::txn::TxnShell::start(&broker, None, stop_rx.clone());
+    let group_coordinator = coordinator::group::GroupShell::start(&broker, stop_rx.clone());
     let accept = tokio::spawn(server::accept_loop(listener, broker.clone(), stop_rx));
     http_state.set_ready(true);
     info!(node = broker.config.node_id, %listen, data_dir = %broker.config.data_dir.display(), "broker started");

@@ -30,7 +30,7 @@ use uuid::Uuid;
 
 use crate::error::MetadataError;
 use crate::fsutil::write_atomic;
-use crate::txn::placement::{CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
+use crate::coordinator::placement::{CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
 
 /// `leader` of a partition that has no leader (Kafka's -1).
 pub const NO_LEADER: i32 = -1;
@@ -95,8 +95,8 @@ impl TopicMetadata {
 pub fn is_internal_topic(name: &str) -> bool {
     matches!(
         name,
-        crate::txn::placement::CONSUMER_OFFSETS_TOPIC
-            | crate::txn::placement::TRANSACTION_STATE_TOPIC
+        crate::coordinator::placement::CONSUMER_OFFSETS_TOPIC
+            | crate::coordinator::placement::TRANSACTION_STATE_TOPIC
             | "__share_group_state"
     )
 }

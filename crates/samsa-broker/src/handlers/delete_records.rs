@@ -15,7 +15,7 @@ use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 use tracing::info;
 
 use crate::error::partition_error_code;
-use crate::txn::placement::{CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
+use crate::coordinator::placement::{CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
 use crate::Broker;
 
 pub fn handle(broker: &Broker, request: DeleteRecordsRequest) -> DeleteRecordsResponse {

@@ -3,7 +3,7 @@
 //! OffsetDelete, DescribeGroups, ListGroups, DeleteGroups, TxnOffsetCommit).
 //!
 //! Each handler converts the `kafka-protocol` message, runs the coordinator
-//! through [`crate::groups::GroupShell`] (waiting for the reply delivered to
+//! through [`crate::coordinator::group::GroupShell`] (waiting for the reply delivered to
 //! the request's token where the coordinator parks it), and converts back
 //! with only the fields the request's version has. Every call runs in a span
 //! carrying the group id.
@@ -39,7 +39,7 @@ use tracing::{info_span, Instrument};
 use super::{str_bytes, topic_name};
 use crate::error::producer_fenced_for_version;
 use crate::error::wire_code;
-use crate::group::{
+use crate::coordinator::group::{
     ClientInfo, CommitPartition, CommitRequest, FetchedOffset, PartitionResult, Reply,
     TransactionalWrite,
 };
@@ -556,7 +556,7 @@ pub async fn offset_delete(broker: &Broker, request: OffsetDeleteRequest) -> Off
                 Ok(step) => step,
                 Err(e) => {
                     top_error = Some(e);
-                    crate::group::Step {
+                    crate::coordinator::group::Step {
                         deliveries: vec![(token, Reply::Commit(Vec::new()))],
                         writes: Vec::new(),
                     }
@@ -622,7 +622,7 @@ pub fn describe_groups(
                     .with_error_code(e.code())
                     .with_group_state(str_bytes("")),
                 Ok(d) => {
-                    let unknown = d.state == crate::group::GroupState::Dead
+                    let unknown = d.state == crate::coordinator::group::GroupState::Dead
                         && d.members.is_empty()
                         && d.protocol_type.is_empty();
                     let described = described

@@ -4,7 +4,7 @@
 //! leaders (`WriteTxnMarkers`, `DescribeProducers`).
 //!
 //! Each handler converts the `kafka-protocol` message to the coordinator's
-//! [`crate::txn::api`] structs, runs the coordinator under its lock, waits
+//! [`crate::coordinator::txn::api`] structs, runs the coordinator under its lock, waits
 //! for the write it asks for (`TxnShell::respond`), and converts back.
 //! Every coordinator call runs in a span carrying the transactional id and
 //! producer id.
@@ -44,8 +44,8 @@ use tracing::{info_span, Instrument};
 use super::{str_bytes, topic_name};
 use crate::error::partition_error_code;
 use crate::error::wire_code;
-use crate::transactions::markers::write_markers;
-use crate::txn::{self, Outcome, TopicPartition, TxnResult};
+use crate::coordinator::txn::markers::write_markers;
+use crate::coordinator::txn::{self, Outcome, TopicPartition, TxnResult};
 use crate::{now_ms, Broker};
 
 /// How long a request the coordinator answers CONCURRENT_TRANSACTIONS

@@ -4,7 +4,7 @@
 //! DeleteGroups) and offsets committed in transactions (TxnOffsetCommit).
 //!
 //! Group `g` is coordinated by the leader of partition
-//! [`crate::txn::coordinator_partition`]`(g, N)` of `__consumer_offsets`
+//! [`crate::coordinator::placement::coordinator_partition`]`(g, N)` of `__consumer_offsets`
 //! (`N` = `offsets_topic_num_partitions`, default 50), the placement
 //! function transactions use. That partition's records ([`records`]) hold
 //! the group's committed offsets and its metadata after each rebalance.
@@ -64,6 +64,7 @@
 
 mod coordinator;
 pub mod records;
+pub mod service;
 
 #[cfg(test)]
 mod tests;
@@ -74,6 +75,7 @@ pub use coordinator::{
     Token, TransactionalWrite, WriteId,
 };
 pub use records::{GroupRecord, LogEntry, OffsetAndMetadata};
+pub use service::GroupShell;
 
 /// The state of a classic group.
 ///

@@ -32,7 +32,8 @@ use samsa_storage::EndTxnMarker;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::error::{marker_error_is_retriable, partition_error_code};
-use crate::txn::{TopicPartition, WriteMarkers, CONSUMER_OFFSETS_TOPIC};
+use crate::coordinator::placement::CONSUMER_OFFSETS_TOPIC;
+use crate::coordinator::txn::{TopicPartition, WriteMarkers};
 use crate::{now_ms, Broker};
 
 /// How long a partition leader waits for its ISR to take a marker.

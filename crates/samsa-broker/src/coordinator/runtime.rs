@@ -28,11 +28,11 @@ use kafka_protocol::error::ResponseError;
 use tracing::{info, warn, Instrument};
 
 use crate::error::{metadata_error_code, partition_error_code};
-use crate::group::LogEntry;
+use crate::coordinator::group::LogEntry;
 use crate::metadata::{BrokerInfo, NewTopic};
 use crate::replica::Partition;
-use crate::txn::placement::TRANSACTION_STATE_TOPIC;
-use crate::txn::LedByImage;
+use crate::coordinator::placement::TRANSACTION_STATE_TOPIC;
+use crate::coordinator::placement::LedByImage;
 use crate::{now_ms, Broker, MetadataError};
 
 /// How long a coordinator write may wait for the ISR before it fails

@@ -10,6 +10,7 @@ use kafka_protocol::error::ResponseError;
 
 use super::state::{NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
 use super::*;
+use crate::coordinator::placement::{coordinator_partition, LedByImage};
 
 const TV1_ADD: i16 = 3;
 const TV2_ADD: i16 = 5;

@@ -8,7 +8,7 @@ use kafka_protocol::error::ResponseError;
 use tracing::{info, warn};
 
 use super::api::*;
-use super::placement::{
+use crate::coordinator::placement::{
     coordinator_partition, LedByImage, CONSUMER_OFFSETS_TOPIC, DEFAULT_CONSUMER_OFFSETS_PARTITIONS,
     DEFAULT_TRANSACTION_STATE_PARTITIONS,
 };

@@ -5,11 +5,11 @@
 //! - **`__consumer_offsets`**: created on first use (FindCoordinator with
 //!   key type GROUP) with `offsets_topic_num_partitions` partitions and
 //!   replication `offsets_topic_replication_factor` (default min(3, live
-//!   brokers)), through [`crate::coordination::InternalTopic`] like
+//!   brokers)), through [`crate::coordinator::runtime::InternalTopic`] like
 //!   `__transaction_state`.
 //! - **Ownership** (`reconcile`): the partitions this broker leads are
-//!   loaded by replaying them ([`crate::coordination::read_log`],
-//!   [`crate::group::records::replay`]); those it no longer leads are
+//!   loaded by replaying them ([`crate::coordinator::runtime::read_log`],
+//!   [`crate::coordinator::group::records::replay`]); those it no longer leads are
 //!   unloaded. The applier pokes the loop after every metadata image, and
 //!   it also looks twice a second. Client requests lock the coordinator
 //!   through `serving`, which first tells it which partitions the image
@@ -35,15 +35,16 @@ use kafka_protocol::error::ResponseError;
 use tokio::sync::{oneshot, watch, Notify};
 use tracing::{debug, info, warn, Instrument};
 
-use crate::coordination::{
+use crate::coordinator::runtime::{
     ownership_changes, read_log, wait_durable, writable_partition, InternalTopic, Ownership,
     RECONCILE_EVERY,
 };
 use crate::error::partition_error_code;
-use crate::group::records::replay;
-use crate::group::{GroupConfig, GroupCoordinator, GroupWrite, Reply, Step, Token};
+use crate::coordinator::group::records::replay;
+use crate::coordinator::group::{GroupConfig, GroupCoordinator, GroupWrite, Reply, Step, Token};
 use crate::metadata::BrokerInfo;
-use crate::txn::{TopicPartition, CONSUMER_OFFSETS_TOPIC};
+use crate::coordinator::placement::CONSUMER_OFFSETS_TOPIC;
+use crate::coordinator::txn::TopicPartition;
 use crate::{now_ms, Broker, BrokerConfig};
 
 /// The group coordinator of this broker and everything that drives it.
@@ -127,7 +128,7 @@ impl GroupShell {
 
     /// The `__consumer_offsets` partition of `group_id`.
     pub fn partition_for(&self, group_id: &str) -> i32 {
-        crate::txn::coordinator_partition(group_id, self.topic.partitions)
+        crate::coordinator::placement::coordinator_partition(group_id, self.topic.partitions)
     }
 
     /// The broker coordinating `group_id` (creating `__consumer_offsets` on
@@ -367,7 +368,7 @@ async fn persist(broker: &Broker, write: &GroupWrite) -> Result<i64, ResponseErr
                 .txn_needs_verification(t.producer_id, t.producer_epoch)
                 .map_err(|e| partition_error_code(&e))?;
             if needs {
-                crate::transactions::verify::verify_partition(
+                crate::coordinator::txn::verify::verify_partition(
                     broker,
                     &t.transactional_id,
                     t.producer_id,

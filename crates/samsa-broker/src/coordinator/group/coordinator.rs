@@ -21,7 +21,7 @@ use super::records::{
 };
 use super::GroupState;
 use crate::error::txn_append_error_code;
-use crate::txn::{coordinator_partition, LedByImage};
+use crate::coordinator::placement::{coordinator_partition, LedByImage};
 
 /// Tunables, with Kafka's names and defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]

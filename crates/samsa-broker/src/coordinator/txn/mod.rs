@@ -131,9 +131,12 @@
 
 pub mod api;
 mod coordinator;
-pub mod placement;
+pub mod grpc;
+pub mod markers;
 pub mod records;
+pub mod service;
 pub mod state;
+pub mod verify;
 
 #[cfg(test)]
 mod tests;
@@ -143,9 +146,7 @@ pub use coordinator::{
     Effect, Loaded, Outcome, ProducerIdSource, TxnConfig, TxnCoordinator, TxnWrite,
     WriteCompletion, WriteId, WriteMarkers,
 };
-pub use placement::{
-    coordinator_partition, LedByImage, CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
-};
+pub use service::TxnShell;
 pub use records::{CoordinatorState, RecordError, ReplayError, TxnRecord, Unfinished};
 pub use state::{
     ProducerIdAndEpoch, TopicPartition, TransactionMetadata, TransactionVersion, TxnResult,

@@ -20,7 +20,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::records::{replay, GroupRecord, LogEntry, OffsetAndMetadata, StoredGroup, StoredMember};
 use super::*;
-use crate::txn::LedByImage;
+use crate::coordinator::placement::LedByImage;
 
 use ResponseError as E;
 

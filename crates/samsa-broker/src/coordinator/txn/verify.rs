@@ -20,7 +20,7 @@ use samsa_proto::txn as pb;
 use tracing::debug;
 
 use super::markers::code_to_error;
-use crate::txn::{AddPartitionsRequest, TopicPartition};
+use crate::coordinator::txn::{AddPartitionsRequest, TopicPartition};
 use crate::{now_ms, Broker};
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(10);

@@ -17,7 +17,7 @@ use tracing::Instrument;
 
 use super::markers::{error_to_code, write_markers};
 use super::verify::add_partitions_local;
-use crate::txn::TopicPartition;
+use crate::coordinator::txn::TopicPartition;
 use crate::Broker;
 
 /// The service; answers UNAVAILABLE until the broker is attached (the gRPC

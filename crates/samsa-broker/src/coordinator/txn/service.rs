@@ -44,10 +44,6 @@
 //!   soon as this broker no longer coordinates it at that epoch (a new
 //!   coordinator re-issues them from the log).
 
-pub mod grpc;
-pub mod markers;
-pub mod verify;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
@@ -58,15 +54,16 @@ use tokio::sync::{watch, Notify};
 use tonic::transport::Channel;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::coordination::{
+use crate::coordinator::runtime::{
     append_durable, ownership_changes, read_log, InternalTopic, Ownership, RECONCILE_EVERY,
 };
-use crate::group::LogEntry;
+use crate::coordinator::group::LogEntry;
 use crate::metadata::BrokerInfo;
 use crate::producer_ids::ProducerIdManager;
-use crate::txn::{
+use crate::coordinator::placement::TRANSACTION_STATE_TOPIC;
+use crate::coordinator::txn::{
     CoordinatorResponse, CoordinatorState, Effect, Outcome, ProducerIdSource, TxnConfig,
-    TxnCoordinator, TxnWrite, WriteCompletion, TRANSACTION_STATE_TOPIC,
+    TxnCoordinator, TxnWrite, WriteCompletion,
 };
 use crate::{now_ms, Broker, BrokerConfig};
 
@@ -168,7 +165,7 @@ impl TxnShell {
 
     /// The `__transaction_state` partition of `transactional_id`.
     pub fn partition_for(&self, transactional_id: &str) -> i32 {
-        crate::txn::coordinator_partition(transactional_id, self.topic.partitions)
+        crate::coordinator::placement::coordinator_partition(transactional_id, self.topic.partitions)
     }
 
     /// Ok if `__transaction_state` exists; otherwise starts creating it (once)
@@ -284,7 +281,7 @@ impl TxnShell {
         for effect in effects {
             match effect {
                 Effect::WriteMarkers(m) => {
-                    tokio::spawn(markers::drive(Arc::clone(&broker), m));
+                    tokio::spawn(super::markers::drive(Arc::clone(&broker), m));
                 }
             }
         }
