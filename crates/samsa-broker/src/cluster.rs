@@ -1269,14 +1269,17 @@ async fn serve(
         // Transactions: markers and verification reach other brokers at
         // the same gRPC addresses.
         txn_grpc.attach(Arc::clone(&broker));
-        tasks.0.push(crate::coordinator::txn::TxnShell::start(
-            &broker,
-            Some(peers.iter().cloned().collect()),
-            stop_rx.clone(),
-        ));
         tasks
             .0
-            .push(crate::coordinator::group::GroupShell::start(&broker, stop_rx.clone()));
+            .push(crate::coordinator::txn::TxnRuntime::start_with_peers(
+                &broker,
+                Some(peers.iter().cloned().collect()),
+                stop_rx.clone(),
+            ));
+        tasks.0.push(crate::coordinator::group::GroupRuntime::start(
+            &broker,
+            stop_rx.clone(),
+        ));
         tasks.spawn(
             isr_loop(
                 Arc::clone(&broker),

@@ -106,9 +106,9 @@ pub struct Broker {
     /// Single-node mode (local metadata file).
     single_node: bool,
     /// The transaction coordinator and its IO shell.
-    pub txn: coordinator::txn::TxnShell,
+    pub txn: coordinator::txn::TxnRuntime,
     /// The group coordinator and its IO shell.
-    pub groups: coordinator::group::GroupShell,
+    pub groups: coordinator::group::GroupRuntime,
     /// How much clients pipeline produce requests (`/metrics`).
     pub pipelining: produce_order::PipeliningStats,
 }
@@ -164,8 +164,8 @@ impl Broker {
         let replicas = ReplicaManager::new(config.data_dir.clone(), config.log.clone());
         replicas.purge_deleted_dirs()?;
         Ok(Broker {
-            txn: coordinator::txn::TxnShell::new(&config),
-            groups: coordinator::group::GroupShell::new(&config),
+            txn: coordinator::txn::TxnRuntime::for_config(&config),
+            groups: coordinator::group::GroupRuntime::for_config(&config),
             pipelining: Default::default(),
             single_node: config.controller_quorum_voters.is_none(),
             config,
@@ -312,8 +312,9 @@ pub async fn run(
     let listener = server::bind(listen).await?;
 
     let maintenance = tokio::spawn(maintenance_loop(broker.clone(), stop_rx.clone()));
-    let coordinator = coordinator::txn::TxnShell::start(&broker, None, stop_rx.clone());
-    let group_coordinator = coordinator::group::GroupShell::start(&broker, stop_rx.clone());
+    let coordinator =
+        coordinator::txn::TxnRuntime::start_with_peers(&broker, None, stop_rx.clone());
+    let group_coordinator = coordinator::group::GroupRuntime::start(&broker, stop_rx.clone());
     let accept = tokio::spawn(server::accept_loop(listener, broker.clone(), stop_rx));
     http_state.set_ready(true);
     info!(node = broker.config.node_id, %listen, data_dir = %broker.config.data_dir.display(), "broker started");

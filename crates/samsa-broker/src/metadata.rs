@@ -28,9 +28,9 @@ use samsa_storage::{CompressionType, LogConfig};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::coordinator::placement::{CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
 use crate::error::MetadataError;
 use crate::fsutil::write_atomic;
-use crate::coordinator::placement::{CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
 
 /// `leader` of a partition that has no leader (Kafka's -1).
 pub const NO_LEADER: i32 = -1;

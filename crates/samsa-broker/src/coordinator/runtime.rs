@@ -1,190 +1,347 @@
-//! What the transaction and group coordinators' shells share: an internal
-//! topic whose partitions this broker coordinates while it leads them.
+//! The IO side every coordinator shares: one [`Runtime`] per coordinator,
+//! owning its state machine and everything that drives it.
 //!
-//! - [`InternalTopic::ensure`]: the topic (`__transaction_state`,
-//!   `__consumer_offsets`) is created on first use with its partition count,
-//!   replication factor (default min(3, live brokers)),
-//!   `min.insync.replicas` 2 when RF ≥ 3, no time or size retention (its
-//!   records are the coordinator's state) and no unclean election. Until it
-//!   exists and the partition has a live leader, callers answer
+//! - **The state topic** ([`StateTopic`]): created on first use; until it
+//!   exists and the key's partition has a live leader, requests answer
 //!   COORDINATOR_NOT_AVAILABLE, which clients retry.
-//! - [`ownership_changes`]: the partitions this broker leads (and at which
-//!   leader epoch) against what a coordinator holds: load what is newly
-//!   led, unload what is not any more.
-//! - [`read_log`]: a newly led partition replayed from its log start to its
-//!   log end (a leader never truncates its own log), data records and
-//!   transaction markers in order.
-//! - [`append_durable`]: a coordinator write, appended as leader at the
-//!   coordinator epoch (the leader epoch at load) and reported only once
-//!   acks=all ([`Partition::wait_acks_all`]): fsync as configured, then the
-//!   HW covering it in that epoch.
+//! - **Leadership** ([`Runtime::reconcile`]): a background loop compares
+//!   the state partitions this broker leads (and at which leader epoch)
+//!   with what the coordinator holds: newly led → `begin_loading`, replay
+//!   the partition from its start to its log end, `finish_loading`; no
+//!   longer led → `unload`. The applier pokes the loop after every
+//!   metadata image ([`Runtime::poke`]), and it also looks twice a second.
+//!   Client requests lock the coordinator through [`Runtime::serving`],
+//!   which first tells it which partitions the image says this broker
+//!   leads, so one whose load has not begun answers
+//!   COORDINATOR_LOAD_IN_PROGRESS rather than NOT_COORDINATOR.
+//! - **Writes** ([`Runtime::process`], [`Runtime::write`]): each
+//!   [`Write`] of a step is appended as leader at the coordinator epoch
+//!   with acks=all ([`state_topic::append_durable`]) and only then
+//!   reported with `complete_write`; the rest of each step goes to the
+//!   coordinator's service ([`Hosted::carry_out`]).
+//! - **Timers**: the loop sleeps until the coordinator's next deadline (and
+//!   wakes when a call may have moved it), then calls `tick`.
+//!
+//! Invariants kept here:
+//! - the coordinator's mutex is held for one synchronous call, never across
+//!   an await, and never while waiting for another lock;
+//! - a write is reported `Ok` only once its record is covered by the state
+//!   partition's high watermark in the leader epoch it was planned for;
+//! - a partition is served only by the leader of its state partition, at
+//!   the epoch it loaded at.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
-use tracing::{info, warn, Instrument};
+use tokio::sync::{watch, Notify};
+use tracing::{debug, info, warn, Instrument};
 
-use crate::error::{metadata_error_code, partition_error_code};
-use crate::coordinator::group::LogEntry;
-use crate::metadata::{BrokerInfo, NewTopic};
-use crate::replica::Partition;
-use crate::coordinator::placement::TRANSACTION_STATE_TOPIC;
-use crate::coordinator::placement::LedByImage;
-use crate::{now_ms, Broker, MetadataError};
+use super::state_topic::{self, read_log, StateTopic};
+use super::{Coordinator, ProducerIdSource, Step, Write};
+use crate::metadata::BrokerInfo;
+use crate::producer_ids::ProducerIdManager;
+use crate::{now_ms, Broker};
 
-/// How long a coordinator write may wait for the ISR before it fails
-/// (retriable for the client: COORDINATOR_NOT_AVAILABLE).
-pub const STATE_WRITE_TIMEOUT: Duration = Duration::from_secs(15);
 /// How often ownership is reconciled even without a metadata change.
 pub const RECONCILE_EVERY: Duration = Duration::from_millis(500);
-/// Read size while replaying a partition.
-const LOAD_READ_BYTES: usize = 4 * 1024 * 1024;
 
-/// An internal topic of coordinator state.
-pub struct InternalTopic {
-    pub name: &'static str,
-    pub partitions: i32,
-    /// Unset: min(3, live brokers) at creation.
-    pub replication_factor: Option<i16>,
-    creating: Arc<AtomicBool>,
+/// The IO side of one coordinator: what its runtime needs from it besides
+/// the sans-IO [`Coordinator`] contract.
+pub trait Hosted: Coordinator + Sized {
+    /// What only this coordinator's service holds (gRPC clients, parked
+    /// requests).
+    type Service: Send + Sync + 'static;
+    /// A name for logs and spans ("transaction", "group").
+    const KIND: &'static str;
+    /// This coordinator's runtime in `broker`.
+    fn runtime(broker: &Broker) -> &Runtime<Self>;
+    /// Carries out what `step` asks besides its writes (replies to deliver,
+    /// markers to send). Its writes were already taken out.
+    fn carry_out(runtime: &Runtime<Self>, step: Self::Step);
 }
 
-impl InternalTopic {
-    pub fn new(name: &'static str, partitions: i32, replication_factor: Option<i16>) -> Self {
-        InternalTopic {
-            name,
-            partitions,
-            replication_factor,
-            creating: Arc::new(AtomicBool::new(false)),
+/// One coordinator of this broker and everything that drives it.
+pub struct Runtime<C: Hosted> {
+    coordinator: Mutex<C>,
+    broker: OnceLock<Weak<Broker>>,
+    pub(crate) topic: StateTopic,
+    /// Ownership may have changed (metadata image applied).
+    wake: Notify,
+    /// The next deadline may have moved.
+    timer: Notify,
+    /// Notified after every write completes (see [`Self::settled`]).
+    settled: Notify,
+    pub(crate) service: C::Service,
+}
+
+/// Producer ids for coordinator calls, which cannot await: taken from the
+/// block the broker holds ([`ProducerIdManager::ensure_block`] first).
+pub(crate) struct HeldIds<'a>(pub(crate) &'a ProducerIdManager);
+
+impl ProducerIdSource for HeldIds<'_> {
+    fn next_producer_id(&mut self) -> Result<i64, ResponseError> {
+        self.0
+            .try_next_producer_id()
+            .ok_or(ResponseError::CoordinatorLoadInProgress)
+    }
+}
+
+impl<C: Hosted> Runtime<C> {
+    pub fn new(coordinator: C, topic: StateTopic, service: C::Service) -> Self {
+        Runtime {
+            coordinator: Mutex::new(coordinator),
+            broker: OnceLock::new(),
+            topic,
+            wake: Notify::new(),
+            timer: Notify::new(),
+            settled: Notify::new(),
+            service,
         }
     }
 
-    /// Ok if the topic exists; otherwise starts creating it (once, through
-    /// `broker`, calling `created` after) and answers
-    /// COORDINATOR_NOT_AVAILABLE.
-    pub fn ensure(
-        &self,
-        existing: &Broker,
-        broker: Option<Arc<Broker>>,
-        created: fn(&Broker),
-    ) -> Result<(), ResponseError> {
-        if existing.metadata.image().topic(self.name).is_some() {
-            return Ok(());
-        }
-        if let Some(broker) = broker {
-            if !self.creating.swap(true, Ordering::AcqRel) {
-                let creating = Arc::clone(&self.creating);
-                let (name, partitions, rf) = (self.name, self.partitions, self.replication_factor);
-                tokio::spawn(
-                    async move {
-                        create(&broker, name, partitions, rf).await;
-                        creating.store(false, Ordering::Release);
-                        created(&broker);
-                    }
-                    .in_current_span(),
-                );
-            }
-        }
-        Err(ResponseError::CoordinatorNotAvailable)
+    /// Gives the runtime its broker (for the tasks it spawns) and starts the
+    /// ownership and timer loop until `stop`.
+    pub fn start(broker: &Arc<Broker>, stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+        let _ = C::runtime(broker).broker.set(Arc::downgrade(broker));
+        tokio::spawn(run_loop::<C>(Arc::clone(broker), stop).in_current_span())
     }
 
-    /// The partitions of the topic that the current metadata image (what
-    /// FindCoordinator answers from) says this broker leads.
-    pub fn led_by_image(&self, broker: &Broker) -> LedByImage {
-        let image = broker.metadata.image();
-        let me = broker.config.node_id;
-        let led = image.topic(self.name).map_or_else(BTreeSet::new, |t| {
-            (0..t.partitions)
-                .filter(|&p| t.partition(p).is_some_and(|s| s.leader == me))
-                .collect()
-        });
-        LedByImage::new(led)
+    /// The coordinator, locked. Never hold the guard across an await.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, C> {
+        self.coordinator.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Locks `coordinator` for a client request: it first learns (`learn`)
-    /// which partitions the image says this broker leads, so one whose load
-    /// has not begun answers COORDINATOR_LOAD_IN_PROGRESS; if there is one,
-    /// `wake` the ownership loop to begin it.
-    pub fn serving<'a, C>(
-        &self,
-        broker: Option<Arc<Broker>>,
-        coordinator: &'a Mutex<C>,
-        learn: fn(&mut C, LedByImage) -> bool,
-        wake: impl FnOnce(),
-    ) -> MutexGuard<'a, C> {
+    /// The coordinator, locked for a client request: it first learns which
+    /// state partitions the metadata image says this broker leads, so one
+    /// whose load has not begun answers COORDINATOR_LOAD_IN_PROGRESS, and
+    /// the ownership loop is woken to begin it.
+    pub(crate) fn serving(&self) -> MutexGuard<'_, C> {
         // Read the image before locking: the coordinator's mutex is never
         // held while waiting for another lock.
-        let led = broker.map(|b| self.led_by_image(&b));
-        let mut guard = coordinator.lock().unwrap_or_else(|p| p.into_inner());
+        let led = self.broker_arc().map(|b| self.topic.led_by_image(&b));
+        let mut guard = self.lock();
         if let Some(led) = led {
-            if learn(&mut guard, led) {
-                wake();
+            if guard.set_led_by_image(led) {
+                self.poke();
             }
         }
         guard
     }
 
-    /// The live leader of partition `p`: COORDINATOR_NOT_AVAILABLE without one.
-    pub fn leader_of(&self, broker: &Broker, p: i32) -> Result<BrokerInfo, ResponseError> {
-        let image = broker.metadata.image();
-        let leader = image
-            .partition(self.name, p)
-            .map(|p| p.leader)
-            .ok_or(ResponseError::CoordinatorNotAvailable)?;
-        image
-            .broker(leader)
-            .filter(|b| !b.fenced)
-            .cloned()
-            .ok_or(ResponseError::CoordinatorNotAvailable)
+    pub(crate) fn broker_arc(&self) -> Option<Arc<Broker>> {
+        self.broker.get().and_then(Weak::upgrade)
     }
-}
 
-async fn create(broker: &Broker, name: &'static str, partitions: i32, rf: Option<i16>) {
-    let replication_factor = broker.replication_factor_or_default(rf);
-    let mut configs = BTreeMap::new();
-    if replication_factor >= 3 {
-        configs.insert("min.insync.replicas".to_string(), "2".to_string());
+    /// Wakes the ownership loop (after a metadata image was applied).
+    pub(crate) fn poke(&self) {
+        self.wake.notify_one();
     }
-    // The records are the coordinator's state: never delete them by age or size.
-    configs.insert("retention.ms".to_string(), "-1".to_string());
-    configs.insert("retention.bytes".to_string(), "-1".to_string());
-    configs.insert(
-        "unclean.leader.election.enable".to_string(),
-        "false".to_string(),
-    );
-    // Kafka's choices; either way the batches stay as the coordinator
-    // writes them, uncompressed, which is what its loader reads.
-    let compression = if name == TRANSACTION_STATE_TOPIC {
-        "uncompressed"
-    } else {
-        "producer"
-    };
-    configs.insert("compression.type".to_string(), compression.to_string());
-    let topic = NewTopic {
-        name: name.to_string(),
-        partitions,
-        replication_factor,
-        configs,
-        assignments: None,
-    };
-    match broker.create_topic(topic).await {
-        Ok(t) => info!(
-            partitions = t.partitions,
-            replication_factor, "created {name}"
-        ),
-        Err(MetadataError::TopicAlreadyExists(_)) => {}
-        Err(e) => {
-            warn!(error = %e, code = ?metadata_error_code(&e), "cannot create {name}; the next request retries")
+
+    /// The state partition of `key` (a transactional id or a group id).
+    pub fn partition_for(&self, key: &str) -> i32 {
+        super::placement::coordinator_partition(key, self.topic.partitions)
+    }
+
+    /// Ok if the state topic exists; otherwise starts creating it (once)
+    /// and answers COORDINATOR_NOT_AVAILABLE, which clients retry.
+    pub fn ensure_state_topic(&self, broker: &Broker) -> Result<(), ResponseError> {
+        self.topic
+            .ensure(broker, self.broker_arc(), |b| C::runtime(b).poke())
+    }
+
+    /// The broker coordinating `key` (creating the state topic on first
+    /// use): COORDINATOR_NOT_AVAILABLE until its partition has a live
+    /// leader.
+    ///
+    /// When that is this broker, it answers only once its replica of the
+    /// partition is open and leading, and first makes the coordinator hold
+    /// the partition (loading, if not loaded): a client that sends its next
+    /// request right after gets COORDINATOR_LOAD_IN_PROGRESS, which it
+    /// retries, not NOT_COORDINATOR. The partitions of a just-created state
+    /// topic open one by one while the metadata already names their
+    /// leader, and the ownership loop only takes them over after the last
+    /// one opened.
+    pub fn coordinator_node(
+        &self,
+        broker: &Broker,
+        key: &str,
+    ) -> Result<BrokerInfo, ResponseError> {
+        self.ensure_state_topic(broker)?;
+        let p = self.partition_for(key);
+        let node = self.topic.leader_of(broker, p)?;
+        if node.node_id == broker.config.node_id {
+            let Some(epoch) = led_epoch(broker, C::STATE_TOPIC, p) else {
+                return Err(ResponseError::CoordinatorNotAvailable);
+            };
+            if self.lock().coordinator_epoch(p) != Some(epoch) {
+                self.reconcile(broker);
+            }
+        }
+        Ok(node)
+    }
+
+    /// Makes sure a producer-id block is held before a call that may need
+    /// an id runs under the lock; a failure surfaces later as
+    /// COORDINATOR_LOAD_IN_PROGRESS (retriable) from the call.
+    pub(crate) async fn prepare_ids(&self, broker: &Broker) {
+        if let Err(e) = broker.producer_ids.ensure_block().await {
+            warn!(error = %e, kind = C::KIND, "no producer id block for the coordinator yet");
+        }
+    }
+
+    /// Runs `f` on the coordinator locked for a request, with the broker's
+    /// held producer ids.
+    pub(crate) fn with_ids<T>(
+        &self,
+        broker: &Broker,
+        f: impl FnOnce(&mut C, &mut dyn ProducerIdSource) -> T,
+    ) -> T {
+        let mut ids = HeldIds(&broker.producer_ids);
+        let mut coordinator = self.serving();
+        f(&mut coordinator, &mut ids)
+    }
+
+    /// Carries out `step`: its writes are persisted in the background (each
+    /// completion is processed in turn), the rest goes to the service.
+    pub(crate) fn process(&self, mut step: C::Step) {
+        let writes = step.take_writes();
+        if !writes.is_empty() {
+            match self.broker_arc() {
+                Some(broker) => {
+                    for write in writes {
+                        let broker = Arc::clone(&broker);
+                        tokio::spawn(async move {
+                            let runtime = C::runtime(&broker);
+                            let step = runtime.write(&broker, write).await;
+                            runtime.process(step);
+                        });
+                    }
+                }
+                None => {
+                    // Shutting down: nothing can be appended any more.
+                    let completions: Vec<C::Step> = {
+                        let mut coordinator = self.lock();
+                        writes
+                            .iter()
+                            .map(|w| {
+                                coordinator.complete_write(
+                                    w.id,
+                                    Err(ResponseError::NotCoordinator),
+                                    now_ms(),
+                                )
+                            })
+                            .collect()
+                    };
+                    for mut completion in completions {
+                        let dropped = completion.take_writes();
+                        if !dropped.is_empty() {
+                            debug!(
+                                writes = dropped.len(),
+                                "coordinator writes dropped at shutdown"
+                            );
+                        }
+                        if !completion.is_empty() {
+                            C::carry_out(self, completion);
+                        }
+                    }
+                }
+            }
+        }
+        if !step.is_empty() {
+            C::carry_out(self, step);
+        }
+        self.timer.notify_one();
+    }
+
+    /// Persists `write` (acks=all on its state partition) and reports it to
+    /// the coordinator; the step its completion returns is the caller's to
+    /// process (a request may read its answer from it first).
+    pub(crate) async fn write(&self, broker: &Broker, write: Write) -> C::Step {
+        let span = tracing::info_span!(
+            "coordinator_write",
+            kind = C::KIND,
+            owner = %write.owner,
+            partition = write.partition,
+            coordinator_epoch = write.coordinator_epoch
+        );
+        let result = state_topic::append_durable(broker, C::STATE_TOPIC, &write)
+            .instrument(span.clone())
+            .await;
+        if let Err(e) = result {
+            span.in_scope(|| debug!(error = ?e, "coordinator state write failed"));
+        }
+        let step = self.lock().complete_write(write.id, result, now_ms());
+        self.settled.notify_waiters();
+        step
+    }
+
+    /// Resolves after the next state write completes: a request answered
+    /// CONCURRENT_TRANSACTIONS may succeed now. Enable it before asking the
+    /// coordinator, so no completion is missed between the answer and the
+    /// wait.
+    pub(crate) fn settled(&self) -> tokio::sync::futures::Notified<'_> {
+        self.settled.notified()
+    }
+
+    /// Makes what the coordinator holds match the state partitions this
+    /// broker leads (see the module docs).
+    fn reconcile(&self, broker: &Broker) {
+        let mut to_load = Vec::new();
+        let mut steps = Vec::new();
+        {
+            let mut coordinator = self.lock();
+            for change in ownership_changes(broker, C::STATE_TOPIC, self.topic.partitions, |p| {
+                coordinator.coordinator_epoch(p)
+            }) {
+                match change {
+                    Ownership::Load { partition, epoch } => {
+                        if let Some(step) = coordinator.begin_loading(partition, epoch) {
+                            steps.push(step);
+                            to_load.push((partition, epoch));
+                        }
+                    }
+                    Ownership::Unload { partition, epoch } => {
+                        info!(
+                            partition,
+                            coordinator_epoch = epoch,
+                            kind = C::KIND,
+                            "no longer leads a coordinator state partition; unloading"
+                        );
+                        steps.push(coordinator.unload(partition, Some(epoch)));
+                    }
+                }
+            }
+        }
+        for step in steps {
+            self.process(step);
+        }
+        for (p, e) in to_load {
+            if let Some(broker) = self.broker_arc() {
+                tokio::spawn(load::<C>(broker, p, e).instrument(tracing::info_span!(
+                    "coordinator_load",
+                    kind = C::KIND,
+                    partition = p,
+                    coordinator_epoch = e
+                )));
+            }
         }
     }
 }
 
+/// The leader epoch at which this broker leads `topic`-`p`, if it does.
+fn led_epoch(broker: &Broker, topic: &str, p: i32) -> Option<i32> {
+    broker
+        .replicas
+        .get(topic, p)
+        .map(|x| x.leadership())
+        .filter(|l| l.is_leader)
+        .map(|l| l.leader_epoch)
+}
+
 /// A change of which partitions a coordinator should hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ownership {
+enum Ownership {
     /// Newly led (or led at a new epoch): load it at this epoch.
     Load { partition: i32, epoch: i32 },
     /// Held at `epoch` but no longer led here: unload it.
@@ -193,7 +350,7 @@ pub enum Ownership {
 
 /// Compares the partitions of `topic` this broker leads with what a
 /// coordinator holds (`held(p)`: the epoch it holds `p` at).
-pub fn ownership_changes(
+fn ownership_changes(
     broker: &Broker,
     topic: &str,
     partitions: i32,
@@ -201,13 +358,7 @@ pub fn ownership_changes(
 ) -> Vec<Ownership> {
     let mut changes = Vec::new();
     for p in 0..partitions {
-        let led = broker
-            .replicas
-            .get(topic, p)
-            .map(|x| x.leadership())
-            .filter(|l| l.is_leader)
-            .map(|l| l.leader_epoch);
-        match (led, held(p)) {
+        match (led_epoch(broker, topic, p), held(p)) {
             (Some(e), Some(h)) if e == h => {}
             (Some(e), _) => changes.push(Ownership::Load {
                 partition: p,
@@ -223,103 +374,65 @@ pub fn ownership_changes(
     changes
 }
 
-/// Every entry of `topic`-`p` from its log start to its log end.
-pub fn read_log(broker: &Broker, topic: &str, p: i32) -> Result<Vec<LogEntry>, String> {
-    let partition = broker
-        .replicas
-        .get(topic, p)
-        .ok_or_else(|| format!("partition {p} is not hosted"))?;
-    let mut offset = partition
-        .offsets()
-        .map_err(|e| e.to_string())?
-        .log_start_offset;
-    let mut entries = Vec::new();
+/// Replays state partition `p` (led at epoch `e`) and starts serving it.
+async fn load<C: Hosted>(broker: Arc<Broker>, p: i32, e: i32) {
+    let runtime = C::runtime(&broker);
+    let started = std::time::Instant::now();
+    let replayed = crate::blocking_io(|| read_log(&broker, C::STATE_TOPIC, p))
+        .and_then(|entries| C::replay(entries));
+    let replayed = match replayed {
+        Ok(r) => r,
+        Err(why) => {
+            warn!(error = %why, "cannot load the coordinator state partition; will retry");
+            let step = runtime.lock().unload(p, Some(e));
+            runtime.process(step);
+            return;
+        }
+    };
+    if C::USES_PRODUCER_IDS {
+        runtime.prepare_ids(&broker).await;
+    }
+    let mut ids = HeldIds(&broker.producer_ids);
+    let loaded = runtime
+        .lock()
+        .finish_loading(p, e, replayed, now_ms(), &mut ids);
+    match loaded {
+        Ok(step) => {
+            info!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "coordinator state partition loaded"
+            );
+            runtime.process(step);
+        }
+        Err(error) => debug!(%error, "load finished after the partition moved on"),
+    }
+}
+
+/// Ownership reconciliation and the coordinator's timers, until `stop`.
+async fn run_loop<C: Hosted>(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let runtime = C::runtime(&broker);
+    let mut reconcile = tokio::time::interval(RECONCILE_EVERY);
     loop {
-        let (read, end) = partition
-            .read_to_log_end(offset, LOAD_READ_BYTES)
-            .map_err(|e| e.to_string())?;
-        if read.records.is_empty() {
-            break;
-        }
-        for item in samsa_storage::batch::batches(&read.records) {
-            let (header, bytes) = item.map_err(|e| e.to_string())?;
-            offset = header.last_offset() + 1;
-            if header.is_control() {
-                if let Some(marker) =
-                    samsa_storage::EndTxnMarker::parse(bytes).map_err(|e| e.to_string())?
-                {
-                    entries.push(LogEntry::Marker {
-                        producer_id: marker.producer_id,
-                        commit: marker.commit,
-                    });
+        let next = runtime.lock().next_deadline();
+        let sleep_ms = next.map_or(RECONCILE_EVERY.as_millis() as i64, |d| {
+            (d - now_ms()).max(0)
+        });
+        let sleep = tokio::time::sleep(Duration::from_millis(sleep_ms as u64).min(RECONCILE_EVERY));
+        tokio::select! {
+            _ = reconcile.tick() => runtime.reconcile(&broker),
+            _ = runtime.wake.notified() => runtime.reconcile(&broker),
+            _ = runtime.timer.notified() => {}
+            _ = sleep => {
+                if next.is_some_and(|d| d <= now_ms()) {
+                    if C::USES_PRODUCER_IDS {
+                        runtime.prepare_ids(&broker).await;
+                    }
+                    let mut ids = HeldIds(&broker.producer_ids);
+                    let step = runtime.lock().tick(now_ms(), &mut ids);
+                    runtime.process(step);
                 }
-                continue;
             }
-            let producer_id = header.is_transactional().then_some(header.producer_id);
-            for record in samsa_storage::batch::records(bytes).map_err(|e| e.to_string())? {
-                let record = record.map_err(|e| e.to_string())?;
-                let Some(key) = record.key else { continue };
-                entries.push(LogEntry::Record {
-                    offset: header.base_offset + i64::from(record.offset_delta),
-                    producer_id,
-                    key: key.to_vec(),
-                    value: record.value.map(<[u8]>::to_vec),
-                });
-            }
-        }
-        if offset >= end {
-            break;
+            _ = stop.changed() => return,
         }
     }
-    Ok(entries)
-}
-
-/// The partition to write coordinator state to: led here at `epoch`, with
-/// enough in-sync replicas.
-pub fn writable_partition(
-    broker: &Broker,
-    topic: &str,
-    p: i32,
-    epoch: i32,
-) -> Result<Arc<Partition>, ResponseError> {
-    let partition = broker.leader_partition(topic, p)?;
-    if partition.leader_epoch() != epoch {
-        return Err(ResponseError::NotLeaderOrFollower);
-    }
-    let (isr, min_isr) = partition.isr_and_min();
-    if isr < min_isr {
-        return Err(ResponseError::NotEnoughReplicas);
-    }
-    Ok(partition)
-}
-
-/// Appends key/value `records` to `topic`-`p` as leader at `epoch` and
-/// waits for acks=all.
-pub async fn append_durable(
-    broker: &Broker,
-    topic: &str,
-    p: i32,
-    epoch: i32,
-    records: &[(&[u8], Option<&[u8]>)],
-) -> Result<(), ResponseError> {
-    let partition = writable_partition(broker, topic, p, epoch)?;
-    let now = now_ms();
-    let batch = samsa_storage::batch::key_value_batch(records, now);
-    let (info, _) = partition
-        .append(&batch, now)
-        .map_err(|e| partition_error_code(&e))?;
-    wait_durable(&partition, info.last_offset + 1, epoch).await
-}
-
-/// acks=all for a coordinator write ending at `end_offset`.
-pub async fn wait_durable(
-    partition: &Partition,
-    end_offset: i64,
-    epoch: i32,
-) -> Result<(), ResponseError> {
-    let deadline = tokio::time::Instant::now() + STATE_WRITE_TIMEOUT;
-    partition
-        .wait_acks_all(end_offset, epoch, deadline)
-        .await
-        .map_err(|(code, _)| code)
 }

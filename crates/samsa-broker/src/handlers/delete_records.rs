@@ -14,8 +14,8 @@ use kafka_protocol::messages::delete_records_response::{
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 use tracing::info;
 
-use crate::error::partition_error_code;
 use crate::coordinator::placement::{CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
+use crate::error::partition_error_code;
 use crate::Broker;
 
 pub fn handle(broker: &Broker, request: DeleteRecordsRequest) -> DeleteRecordsResponse {

@@ -37,12 +37,12 @@ use kafka_protocol::protocol::StrBytes;
 use tracing::{info_span, Instrument};
 
 use super::{str_bytes, topic_name};
-use crate::error::producer_fenced_for_version;
-use crate::error::wire_code;
 use crate::coordinator::group::{
     ClientInfo, CommitPartition, CommitRequest, FetchedOffset, PartitionResult, Reply,
-    TransactionalWrite,
 };
+use crate::coordinator::TransactionalWrite;
+use crate::error::producer_fenced_for_version;
+use crate::error::wire_code;
 use crate::Broker;
 
 /// The reply a dropped waiter gets (the shell shut down under it).
@@ -556,7 +556,7 @@ pub async fn offset_delete(broker: &Broker, request: OffsetDeleteRequest) -> Off
                 Ok(step) => step,
                 Err(e) => {
                     top_error = Some(e);
-                    crate::coordinator::group::Step {
+                    crate::coordinator::group::GroupStep {
                         deliveries: vec![(token, Reply::Commit(Vec::new()))],
                         writes: Vec::new(),
                     }

@@ -42,10 +42,10 @@ use samsa_storage::EndTxnMarker;
 use tracing::{info_span, Instrument};
 
 use super::{str_bytes, topic_name};
-use crate::error::partition_error_code;
-use crate::error::wire_code;
 use crate::coordinator::txn::markers::write_markers;
 use crate::coordinator::txn::{self, Outcome, TopicPartition, TxnResult};
+use crate::error::partition_error_code;
+use crate::error::wire_code;
 use crate::{now_ms, Broker};
 
 /// How long a request the coordinator answers CONCURRENT_TRANSACTIONS
@@ -295,7 +295,7 @@ pub async fn add_offsets_to_txn(
     async {
         // The markers of the transaction must reach the group's offsets
         // partition, so it has to exist before it joins the transaction.
-        if let Err(e) = broker.groups.ensure_offsets_topic(broker) {
+        if let Err(e) = broker.groups.ensure_state_topic(broker) {
             return AddOffsetsToTxnResponse::default().with_error_code(e.code());
         }
         let req = txn::AddOffsetsRequest {

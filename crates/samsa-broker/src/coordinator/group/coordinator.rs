@@ -16,12 +16,16 @@ use kafka_protocol::protocol::StrBytes;
 use tracing::{debug, info};
 
 use super::records::{
-    commit_offsets, GroupRecord, LoadedGroup, LoggedOffset, OffsetAndMetadata, StoredGroup,
-    StoredMember,
+    commit_offsets, group_metadata_record, offset_record, LoadedGroup, LoggedOffset,
+    OffsetAndMetadata, StoredGroup, StoredMember,
 };
 use super::GroupState;
+use crate::coordinator::placement::{coordinator_partition, LedByImage, CONSUMER_OFFSETS_TOPIC};
+use crate::coordinator::{
+    illegal_transition, AppendResult, Coordinator, LogEntry, ProducerIdSource, StateRecord, Step,
+    TransactionalWrite, Write, WriteId, WriteIds,
+};
 use crate::error::txn_append_error_code;
-use crate::coordinator::placement::{coordinator_partition, LedByImage};
 
 /// Tunables, with Kafka's names and defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,13 +65,9 @@ impl Default for GroupConfig {
 }
 
 /// Identifies one waiting request: the shell picks a fresh token per
-/// request and delivers to it the [`Reply`] a later [`Step`] names.
+/// request and delivers to it the [`Reply`] a later [`GroupStep`] names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Token(pub u64);
-
-/// Identifies one write handed to the shell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct WriteId(u64);
 
 /// The answer to a waiting request.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,50 +88,34 @@ pub struct PartitionResult {
     pub error: Option<ResponseError>,
 }
 
-/// Records to append to `__consumer_offsets`-`partition` as its leader at
-/// leader epoch `coordinator_epoch`, with acks=all. Report the result with
-/// [`GroupCoordinator::complete_write`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupWrite {
-    pub id: WriteId,
-    pub group: String,
-    pub partition: i32,
-    pub coordinator_epoch: i32,
-    pub records: Vec<GroupRecord>,
-    /// Offsets in a transaction: append as a transactional batch of this
-    /// producer (id, epoch) and its transactional id.
-    pub transactional: Option<TransactionalWrite>,
-}
-
-/// The producer a transactional offset write belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TransactionalWrite {
-    pub transactional_id: String,
-    pub producer_id: i64,
-    pub producer_epoch: i16,
-    /// TxnOffsetCommit v5+ (transaction version 2): the leader adds the
-    /// offsets partition to the transaction instead of only verifying it.
-    pub add_partition: bool,
-}
-
 /// What a call asks of the shell: replies to deliver now, writes to persist.
 #[derive(Debug, Default, PartialEq)]
-pub struct Step {
+pub struct GroupStep {
     pub deliveries: Vec<(Token, Reply)>,
-    pub writes: Vec<GroupWrite>,
+    pub writes: Vec<Write>,
 }
 
-impl Step {
+impl GroupStep {
     fn reply(token: Token, reply: Reply) -> Self {
-        Step {
+        GroupStep {
             deliveries: vec![(token, reply)],
             writes: Vec::new(),
         }
     }
 
-    fn merge(&mut self, other: Step) {
+    fn merge(&mut self, other: GroupStep) {
         self.deliveries.extend(other.deliveries);
         self.writes.extend(other.writes);
+    }
+}
+
+impl Step for GroupStep {
+    fn take_writes(&mut self) -> Vec<Write> {
+        std::mem::take(&mut self.writes)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.deliveries.is_empty()
     }
 }
 
@@ -305,10 +289,12 @@ impl Group {
         }
     }
 
+    /// Moves to `to` if the table of [`GroupState`] allows it; otherwise
+    /// refuses (the one policy, [`illegal_transition`]) and stays.
     fn transition(&mut self, to: GroupState, now_ms: i64) {
         if !self.state.can_transition_to(to) {
-            // A bug here, not bad input: say so, and follow the code.
-            tracing::error!(group = %self.id, from = ?self.state, to = ?to, "group state change outside the transition table");
+            let _ = illegal_transition(&self.id, &self.state, &to);
+            return;
         }
         if self.state != to {
             debug!(group = %self.id, from = ?self.state, to = ?to, generation = self.generation, "group state");
@@ -517,7 +503,7 @@ struct PendingWrite {
 /// Writes handed to the shell and not yet reported back.
 #[derive(Debug, Default)]
 struct Writes {
-    next: u64,
+    ids: WriteIds,
     pending: BTreeMap<WriteId, PendingWrite>,
 }
 
@@ -526,11 +512,10 @@ impl Writes {
         &mut self,
         group: &Group,
         epoch: i32,
-        records: Vec<GroupRecord>,
+        records: Vec<StateRecord>,
         kind: WriteKind,
-    ) -> GroupWrite {
-        self.next += 1;
-        let id = WriteId(self.next);
+    ) -> Write {
+        let id = self.ids.next_id();
         self.pending.insert(
             id,
             PendingWrite {
@@ -538,9 +523,9 @@ impl Writes {
                 kind,
             },
         );
-        GroupWrite {
+        Write {
             id,
-            group: group.id.clone(),
+            owner: group.id.clone(),
             partition: group.partition,
             coordinator_epoch: epoch,
             records,
@@ -555,7 +540,7 @@ struct Ctx<'a> {
     writes: &'a mut Writes,
     epoch: i32,
     now_ms: i64,
-    step: Step,
+    step: GroupStep,
 }
 
 /// The group coordinator of one broker: every group of the
@@ -636,26 +621,8 @@ impl GroupCoordinator {
         }
     }
 
-    /// The offsets partitions the current metadata image says this broker
-    /// leads; true if one of them is not loading or loaded yet.
-    pub fn set_led_by_image(&mut self, led: LedByImage) -> bool {
-        self.led_by_image = led;
-        self.led_by_image
-            .awaits_load(|p| self.partitions.contains_key(&p))
-    }
-
     pub fn config(&self) -> &GroupConfig {
         &self.config
-    }
-
-    /// The `__consumer_offsets` partition of `group_id`.
-    pub fn partition_for(&self, group_id: &str) -> i32 {
-        coordinator_partition(group_id, self.config.offsets_partitions)
-    }
-
-    /// The leader epoch this coordinator holds partition `p` at (loading or loaded).
-    pub fn coordinator_epoch(&self, p: i32) -> Option<i32> {
-        self.partitions.get(&p).map(|s| s.epoch())
     }
 
     /// Whether the group's partition is loaded here: NOT_COORDINATOR if
@@ -688,7 +655,7 @@ impl GroupCoordinator {
                 writes: &mut self.writes,
                 epoch,
                 now_ms,
-                step: Step::default(),
+                step: GroupStep::default(),
             },
         ))
     }
@@ -703,64 +670,8 @@ impl GroupCoordinator {
 
     // ---- ownership -------------------------------------------------------
 
-    /// Starts loading partition `p` led at `epoch`. `None` if it is already
-    /// held at that or a newer epoch; otherwise what was held before is
-    /// dropped (its waiting requests get NOT_COORDINATOR).
-    pub fn begin_loading(&mut self, p: i32, epoch: i32) -> Option<Step> {
-        if let Some(held) = self.partitions.get(&p) {
-            if held.epoch() >= epoch {
-                return None;
-            }
-        }
-        let step = self.drop_partition(p);
-        self.markers_while_loading.remove(&p);
-        self.partitions
-            .insert(p, PartitionStatus::Loading { epoch });
-        Some(step)
-    }
-
-    /// Installs what replaying partition `p` found. Fails with
-    /// NOT_COORDINATOR if the partition moved on meanwhile.
-    pub fn finish_loading(
-        &mut self,
-        p: i32,
-        epoch: i32,
-        loaded: BTreeMap<String, LoadedGroup>,
-        now_ms: i64,
-    ) -> Result<usize, ResponseError> {
-        if self.partitions.get(&p) != Some(&PartitionStatus::Loading { epoch }) {
-            return Err(ResponseError::NotCoordinator);
-        }
-        let count = loaded.len();
-        for (name, l) in loaded {
-            if self.partition_for(&name) != p {
-                // Written under another partition count; not ours to serve.
-                continue;
-            }
-            let group = restore_group(name.clone(), p, l, now_ms);
-            self.groups.insert(name, group);
-        }
-        self.partitions.insert(p, PartitionStatus::Loaded { epoch });
-        for (producer_id, commit) in self.markers_while_loading.remove(&p).unwrap_or_default() {
-            self.complete_transaction(p, producer_id, commit);
-        }
-
-        Ok(count)
-    }
-
-    /// Stops serving partition `p` (if held at `epoch`, or at any epoch when
-    /// `None`); waiting requests of its groups get NOT_COORDINATOR.
-    pub fn unload(&mut self, p: i32, epoch: Option<i32>) -> Step {
-        match self.partitions.get(&p) {
-            Some(s) if epoch.is_none_or(|e| e == s.epoch()) => {}
-            _ => return Step::default(),
-        }
-        self.partitions.remove(&p);
-        self.drop_partition(p)
-    }
-
-    fn drop_partition(&mut self, p: i32) -> Step {
-        let mut step = Step::default();
+    fn drop_partition(&mut self, p: i32) -> GroupStep {
+        let mut step = GroupStep::default();
         let names: Vec<String> = self
             .groups
             .values()
@@ -786,10 +697,11 @@ impl GroupCoordinator {
         version: i16,
         client: ClientInfo,
         now_ms: i64,
-    ) -> Step {
+    ) -> GroupStep {
         let member_id = request.member_id.to_string();
-        let fail =
-            |e: ResponseError| Step::reply(token, Reply::Join(join_error(version, e, &member_id)));
+        let fail = |e: ResponseError| {
+            GroupStep::reply(token, Reply::Join(join_error(version, e, &member_id)))
+        };
         let group_id = request.group_id.to_string();
         if group_id.is_empty() {
             return fail(ResponseError::InvalidGroupId);
@@ -850,8 +762,8 @@ impl GroupCoordinator {
         request: &SyncGroupRequest,
         version: i16,
         now_ms: i64,
-    ) -> Step {
-        let fail = |e: ResponseError| Step::reply(token, Reply::Sync(sync_error(e)));
+    ) -> GroupStep {
+        let fail = |e: ResponseError| GroupStep::reply(token, Reply::Sync(sync_error(e)));
         let group_id = request.group_id.to_string();
         let (group, mut ctx) = match self.group_ctx(&group_id, now_ms) {
             Ok(x) => x,
@@ -885,7 +797,7 @@ impl GroupCoordinator {
                 };
                 m.session_deadline = now_ms + i64::from(m.session_timeout_ms);
                 let assignment = m.assignment.clone();
-                Step::reply(token, Reply::Sync(sync_ok(group, version, assignment)))
+                GroupStep::reply(token, Reply::Sync(sync_ok(group, version, assignment)))
             }
             GroupState::CompletingRebalance => {
                 let is_leader = group.leader.as_deref() == Some(member_id.as_str());
@@ -908,7 +820,7 @@ impl GroupCoordinator {
                     for m in group.members.values_mut() {
                         m.assignment = assignments.remove(&m.id).unwrap_or_default();
                     }
-                    let record = GroupRecord::group(&group.id, Some(&group.stored()));
+                    let record = group_metadata_record(&group.id, Some(&group.stored()));
                     let generation = group.generation;
                     let write = ctx.writes.add(
                         group,
@@ -959,7 +871,7 @@ impl GroupCoordinator {
         request: &LeaveGroupRequest,
         version: i16,
         now_ms: i64,
-    ) -> (LeaveGroupResponse, Step) {
+    ) -> (LeaveGroupResponse, GroupStep) {
         let group_id = request.group_id.to_string();
         let leaving: Vec<(String, Option<String>)> = if version >= 3 {
             request
@@ -978,7 +890,7 @@ impl GroupCoordinator {
         let top = |e: ResponseError| {
             (
                 LeaveGroupResponse::default().with_error_code(e.code()),
-                Step::default(),
+                GroupStep::default(),
             )
         };
         let (group, mut ctx) = match self.group_ctx(&group_id, now_ms) {
@@ -996,7 +908,7 @@ impl GroupCoordinator {
                     .collect();
                 return (
                     LeaveGroupResponse::default().with_members(members),
-                    Step::default(),
+                    GroupStep::default(),
                 );
             }
             Err(e) => return top(e),
@@ -1027,65 +939,6 @@ impl GroupCoordinator {
 
     // ---- timers ----------------------------------------------------------
 
-    /// The earliest time [`Self::tick`] has something to do.
-    pub fn next_deadline(&self) -> Option<i64> {
-        let mut next: Option<i64> = None;
-        let mut consider = |t: i64| next = Some(next.map_or(t, |n| n.min(t)));
-        for g in self.groups.values() {
-            if matches!(
-                g.state,
-                GroupState::PreparingRebalance | GroupState::CompletingRebalance
-            ) {
-                consider(g.rebalance_deadline);
-            }
-            for &deadline in g.pending_members.values() {
-                consider(deadline);
-            }
-            for m in g.members.values().filter(|m| !m.keeps_alive()) {
-                consider(m.session_deadline);
-            }
-        }
-        consider(self.retention_check_at);
-        next
-    }
-
-    /// Expires sessions, pending members and rebalance phases due by
-    /// `now_ms`, and every `offsets_retention_check_interval_ms` the
-    /// offsets past their retention ([`Self::expire_offsets`]).
-    pub fn tick(&mut self, now_ms: i64) -> Step {
-        let mut step = Step::default();
-        if self.retention_check_at <= now_ms {
-            if self.retention_check_at > 0 {
-                step.merge(self.expire_offsets(now_ms));
-            }
-            self.retention_check_at = now_ms + self.config.offsets_retention_check_interval_ms;
-        }
-        let due: Vec<String> = self
-            .groups
-            .values()
-            .filter(|g| {
-                let rebalance_due = matches!(
-                    g.state,
-                    GroupState::PreparingRebalance | GroupState::CompletingRebalance
-                ) && g.rebalance_deadline <= now_ms;
-                rebalance_due
-                    || g.pending_members.values().any(|&d| d <= now_ms)
-                    || g.members
-                        .values()
-                        .any(|m| !m.keeps_alive() && m.session_deadline <= now_ms)
-            })
-            .map(|g| g.id.clone())
-            .collect();
-        for group_id in due {
-            let Ok((group, mut ctx)) = self.group_ctx(&group_id, now_ms) else {
-                continue;
-            };
-            expire(group, &mut ctx);
-            step.merge(ctx.step);
-        }
-        step
-    }
-
     /// Offset retention as Kafka keeps it (KIP-211): the offsets of a group
     /// with no members expire `offsets_retention_ms` after it became Empty
     /// (after their commit, for a group that only stores offsets); a Stable
@@ -1095,9 +948,9 @@ impl GroupCoordinator {
     /// group left without offsets is deleted. The tombstones are written
     /// like any group write; memory forgets at once (a failed write leaves
     /// the offsets to the next check after a reload).
-    pub fn expire_offsets(&mut self, now_ms: i64) -> Step {
+    pub fn expire_offsets(&mut self, now_ms: i64) -> GroupStep {
         let retention = self.config.offsets_retention_ms;
-        let mut step = Step::default();
+        let mut step = GroupStep::default();
         let mut deleted = Vec::new();
         let ids: Vec<String> = self.groups.keys().cloned().collect();
         for group_id in ids {
@@ -1105,9 +958,9 @@ impl GroupCoordinator {
                 continue;
             };
             let expired = group.expired_offsets(now_ms, retention);
-            let mut records: Vec<GroupRecord> = expired
+            let mut records: Vec<StateRecord> = expired
                 .iter()
-                .map(|(t, p)| GroupRecord::offset(&group.id, t, *p, None))
+                .map(|(t, p)| offset_record(&group.id, t, *p, None))
                 .collect();
             for tp in &expired {
                 group.offsets.remove(tp);
@@ -1118,7 +971,7 @@ impl GroupCoordinator {
                 && group.pending_txn.is_empty()
                 && group.assignment_write.is_none();
             if empty {
-                records.push(GroupRecord::group(&group.id, None));
+                records.push(group_metadata_record(&group.id, None));
                 deleted.push(group_id.clone());
             }
             if records.is_empty() {
@@ -1147,7 +1000,7 @@ impl GroupCoordinator {
         request: &CommitRequest,
         version: i16,
         now_ms: i64,
-    ) -> Step {
+    ) -> GroupStep {
         // A group-managed commit for a group this coordinator does not
         // know: v9+ says so (GROUP_ID_NOT_FOUND, meaningful to both group
         // protocols); older clients only understand ILLEGAL_GENERATION.
@@ -1185,7 +1038,7 @@ impl GroupCoordinator {
         request: &CommitRequest,
         producer: TransactionalWrite,
         now_ms: i64,
-    ) -> Step {
+    ) -> GroupStep {
         let standalone = request.generation_id < 0 && request.member_id.is_empty();
         // Every TxnOffsetCommit version answers ILLEGAL_GENERATION there.
         match self.commit_context(
@@ -1318,7 +1171,7 @@ impl GroupCoordinator {
         group_id: &str,
         partitions: &[(String, i32)],
         now_ms: i64,
-    ) -> Result<Step, ResponseError> {
+    ) -> Result<GroupStep, ResponseError> {
         let (group, mut ctx) = match self.group_ctx(group_id, now_ms) {
             Ok(x) => x,
             Err(ResponseError::UnknownMemberId) => return Err(ResponseError::GroupIdNotFound),
@@ -1353,11 +1206,11 @@ impl GroupCoordinator {
             }
         }
         if deleting.is_empty() {
-            return Ok(Step::reply(token, Reply::Commit(refused)));
+            return Ok(GroupStep::reply(token, Reply::Commit(refused)));
         }
         let records = deleting
             .iter()
-            .map(|(t, p)| GroupRecord::offset(group_id, t, *p, None))
+            .map(|(t, p)| offset_record(group_id, t, *p, None))
             .collect();
         let write = ctx.writes.add(
             group,
@@ -1378,8 +1231,8 @@ impl GroupCoordinator {
     /// Deletes one group of a DeleteGroups request: GROUP_ID_NOT_FOUND if
     /// unknown, NON_EMPTY_GROUP while it has members; otherwise its offsets
     /// and metadata are tombstoned and the reply comes once durable.
-    pub fn delete_group(&mut self, token: Token, group_id: &str, now_ms: i64) -> Step {
-        let fail = |e: ResponseError| Step::reply(token, Reply::Deleted(Some(e)));
+    pub fn delete_group(&mut self, token: Token, group_id: &str, now_ms: i64) -> GroupStep {
+        let fail = |e: ResponseError| GroupStep::reply(token, Reply::Deleted(Some(e)));
         let (group, mut ctx) = match self.group_ctx(group_id, now_ms) {
             Ok(x) => x,
             Err(ResponseError::UnknownMemberId) => return fail(ResponseError::GroupIdNotFound),
@@ -1390,12 +1243,12 @@ impl GroupCoordinator {
             GroupState::Empty => {}
             _ => return fail(ResponseError::NonEmptyGroup),
         }
-        let mut records: Vec<GroupRecord> = group
+        let mut records: Vec<StateRecord> = group
             .offsets
             .keys()
-            .map(|(t, p)| GroupRecord::offset(group_id, t, *p, None))
+            .map(|(t, p)| offset_record(group_id, t, *p, None))
             .collect();
-        records.push(GroupRecord::group(group_id, None));
+        records.push(group_metadata_record(group_id, None));
         let write = ctx
             .writes
             .add(group, ctx.epoch, records, WriteKind::DeleteGroup { token });
@@ -1475,18 +1328,104 @@ impl GroupCoordinator {
     }
 
     // ---- write completion ------------------------------------------------
+}
+
+impl Coordinator for GroupCoordinator {
+    type Step = GroupStep;
+    type Replayed = BTreeMap<String, LoadedGroup>;
+    const STATE_TOPIC: &'static str = CONSUMER_OFFSETS_TOPIC;
+    const USES_PRODUCER_IDS: bool = false;
+
+    /// The `__consumer_offsets` partition of `group_id`.
+    fn partition_for(&self, group_id: &str) -> i32 {
+        coordinator_partition(group_id, self.config.offsets_partitions)
+    }
+
+    /// The offsets partitions the current metadata image says this broker
+    /// leads; true if one of them is not loading or loaded yet.
+    fn set_led_by_image(&mut self, led: LedByImage) -> bool {
+        self.led_by_image = led;
+        self.led_by_image
+            .awaits_load(|p| self.partitions.contains_key(&p))
+    }
+
+    /// The leader epoch this coordinator holds partition `p` at (loading or loaded).
+    fn coordinator_epoch(&self, p: i32) -> Option<i32> {
+        self.partitions.get(&p).map(|s| s.epoch())
+    }
+
+    /// Starts loading partition `p` led at `epoch`. `None` if it is already
+    /// held at that or a newer epoch; otherwise what was held before is
+    /// dropped (its waiting requests get NOT_COORDINATOR).
+    fn begin_loading(&mut self, p: i32, epoch: i32) -> Option<GroupStep> {
+        if let Some(held) = self.partitions.get(&p) {
+            if held.epoch() >= epoch {
+                return None;
+            }
+        }
+        let step = self.drop_partition(p);
+        self.markers_while_loading.remove(&p);
+        self.partitions
+            .insert(p, PartitionStatus::Loading { epoch });
+        Some(step)
+    }
+
+    fn replay(entries: Vec<LogEntry>) -> Result<Self::Replayed, String> {
+        super::records::replay(entries).map_err(|e| e.to_string())
+    }
+
+    /// Installs what replaying partition `p` found. Fails with
+    /// NOT_COORDINATOR if the partition moved on meanwhile.
+    fn finish_loading(
+        &mut self,
+        p: i32,
+        epoch: i32,
+        loaded: BTreeMap<String, LoadedGroup>,
+        now_ms: i64,
+        _ids: &mut dyn ProducerIdSource,
+    ) -> Result<GroupStep, ResponseError> {
+        if self.partitions.get(&p) != Some(&PartitionStatus::Loading { epoch }) {
+            return Err(ResponseError::NotCoordinator);
+        }
+        let groups = loaded.len();
+        for (name, l) in loaded {
+            if self.partition_for(&name) != p {
+                // Written under another partition count; not ours to serve.
+                continue;
+            }
+            let group = restore_group(name.clone(), p, l, now_ms);
+            self.groups.insert(name, group);
+        }
+        self.partitions.insert(p, PartitionStatus::Loaded { epoch });
+        for (producer_id, commit) in self.markers_while_loading.remove(&p).unwrap_or_default() {
+            self.complete_transaction(p, producer_id, commit);
+        }
+        info!(
+            partition = p,
+            coordinator_epoch = epoch,
+            groups,
+            "offsets partition loaded"
+        );
+        Ok(GroupStep::default())
+    }
+
+    /// Stops serving partition `p` (if held at `epoch`, or at any epoch when
+    /// `None`); waiting requests of its groups get NOT_COORDINATOR.
+    fn unload(&mut self, p: i32, epoch: Option<i32>) -> GroupStep {
+        match self.partitions.get(&p) {
+            Some(s) if epoch.is_none_or(|e| e == s.epoch()) => {}
+            _ => return GroupStep::default(),
+        }
+        self.partitions.remove(&p);
+        self.drop_partition(p)
+    }
 
     /// The shell reports a write: `Ok(base offset of its batch)` once
     /// durable (acks=all), or the append's error. Only now do committed
     /// offsets become visible, and members get the leader's assignment.
-    pub fn complete_write(
-        &mut self,
-        id: WriteId,
-        result: Result<i64, ResponseError>,
-        now_ms: i64,
-    ) -> Step {
+    fn complete_write(&mut self, id: WriteId, result: AppendResult, now_ms: i64) -> GroupStep {
         let Some(pending) = self.writes.pending.remove(&id) else {
-            return Step::default();
+            return GroupStep::default();
         };
         let (log_offset, error) = match result {
             Ok(base_offset) => (base_offset, None),
@@ -1494,19 +1433,19 @@ impl GroupCoordinator {
         };
         let group = self.groups.get_mut(&pending.group);
         match pending.kind {
-            WriteKind::Metadata => Step::default(),
+            WriteKind::Metadata => GroupStep::default(),
             WriteKind::Assignment { generation } => {
                 let Some(group) = group else {
-                    return Step::default();
+                    return GroupStep::default();
                 };
                 if group.assignment_write == Some(id) {
                     group.assignment_write = None;
                 }
                 if group.generation != generation || group.state != GroupState::CompletingRebalance
                 {
-                    return Step::default();
+                    return GroupStep::default();
                 }
-                let mut step = Step::default();
+                let mut step = GroupStep::default();
                 match error {
                     None => {
                         group.transition(GroupState::Stable, now_ms);
@@ -1603,7 +1542,7 @@ impl GroupCoordinator {
                         error,
                     }
                 }));
-                Step::reply(token, Reply::Commit(refused))
+                GroupStep::reply(token, Reply::Commit(refused))
             }
             WriteKind::DeleteOffsets {
                 token,
@@ -1624,7 +1563,7 @@ impl GroupCoordinator {
                             error,
                         }),
                 );
-                Step::reply(token, Reply::Commit(refused))
+                GroupStep::reply(token, Reply::Commit(refused))
             }
             WriteKind::StaticRejoin {
                 token,
@@ -1635,12 +1574,12 @@ impl GroupCoordinator {
                 was_leader,
             } => {
                 let Some(e) = error else {
-                    return Step::reply(token, Reply::Join(*response));
+                    return GroupStep::reply(token, Reply::Join(*response));
                 };
                 if let Some(group) = group {
                     revert_static_rejoin(group, *previous, &new_id, was_leader);
                 }
-                Step::reply(token, Reply::Join(join_error(version, e, &new_id)))
+                GroupStep::reply(token, Reply::Join(join_error(version, e, &new_id)))
             }
             WriteKind::DeleteGroup { token } => {
                 if error.is_none() {
@@ -1657,9 +1596,68 @@ impl GroupCoordinator {
                         }
                     }
                 }
-                Step::reply(token, Reply::Deleted(error))
+                GroupStep::reply(token, Reply::Deleted(error))
             }
         }
+    }
+
+    /// The earliest time [`Self::tick`] has something to do.
+    fn next_deadline(&self) -> Option<i64> {
+        let mut next: Option<i64> = None;
+        let mut consider = |t: i64| next = Some(next.map_or(t, |n| n.min(t)));
+        for g in self.groups.values() {
+            if matches!(
+                g.state,
+                GroupState::PreparingRebalance | GroupState::CompletingRebalance
+            ) {
+                consider(g.rebalance_deadline);
+            }
+            for &deadline in g.pending_members.values() {
+                consider(deadline);
+            }
+            for m in g.members.values().filter(|m| !m.keeps_alive()) {
+                consider(m.session_deadline);
+            }
+        }
+        consider(self.retention_check_at);
+        next
+    }
+
+    /// Expires sessions, pending members and rebalance phases due by
+    /// `now_ms`, and every `offsets_retention_check_interval_ms` the
+    /// offsets past their retention ([`Self::expire_offsets`]).
+    fn tick(&mut self, now_ms: i64, _ids: &mut dyn ProducerIdSource) -> GroupStep {
+        let mut step = GroupStep::default();
+        if self.retention_check_at <= now_ms {
+            if self.retention_check_at > 0 {
+                step.merge(self.expire_offsets(now_ms));
+            }
+            self.retention_check_at = now_ms + self.config.offsets_retention_check_interval_ms;
+        }
+        let due: Vec<String> = self
+            .groups
+            .values()
+            .filter(|g| {
+                let rebalance_due = matches!(
+                    g.state,
+                    GroupState::PreparingRebalance | GroupState::CompletingRebalance
+                ) && g.rebalance_deadline <= now_ms;
+                rebalance_due
+                    || g.pending_members.values().any(|&d| d <= now_ms)
+                    || g.members
+                        .values()
+                        .any(|m| !m.keeps_alive() && m.session_deadline <= now_ms)
+            })
+            .map(|g| g.id.clone())
+            .collect();
+        for group_id in due {
+            let Ok((group, mut ctx)) = self.group_ctx(&group_id, now_ms) else {
+                continue;
+            };
+            expire(group, &mut ctx);
+            step.merge(ctx.step);
+        }
+        step
     }
 }
 
@@ -1732,7 +1730,7 @@ fn sync_ok(group: &Group, version: i16, assignment: Bytes) -> SyncGroupResponse 
     r
 }
 
-fn fail_parked(step: &mut Step, m: &Member, error: ResponseError) {
+fn fail_parked(step: &mut GroupStep, m: &Member, error: ResponseError) {
     if let Some(p) = m.join {
         step.deliveries
             .push((p.token, Reply::Join(join_error(p.version, error, &m.id))));
@@ -1865,7 +1863,7 @@ fn leave_one(
     group: &mut Group,
     member_id: &str,
     instance_id: Option<&str>,
-    step: &mut Step,
+    step: &mut GroupStep,
 ) -> Option<ResponseError> {
     let target = match instance_id {
         Some(instance) => match group.static_members.get(instance) {
@@ -1892,7 +1890,7 @@ fn leave_one(
 fn remove_member_bookkeeping(
     group: &mut Group,
     member: &Member,
-    step: &mut Step,
+    step: &mut GroupStep,
     error: ResponseError,
 ) {
     fail_parked(step, member, error);
@@ -2122,7 +2120,7 @@ fn replace_static_member(
             }
             // Answered once the new member id is durable; a failed write
             // puts the old member back (Kafka's static-member replacement).
-            let record = GroupRecord::group(&group.id, Some(&group.stored()));
+            let record = group_metadata_record(&group.id, Some(&group.stored()));
             let kind = WriteKind::StaticRejoin {
                 token: args.token,
                 version: args.version,
@@ -2251,7 +2249,7 @@ fn complete_join(group: &mut Group, ctx: &mut Ctx<'_>) {
         group.leader = None;
         group.transition(GroupState::Empty, ctx.now_ms);
         info!(group = %group.id, generation = group.generation, "group is empty");
-        let record = GroupRecord::group(&group.id, Some(&group.stored()));
+        let record = group_metadata_record(&group.id, Some(&group.stored()));
         let write = ctx
             .writes
             .add(group, ctx.epoch, vec![record], WriteKind::Metadata);
@@ -2394,7 +2392,7 @@ fn expire(group: &mut Group, ctx: &mut Ctx<'_>) {
 }
 
 /// Every partition of a commit refused with `error`.
-fn refuse_all(token: Token, request: &CommitRequest, error: ResponseError) -> Step {
+fn refuse_all(token: Token, request: &CommitRequest, error: ResponseError) -> GroupStep {
     let results = request
         .partitions
         .iter()
@@ -2404,7 +2402,7 @@ fn refuse_all(token: Token, request: &CommitRequest, error: ResponseError) -> St
             error: Some(error),
         })
         .collect();
-    Step::reply(token, Reply::Commit(results))
+    GroupStep::reply(token, Reply::Commit(results))
 }
 
 /// Writes a checked commit's offsets (for a transaction's producer: as its
@@ -2428,7 +2426,7 @@ fn write_commit(
     }
     let records = offsets
         .iter()
-        .map(|((t, p), o)| GroupRecord::offset(&group.id, t, *p, Some(o)))
+        .map(|((t, p), o)| offset_record(&group.id, t, *p, Some(o)))
         .collect();
     let kind = WriteKind::Commit {
         token,

@@ -71,11 +71,10 @@ mod tests;
 
 pub use coordinator::{
     ClientInfo, CommitPartition, CommitRequest, FetchedOffset, GroupConfig, GroupCoordinator,
-    GroupDescription, GroupListing, GroupWrite, MemberDescription, PartitionResult, Reply, Step,
-    Token, TransactionalWrite, WriteId,
+    GroupDescription, GroupListing, GroupStep, MemberDescription, PartitionResult, Reply, Token,
 };
-pub use records::{GroupRecord, LogEntry, OffsetAndMetadata};
-pub use service::GroupShell;
+pub use records::OffsetAndMetadata;
+pub use service::GroupRuntime;
 
 /// The state of a classic group.
 ///

@@ -32,6 +32,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::codec::{put_bytes_u32, put_nullable_bytes, Reader, Truncated};
+use crate::coordinator::{LogEntry, StateRecord};
 
 const OFFSET_KEY_VERSION: u16 = 0;
 const GROUP_KEY_VERSION: u16 = 1;
@@ -148,54 +149,46 @@ pub enum GroupRecordValue {
     Group(Option<StoredGroup>),
 }
 
-/// One record to append to (or read from) a `__consumer_offsets` partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupRecord {
-    pub key: Vec<u8>,
-    pub value: Option<Vec<u8>>,
+/// The `__consumer_offsets` record of a committed offset (or its tombstone).
+pub fn offset_record(
+    group: &str,
+    topic: &str,
+    partition: i32,
+    value: Option<&OffsetAndMetadata>,
+) -> StateRecord {
+    let mut key = Vec::with_capacity(16 + group.len() + topic.len());
+    key.extend_from_slice(&OFFSET_KEY_VERSION.to_be_bytes());
+    put_bytes_u32(&mut key, group.as_bytes());
+    put_bytes_u32(&mut key, topic.as_bytes());
+    key.extend_from_slice(&partition.to_be_bytes());
+    StateRecord {
+        key,
+        value: value.map(encode_offset),
+    }
 }
 
-impl GroupRecord {
-    pub fn offset(
-        group: &str,
-        topic: &str,
-        partition: i32,
-        value: Option<&OffsetAndMetadata>,
-    ) -> Self {
-        let mut key = Vec::with_capacity(16 + group.len() + topic.len());
-        key.extend_from_slice(&OFFSET_KEY_VERSION.to_be_bytes());
-        put_bytes_u32(&mut key, group.as_bytes());
-        put_bytes_u32(&mut key, topic.as_bytes());
-        key.extend_from_slice(&partition.to_be_bytes());
-        GroupRecord {
-            key,
-            value: value.map(encode_offset),
-        }
+/// The `__consumer_offsets` record of a group's metadata (or its tombstone).
+pub fn group_metadata_record(group: &str, value: Option<&StoredGroup>) -> StateRecord {
+    let mut key = Vec::with_capacity(6 + group.len());
+    key.extend_from_slice(&GROUP_KEY_VERSION.to_be_bytes());
+    put_bytes_u32(&mut key, group.as_bytes());
+    StateRecord {
+        key,
+        value: value.map(encode_group),
     }
+}
 
-    pub fn group(group: &str, value: Option<&StoredGroup>) -> Self {
-        let mut key = Vec::with_capacity(6 + group.len());
-        key.extend_from_slice(&GROUP_KEY_VERSION.to_be_bytes());
-        put_bytes_u32(&mut key, group.as_bytes());
-        GroupRecord {
-            key,
-            value: value.map(encode_group),
-        }
-    }
-
-    pub fn decode(
-        key: &[u8],
-        value: Option<&[u8]>,
-    ) -> Result<(RecordKey, GroupRecordValue), RecordError> {
-        let key = decode_key(key)?;
-        let value = match key {
-            RecordKey::Offset { .. } => {
-                GroupRecordValue::Offset(value.map(decode_offset).transpose()?)
-            }
-            RecordKey::Group(_) => GroupRecordValue::Group(value.map(decode_group).transpose()?),
-        };
-        Ok((key, value))
-    }
+/// What a `__consumer_offsets` record holds.
+pub fn decode_group_record(
+    key: &[u8],
+    value: Option<&[u8]>,
+) -> Result<(RecordKey, GroupRecordValue), RecordError> {
+    let key = decode_key(key)?;
+    let value = match key {
+        RecordKey::Offset { .. } => GroupRecordValue::Offset(value.map(decode_offset).transpose()?),
+        RecordKey::Group(_) => GroupRecordValue::Group(value.map(decode_group).transpose()?),
+    };
+    Ok((key, value))
 }
 
 fn string(r: &mut Reader<'_>, what: &'static str) -> Result<String, RecordError> {
@@ -332,21 +325,6 @@ pub struct LoadedGroup {
     pub pending_txn: BTreeMap<i64, BTreeMap<(String, i32), LoggedOffset>>,
 }
 
-/// One entry of a `__consumer_offsets` partition, in log order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LogEntry {
-    /// A data record at `offset`; `producer_id` is set for records of a
-    /// transactional batch.
-    Record {
-        offset: i64,
-        producer_id: Option<i64>,
-        key: Vec<u8>,
-        value: Option<Vec<u8>>,
-    },
-    /// A COMMIT or ABORT marker of a producer.
-    Marker { producer_id: i64, commit: bool },
-}
-
 /// A record that cannot be replayed, and where it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("__consumer_offsets entry {index}: {error}")]
@@ -370,7 +348,7 @@ pub fn replay(
                 key,
                 value,
             } => {
-                let (key, value) = GroupRecord::decode(&key, value.as_deref())
+                let (key, value) = decode_group_record(&key, value.as_deref())
                     .map_err(|error| ReplayError { index, error })?;
                 let name = key.group().to_string();
                 let group = groups.entry(name.clone()).or_default();

@@ -18,7 +18,16 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::records::{replay, GroupRecord, LogEntry, OffsetAndMetadata, StoredGroup, StoredMember};
+use super::records::{
+    decode_group_record, group_metadata_record, offset_record, replay, OffsetAndMetadata,
+    StoredGroup, StoredMember,
+};
+use crate::coordinator::{Coordinator, LogEntry, StateRecord, TransactionalWrite, Write};
+
+/// The group coordinator never asks for producer ids.
+fn no_ids() -> impl FnMut() -> Result<i64, ResponseError> {
+    || Err(ResponseError::UnknownServerError)
+}
 use super::*;
 use crate::coordinator::placement::LedByImage;
 
@@ -37,7 +46,7 @@ struct Harness {
     next_token: u64,
     replies: BTreeMap<Token, Reply>,
     /// Writes not yet completed.
-    writes: Vec<GroupWrite>,
+    writes: Vec<Write>,
     /// Durable log per partition.
     log: BTreeMap<i32, Vec<LogEntry>>,
     now: i64,
@@ -55,7 +64,8 @@ impl Harness {
         let mut c = GroupCoordinator::new(config, 7);
         let p = c.partition_for(GROUP);
         c.begin_loading(p, 1).unwrap();
-        c.finish_loading(p, 1, BTreeMap::new(), 0).unwrap();
+        c.finish_loading(p, 1, BTreeMap::new(), 0, &mut no_ids())
+            .unwrap();
         Harness {
             c,
             next_token: 0,
@@ -71,7 +81,7 @@ impl Harness {
         Token(self.next_token)
     }
 
-    fn apply(&mut self, step: Step) {
+    fn apply(&mut self, step: GroupStep) {
         for (t, r) in step.deliveries {
             assert!(self.replies.insert(t, r).is_none(), "two replies to {t:?}");
         }
@@ -207,7 +217,7 @@ impl Harness {
 
     fn tick_at(&mut self, now: i64) {
         self.now = now;
-        let step = self.c.tick(now);
+        let step = self.c.tick(now, &mut no_ids());
         self.apply(step);
     }
 
@@ -728,11 +738,13 @@ fn partitions_not_held_or_loading_answer_coordinator_errors() {
     );
     assert!(c.begin_loading(p, 3).is_none(), "same epoch: nothing to do");
     assert_eq!(
-        c.finish_loading(p, 2, BTreeMap::new(), 0).unwrap_err(),
+        c.finish_loading(p, 2, BTreeMap::new(), 0, &mut no_ids())
+            .unwrap_err(),
         E::NotCoordinator,
         "stale load"
     );
-    c.finish_loading(p, 3, BTreeMap::new(), 0).unwrap();
+    c.finish_loading(p, 3, BTreeMap::new(), 0, &mut no_ids())
+        .unwrap();
     assert_eq!(c.offset_fetch(GROUP, None, false).unwrap(), vec![]);
     c.unload(p, Some(3));
     assert_eq!(
@@ -759,7 +771,8 @@ fn a_partition_led_by_the_image_but_not_loading_yet_answers_load_in_progress() {
     assert_eq!(c.list_groups().unwrap_err(), E::CoordinatorLoadInProgress);
     c.begin_loading(p, 1).unwrap();
     assert!(!c.set_led_by_image(led), "loading");
-    c.finish_loading(p, 1, BTreeMap::new(), 0).unwrap();
+    c.finish_loading(p, 1, BTreeMap::new(), 0, &mut no_ids())
+        .unwrap();
     assert_eq!(c.offset_fetch(GROUP, None, false).unwrap(), vec![]);
     assert!(!c.set_led_by_image(LedByImage::default()));
     c.unload(p, Some(1));
@@ -792,8 +805,14 @@ fn a_new_leader_rebuilds_offsets_and_members_from_the_log() {
     let p = h.c.partition_for(GROUP);
     let mut c = GroupCoordinator::new(GroupConfig::default(), 2);
     c.begin_loading(p, 2).unwrap();
-    c.finish_loading(p, 2, replay(h.log[&p].clone()).unwrap(), h.now)
-        .unwrap();
+    c.finish_loading(
+        p,
+        2,
+        replay(h.log[&p].clone()).unwrap(),
+        h.now,
+        &mut no_ids(),
+    )
+    .unwrap();
     let d = c.describe_group(GROUP).unwrap();
     assert_eq!(d.state, GroupState::Stable);
     assert_eq!(d.members.len(), 1);
@@ -989,26 +1008,26 @@ fn replay_resolves_transactional_offsets_by_the_markers_in_the_log() {
         metadata: Some("m".into()),
         commit_timestamp: 5,
     };
-    let rec = |offset: i64, pid: Option<i64>, r: GroupRecord| LogEntry::Record {
+    let rec = |offset: i64, pid: Option<i64>, r: StateRecord| LogEntry::Record {
         offset,
         producer_id: pid,
         key: r.key,
         value: r.value,
     };
     let entries = vec![
-        rec(0, None, GroupRecord::offset(GROUP, "t", 0, Some(&o(1)))),
-        rec(1, Some(9), GroupRecord::offset(GROUP, "t", 0, Some(&o(2)))),
-        rec(2, Some(8), GroupRecord::offset(GROUP, "t", 1, Some(&o(3)))),
+        rec(0, None, offset_record(GROUP, "t", 0, Some(&o(1)))),
+        rec(1, Some(9), offset_record(GROUP, "t", 0, Some(&o(2)))),
+        rec(2, Some(8), offset_record(GROUP, "t", 1, Some(&o(3)))),
         LogEntry::Marker {
             producer_id: 9,
             commit: true,
         },
-        rec(4, Some(9), GroupRecord::offset(GROUP, "t", 0, Some(&o(4)))),
+        rec(4, Some(9), offset_record(GROUP, "t", 0, Some(&o(4)))),
         LogEntry::Marker {
             producer_id: 9,
             commit: false,
         },
-        rec(6, Some(7), GroupRecord::offset(GROUP, "t", 2, Some(&o(5)))),
+        rec(6, Some(7), offset_record(GROUP, "t", 2, Some(&o(5)))),
     ];
     let groups = replay(entries).unwrap();
     let g = &groups[GROUP];
@@ -1040,8 +1059,8 @@ fn records_round_trip_and_garbage_is_an_error() {
             assignment: vec![3],
         }],
     };
-    let r = GroupRecord::group(GROUP, Some(&group));
-    let (key, value) = GroupRecord::decode(&r.key, r.value.as_deref()).unwrap();
+    let r = group_metadata_record(GROUP, Some(&group));
+    let (key, value) = decode_group_record(&r.key, r.value.as_deref()).unwrap();
     assert_eq!(key, records::RecordKey::Group(GROUP.into()));
     assert_eq!(value, records::GroupRecordValue::Group(Some(group)));
     let o = OffsetAndMetadata {
@@ -1050,15 +1069,15 @@ fn records_round_trip_and_garbage_is_an_error() {
         metadata: None,
         commit_timestamp: 3,
     };
-    let r = GroupRecord::offset(GROUP, "t", 5, Some(&o));
+    let r = offset_record(GROUP, "t", 5, Some(&o));
     assert_eq!(
-        GroupRecord::decode(&r.key, r.value.as_deref()).unwrap().1,
+        decode_group_record(&r.key, r.value.as_deref()).unwrap().1,
         records::GroupRecordValue::Offset(Some(o))
     );
     // Every prefix and a pseudo-random byte soup decode to an error, never a panic.
     for len in 0..r.key.len() {
         assert!(matches!(
-            GroupRecord::decode(&r.key[..len], None),
+            decode_group_record(&r.key[..len], None),
             Err(records::RecordError::Truncated(_))
         ));
     }
@@ -1072,7 +1091,7 @@ fn records_round_trip_and_garbage_is_an_error() {
                 x as u8
             })
             .collect();
-        let _ = GroupRecord::decode(&bytes, Some(&bytes));
+        let _ = decode_group_record(&bytes, Some(&bytes));
         x = x.wrapping_add(1);
     }
     assert!(matches!(

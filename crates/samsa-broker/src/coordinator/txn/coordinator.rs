@@ -8,14 +8,18 @@ use kafka_protocol::error::ResponseError;
 use tracing::{info, warn};
 
 use super::api::*;
-use crate::coordinator::placement::{
-    coordinator_partition, LedByImage, CONSUMER_OFFSETS_TOPIC, DEFAULT_CONSUMER_OFFSETS_PARTITIONS,
-    DEFAULT_TRANSACTION_STATE_PARTITIONS,
-};
-use super::records::{CoordinatorState, TxnRecord, Unfinished};
+use super::records::{txn_record, CoordinatorState, Unfinished};
 use super::state::{
     is_epoch_exhausted, ProducerIdAndEpoch, TopicPartition, TransactionMetadata,
     TransactionVersion, TxnResult, TxnState, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+};
+use crate::coordinator::placement::{
+    coordinator_partition, LedByImage, CONSUMER_OFFSETS_TOPIC, DEFAULT_CONSUMER_OFFSETS_PARTITIONS,
+    DEFAULT_TRANSACTION_STATE_PARTITIONS, TRANSACTION_STATE_TOPIC,
+};
+use crate::coordinator::{
+    illegal_transition, AppendResult, Coordinator, LogEntry, ProducerIdSource, Step, Write,
+    WriteId, WriteIds,
 };
 use crate::error::{producer_fenced_for_version, txn_append_error_code};
 
@@ -30,6 +34,12 @@ pub struct TxnConfig {
     pub max_timeout_ms: i32,
     /// `transactional.id.expiration.ms`: an idle id unused this long is forgotten.
     pub transactional_id_expiration_ms: i64,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how
+    /// often timed-out transactions are looked for.
+    pub abort_check_interval_ms: i64,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`: how
+    /// often idle ids are looked for.
+    pub id_expiry_check_interval_ms: i64,
 }
 
 impl Default for TxnConfig {
@@ -39,46 +49,18 @@ impl Default for TxnConfig {
             consumer_offsets_partitions: DEFAULT_CONSUMER_OFFSETS_PARTITIONS,
             max_timeout_ms: 900_000,
             transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
+            abort_check_interval_ms: 10_000,
+            id_expiry_check_interval_ms: 3_600_000,
         }
     }
 }
 
-/// Where handlers get a new producer id when they need one (a new
-/// transactional id, an exhausted epoch). The shell answers from a block it
-/// already holds; if it has none ready it returns the error to answer with
-/// (Kafka answers COORDINATOR_LOAD_IN_PROGRESS, and the client retries).
-pub trait ProducerIdSource {
-    fn next_producer_id(&mut self) -> Result<i64, ResponseError>;
-}
-
-impl<F: FnMut() -> Result<i64, ResponseError>> ProducerIdSource for F {
-    fn next_producer_id(&mut self) -> Result<i64, ResponseError> {
-        self()
-    }
-}
-
-/// Identifies one write handed to the shell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct WriteId(u64);
-
-/// Records to append to `__transaction_state`-`partition`, as its leader at
-/// leader epoch `coordinator_epoch`, with acks=all. Report the result with
-/// [`TxnCoordinator::complete_write`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TxnWrite {
-    pub id: WriteId,
-    pub transactional_id: String,
-    pub partition: i32,
-    pub coordinator_epoch: i32,
-    pub records: Vec<TxnRecord>,
-}
-
 /// What a handler returns: maybe a write, and the response to send — right
 /// away if there is no write, otherwise once the write is durable (through
-/// [`WriteCompletion::response`], which substitutes the error if it failed).
+/// [`TxnStep::response`], which substitutes the error if it failed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome<R> {
-    pub write: Option<TxnWrite>,
+    pub write: Option<Write>,
     pub response: R,
 }
 
@@ -109,33 +91,48 @@ pub enum Effect {
     WriteMarkers(WriteMarkers),
 }
 
-/// The coordinator's side of a finished write.
+/// What a call asks of the runtime: writes to persist, markers to send,
+/// and — for a completed write — the error its requester gets instead of
+/// the planned response.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct WriteCompletion {
+pub struct TxnStep {
     /// `None`: the write is durable and applied. Otherwise the error to
     /// answer with; the state is unchanged.
     pub error: Option<ResponseError>,
-    /// To run now (only when the write succeeded).
+    /// To run now: markers of durable `Prepare*` transactions (after a
+    /// write), or of those found unfinished at load.
     pub effects: Vec<Effect>,
+    /// Writes to persist (fencing aborts found half-done at load, timed-out
+    /// transactions, expired ids).
+    pub writes: Vec<Write>,
 }
 
-impl WriteCompletion {
-    /// The response to send for a handler's [`Outcome`] whose write this was.
+impl TxnStep {
+    /// The response to send for a handler's [`Outcome`] whose write this
+    /// step completed.
     pub fn response<R: CoordinatorResponse>(&self, response: R) -> R {
         match self.error {
             None => response,
             Some(e) => response.with_error(e),
         }
     }
+
+    fn failed(error: ResponseError) -> Self {
+        TxnStep {
+            error: Some(error),
+            ..TxnStep::default()
+        }
+    }
 }
 
-/// What finishing a load asks of the shell.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Loaded {
-    /// Markers of `Prepare*` transactions found in the log, to (re)send.
-    pub effects: Vec<Effect>,
-    /// Fencing aborts of transactions found half-fenced in the log.
-    pub writes: Vec<TxnWrite>,
+impl Step for TxnStep {
+    fn take_writes(&mut self) -> Vec<Write> {
+        std::mem::take(&mut self.writes)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.effects.is_empty()
+    }
 }
 
 /// A write handed to the shell and not yet reported.
@@ -166,7 +163,7 @@ struct Slot {
 }
 
 /// A decision of a handler before it is turned into an [`Outcome`].
-enum Step<R> {
+enum Plan<R> {
     Reply(R),
     Write {
         partition: i32,
@@ -196,8 +193,12 @@ pub struct TxnCoordinator {
     config: TxnConfig,
     slots: BTreeMap<i32, Slot>,
     writes: BTreeMap<WriteId, (i32, String)>,
-    next_write: u64,
+    write_ids: WriteIds,
     led_by_image: LedByImage,
+    /// When [`Coordinator::tick`] next looks for timed-out transactions
+    /// and for idle ids to expire (0: at the first tick).
+    next_abort_check_ms: i64,
+    next_id_expiry_ms: i64,
 }
 
 fn markers(
@@ -233,144 +234,24 @@ impl TxnCoordinator {
             config,
             slots: BTreeMap::new(),
             writes: BTreeMap::new(),
-            next_write: 0,
+            write_ids: WriteIds::default(),
             led_by_image: LedByImage::default(),
+            next_abort_check_ms: 0,
+            next_id_expiry_ms: 0,
         }
-    }
-
-    /// The state partitions the current metadata image says this broker
-    /// leads; true if one of them is not loading or loaded yet.
-    pub fn set_led_by_image(&mut self, led: LedByImage) -> bool {
-        self.led_by_image = led;
-        self.led_by_image
-            .awaits_load(|p| self.slots.contains_key(&p))
     }
 
     pub fn config(&self) -> &TxnConfig {
         &self.config
     }
 
-    /// The `__transaction_state` partition of `transactional_id`.
-    pub fn partition_for(&self, transactional_id: &str) -> i32 {
-        coordinator_partition(transactional_id, self.config.transaction_state_partitions)
-    }
-
     // -----------------------------------------------------------------
     // Ownership of state partitions
     // -----------------------------------------------------------------
 
-    /// This broker became leader of `partition` at `coordinator_epoch`
-    /// (its leader epoch): requests for its ids answer
-    /// COORDINATOR_LOAD_IN_PROGRESS until [`Self::finish_loading`]. Whatever
-    /// was held for the partition before is dropped, with its pending writes.
-    /// Returns false (and changes nothing) for an epoch older than the one
-    /// held.
-    pub fn begin_loading(&mut self, partition: i32, coordinator_epoch: i32) -> bool {
-        if let Some(slot) = self.slots.get(&partition) {
-            if slot.coordinator_epoch > coordinator_epoch {
-                return false;
-            }
-        }
-        self.drop_partition(partition);
-        self.slots.insert(
-            partition,
-            Slot {
-                coordinator_epoch,
-                phase: Phase::Loading,
-            },
-        );
-        true
-    }
-
-    /// The partition's records are replayed into `state`: serve its ids.
-    ///
-    /// Returns the markers to (re)send for `Prepare*` transactions and the
-    /// writes that finish half-fenced ones, or NOT_COORDINATOR if the
-    /// partition is no longer loading at this epoch (the load is stale).
-    pub fn finish_loading(
-        &mut self,
-        partition: i32,
-        coordinator_epoch: i32,
-        state: CoordinatorState,
-        now_ms: i64,
-        ids: &mut dyn ProducerIdSource,
-    ) -> Result<Loaded, ResponseError> {
-        match self.slots.get(&partition) {
-            Some(Slot {
-                coordinator_epoch: e,
-                phase: Phase::Loading,
-            }) if *e == coordinator_epoch => {}
-            _ => return Err(ResponseError::NotCoordinator),
-        }
-        let unfinished = state.unfinished();
-        let mut loaded = Loaded::default();
-        let mut steps = Vec::new();
-        for (id, action) in unfinished {
-            let Some(m) = state.get(&id) else { continue };
-            match action {
-                Unfinished::SendMarkers(result) => {
-                    loaded
-                        .effects
-                        .push(markers(&id, partition, coordinator_epoch, m, result))
-                }
-                Unfinished::FenceAndAbort => {
-                    match self.fence(partition, &id, m, FenceCause::NewInstance, now_ms, ids, ()) {
-                        Ok(step) => steps.push(step),
-                        Err(e) => {
-                            warn!(transactional_id = id, error = %e, "cannot abort a fenced transaction found at load")
-                        }
-                    }
-                }
-            }
-        }
-        info!(
-            partition,
-            coordinator_epoch,
-            transactional_ids = state.len(),
-            to_complete = loaded.effects.len() + steps.len(),
-            "transaction state loaded"
-        );
-        self.slots.insert(
-            partition,
-            Slot {
-                coordinator_epoch,
-                phase: Phase::Active {
-                    state,
-                    pending: BTreeMap::new(),
-                },
-            },
-        );
-        for step in steps {
-            if let Some(w) = self.run(step).write {
-                loaded.writes.push(w);
-            }
-        }
-        Ok(loaded)
-    }
-
-    /// This broker no longer leads `partition` (at `coordinator_epoch`, if
-    /// known; a newer epoch held is kept). Its ids answer NOT_COORDINATOR
-    /// and its pending writes complete with NOT_COORDINATOR; the shell drops
-    /// the partition's marker sends.
-    pub fn unload(&mut self, partition: i32, coordinator_epoch: Option<i32>) {
-        let stale = match (self.slots.get(&partition), coordinator_epoch) {
-            (None, _) => return,
-            (Some(slot), Some(e)) => slot.coordinator_epoch > e,
-            (Some(_), None) => false,
-        };
-        if !stale {
-            self.drop_partition(partition);
-        }
-    }
-
     fn drop_partition(&mut self, partition: i32) {
         self.slots.remove(&partition);
         self.writes.retain(|_, (p, _)| *p != partition);
-    }
-
-    /// The leader epoch at which `partition` is held (loading or loaded).
-    pub fn coordinator_epoch(&self, partition: i32) -> Option<i32> {
-        self.slots.get(&partition).map(|s| s.coordinator_epoch)
     }
 
     /// Whether requests for `transactional_id` can be served here now:
@@ -410,13 +291,13 @@ impl TxnCoordinator {
     // Writes
     // -----------------------------------------------------------------
 
-    fn run<R: CoordinatorResponse>(&mut self, step: Step<R>) -> Outcome<R> {
+    fn run<R: CoordinatorResponse>(&mut self, step: Plan<R>) -> Outcome<R> {
         match step {
-            Step::Reply(response) => Outcome {
+            Plan::Reply(response) => Outcome {
                 write: None,
                 response,
             },
-            Step::Write {
+            Plan::Write {
                 partition,
                 transactional_id,
                 target,
@@ -436,9 +317,8 @@ impl TxnCoordinator {
                         response: response.with_error(ResponseError::NotCoordinator),
                     };
                 };
-                let id = WriteId(self.next_write);
-                self.next_write += 1;
-                let record = TxnRecord::new(&transactional_id, target.as_ref());
+                let id = self.write_ids.next_id();
+                let record = txn_record(&transactional_id, target.as_ref());
                 pending.insert(
                     transactional_id.clone(),
                     Pending {
@@ -451,69 +331,15 @@ impl TxnCoordinator {
                 self.writes
                     .insert(id, (partition, transactional_id.clone()));
                 Outcome {
-                    write: Some(TxnWrite {
+                    write: Some(Write {
                         id,
-                        transactional_id,
+                        owner: transactional_id,
                         partition,
                         coordinator_epoch: *coordinator_epoch,
                         records: vec![record],
+                        transactional: None,
                     }),
                     response,
-                }
-            }
-        }
-    }
-
-    /// The shell reports the fate of write `id`: `Ok` once it is durable
-    /// (acks=all), or the produce path's error. Only now does the state
-    /// change (on success); the effects it unlocks are returned.
-    ///
-    /// An unknown id — the partition was unloaded meanwhile — answers
-    /// NOT_COORDINATOR, even if the append succeeded: a new coordinator
-    /// will find the record when it loads.
-    pub fn complete_write(
-        &mut self,
-        id: WriteId,
-        result: Result<(), ResponseError>,
-    ) -> WriteCompletion {
-        let not_coordinator = WriteCompletion {
-            error: Some(ResponseError::NotCoordinator),
-            effects: Vec::new(),
-        };
-        let Some((partition, transactional_id)) = self.writes.remove(&id) else {
-            return not_coordinator;
-        };
-        let Some(Slot {
-            phase: Phase::Active { state, pending },
-            ..
-        }) = self.slots.get_mut(&partition)
-        else {
-            return not_coordinator;
-        };
-        match pending.get(&transactional_id) {
-            Some(p) if p.id == id => {}
-            _ => return not_coordinator,
-        }
-        let Some(p) = pending.remove(&transactional_id) else {
-            return not_coordinator;
-        };
-        match result {
-            Ok(()) => {
-                match p.target {
-                    Some(m) => state.insert(transactional_id, m),
-                    None => state.remove(&transactional_id),
-                }
-                WriteCompletion {
-                    error: None,
-                    effects: p.effects,
-                }
-            }
-            Err(e) => {
-                let error = txn_append_error_code(e);
-                warn!(transactional_id, to = %p.label, append_error = %e, answer = %error, "transaction state write failed");
-                WriteCompletion {
-                    error: Some(error),
-                    effects: Vec::new(),
                 }
             }
         }
@@ -541,7 +367,7 @@ impl TxnCoordinator {
     ) -> Outcome<InitProducerIdResponse> {
         let step = self
             .plan_init_producer_id(request, now_ms, ids)
-            .unwrap_or_else(|e| Step::Reply(InitProducerIdResponse::error(e)));
+            .unwrap_or_else(|e| Plan::Reply(InitProducerIdResponse::error(e)));
         let mut outcome = self.run(step);
         outcome.response.error =
             producer_fenced_for_version(outcome.response.error, request.version, 4);
@@ -553,7 +379,7 @@ impl TxnCoordinator {
         request: &InitProducerIdRequest,
         now_ms: i64,
         ids: &mut dyn ProducerIdSource,
-    ) -> Result<Step<InitProducerIdResponse>, ResponseError> {
+    ) -> Result<Plan<InitProducerIdResponse>, ResponseError> {
         let id = request.transactional_id.as_str();
         if id.is_empty() {
             return Err(ResponseError::InvalidRequest);
@@ -664,7 +490,7 @@ impl TxnCoordinator {
         now_ms: i64,
         ids: &mut dyn ProducerIdSource,
         response: R,
-    ) -> Result<Step<R>, ResponseError> {
+    ) -> Result<Plan<R>, ResponseError> {
         let coordinator_epoch = self.coordinator_epoch(partition).unwrap_or(-1);
         let mut t = m.clone();
         t.state = TxnState::PrepareAbort;
@@ -691,7 +517,7 @@ impl TxnCoordinator {
             TxnState::PrepareAbort,
         )?;
         let effect = markers(id, partition, coordinator_epoch, &t, TxnResult::Abort);
-        Ok(Step::Write {
+        Ok(Plan::Write {
             partition,
             transactional_id: id.to_string(),
             target: Some(t),
@@ -726,7 +552,7 @@ impl TxnCoordinator {
         now_ms: i64,
     ) -> Outcome<AddPartitionsResponse> {
         let step = if request.verify_only {
-            Step::Reply(self.verify_partitions(request))
+            Plan::Reply(self.verify_partitions(request))
         } else {
             let version = if request.version >= 4 {
                 TransactionVersion::V2
@@ -741,7 +567,7 @@ impl TxnCoordinator {
                 now_ms,
             )
             .unwrap_or_else(|e| {
-                Step::Reply(AddPartitionsResponse::all(
+                Plan::Reply(AddPartitionsResponse::all(
                     &request.transactional_id,
                     &request.partitions,
                     Some(e),
@@ -775,7 +601,7 @@ impl TxnCoordinator {
             now_ms,
         ) {
             Ok(step) => step,
-            Err(e) => Step::Reply(AddPartitionsResponse::all(
+            Err(e) => Plan::Reply(AddPartitionsResponse::all(
                 &request.transactional_id,
                 &partitions,
                 Some(e),
@@ -796,7 +622,7 @@ impl TxnCoordinator {
         partitions: &[TopicPartition],
         version: TransactionVersion,
         now_ms: i64,
-    ) -> Result<Step<AddPartitionsResponse>, ResponseError> {
+    ) -> Result<Plan<AddPartitionsResponse>, ResponseError> {
         if id.is_empty() {
             return Err(ResponseError::InvalidRequest);
         }
@@ -821,10 +647,10 @@ impl TxnCoordinator {
             }
             TxnState::Dead => Err(ResponseError::InvalidProducerIdMapping),
             TxnState::Ongoing if partitions.iter().all(|tp| m.partitions.contains(tp)) => {
-                Ok(Step::Reply(ok))
+                Ok(Plan::Reply(ok))
             }
             // Nothing to add and no transaction to extend: nothing to record.
-            _ if partitions.is_empty() => Ok(Step::Reply(ok)),
+            _ if partitions.is_empty() => Ok(Plan::Reply(ok)),
             TxnState::Ongoing
             | TxnState::Empty
             | TxnState::CompleteCommit
@@ -909,7 +735,7 @@ impl TxnCoordinator {
     ) -> Outcome<EndTxnResponse> {
         let step = self
             .plan_end_txn(request, now_ms, ids)
-            .unwrap_or_else(|e| Step::Reply(EndTxnResponse::error(e)));
+            .unwrap_or_else(|e| Plan::Reply(EndTxnResponse::error(e)));
         let mut outcome = self.run(step);
         outcome.response.error =
             producer_fenced_for_version(outcome.response.error, request.version, 2);
@@ -921,7 +747,7 @@ impl TxnCoordinator {
         request: &EndTxnRequest,
         now_ms: i64,
         ids: &mut dyn ProducerIdSource,
-    ) -> Result<Step<EndTxnResponse>, ResponseError> {
+    ) -> Result<Plan<EndTxnResponse>, ResponseError> {
         let id = request.transactional_id.as_str();
         if id.is_empty() {
             return Err(ResponseError::InvalidRequest);
@@ -968,7 +794,7 @@ impl TxnCoordinator {
                         EndTxnResponse::ok(None),
                     )
                 }
-                s if s == result.complete_state() => Ok(Step::Reply(EndTxnResponse::ok(None))),
+                s if s == result.complete_state() => Ok(Plan::Reply(EndTxnResponse::ok(None))),
                 s if s == result.prepare_state() => Err(ResponseError::ConcurrentTransactions),
                 TxnState::PrepareEpochFence => Err(ResponseError::ConcurrentTransactions),
                 _ => invalid_state(),
@@ -1025,7 +851,7 @@ impl TxnCoordinator {
             }
             TxnState::CompleteCommit | TxnState::CompleteAbort if retry => {
                 if m.state == result.complete_state() {
-                    Ok(Step::Reply(EndTxnResponse::ok(Some(m.current()))))
+                    Ok(Plan::Reply(EndTxnResponse::ok(Some(m.current()))))
                 } else {
                     invalid_state()
                 }
@@ -1079,7 +905,7 @@ impl TxnCoordinator {
         &mut self,
         markers: &WriteMarkers,
         now_ms: i64,
-    ) -> Result<TxnWrite, ResponseError> {
+    ) -> Result<Write, ResponseError> {
         let step = self.plan_markers_written(markers, now_ms)?;
         self.run(step).write.ok_or(ResponseError::NotCoordinator)
     }
@@ -1088,7 +914,7 @@ impl TxnCoordinator {
         &self,
         markers: &WriteMarkers,
         now_ms: i64,
-    ) -> Result<Step<()>, ResponseError> {
+    ) -> Result<Plan<()>, ResponseError> {
         let id = markers.transactional_id.as_str();
         let active = self.active(id)?;
         if active.partition != markers.partition
@@ -1163,7 +989,7 @@ impl TxnCoordinator {
         expired: &ExpiredTransaction,
         now_ms: i64,
         ids: &mut dyn ProducerIdSource,
-    ) -> Result<TxnWrite, ResponseError> {
+    ) -> Result<Write, ResponseError> {
         let step = self.plan_abort_expired(expired, now_ms, ids)?;
         self.run(step).write.ok_or(ResponseError::NotCoordinator)
     }
@@ -1173,7 +999,7 @@ impl TxnCoordinator {
         expired: &ExpiredTransaction,
         now_ms: i64,
         ids: &mut dyn ProducerIdSource,
-    ) -> Result<Step<()>, ResponseError> {
+    ) -> Result<Plan<()>, ResponseError> {
         let id = expired.transactional_id.as_str();
         let active = self.active(id)?;
         if active.pending.contains_key(id) {
@@ -1216,7 +1042,7 @@ impl TxnCoordinator {
         &mut self,
         now_ms: i64,
         ids: &mut dyn ProducerIdSource,
-    ) -> Vec<TxnWrite> {
+    ) -> Vec<Write> {
         let mut writes = Vec::new();
         for expired in self.expired_transactions(now_ms) {
             match self.abort_expired(&expired, now_ms, ids) {
@@ -1232,7 +1058,7 @@ impl TxnCoordinator {
     /// Tombstones for ids with no open transaction and unchanged for
     /// `transactional_id_expiration_ms` (`Dead` while the write is in
     /// flight; forgotten once it is durable).
-    pub fn expire_transactional_ids(&mut self, now_ms: i64) -> Vec<TxnWrite> {
+    pub fn expire_transactional_ids(&mut self, now_ms: i64) -> Vec<Write> {
         let expiration = self.config.transactional_id_expiration_ms;
         let mut steps = Vec::new();
         for (partition, slot) in &self.slots {
@@ -1245,7 +1071,7 @@ impl TxnCoordinator {
                     && m.txn_last_update_timestamp.saturating_add(expiration) <= now_ms
                     && check_transition(id, Some(m.state), TxnState::Dead).is_ok()
                 {
-                    steps.push(Step::Write {
+                    steps.push(Plan::Write {
                         partition: *partition,
                         transactional_id: id.clone(),
                         target: None,
@@ -1359,6 +1185,214 @@ impl TxnCoordinator {
     }
 }
 
+impl Coordinator for TxnCoordinator {
+    type Step = TxnStep;
+    type Replayed = CoordinatorState;
+    const STATE_TOPIC: &'static str = TRANSACTION_STATE_TOPIC;
+    const USES_PRODUCER_IDS: bool = true;
+
+    /// The `__transaction_state` partition of `transactional_id`.
+    fn partition_for(&self, transactional_id: &str) -> i32 {
+        coordinator_partition(transactional_id, self.config.transaction_state_partitions)
+    }
+
+    /// The state partitions the current metadata image says this broker
+    /// leads; true if one of them is not loading or loaded yet.
+    fn set_led_by_image(&mut self, led: LedByImage) -> bool {
+        self.led_by_image = led;
+        self.led_by_image
+            .awaits_load(|p| self.slots.contains_key(&p))
+    }
+
+    /// The leader epoch at which `partition` is held (loading or loaded).
+    fn coordinator_epoch(&self, partition: i32) -> Option<i32> {
+        self.slots.get(&partition).map(|s| s.coordinator_epoch)
+    }
+
+    /// This broker became leader of `partition` at `coordinator_epoch`
+    /// (its leader epoch): requests for its ids answer
+    /// COORDINATOR_LOAD_IN_PROGRESS until [`Self::finish_loading`]. Whatever
+    /// was held for the partition before is dropped, with its pending writes.
+    /// Returns false (and changes nothing) for an epoch older than the one
+    /// held.
+    fn begin_loading(&mut self, partition: i32, coordinator_epoch: i32) -> Option<TxnStep> {
+        if let Some(slot) = self.slots.get(&partition) {
+            if slot.coordinator_epoch > coordinator_epoch {
+                return None;
+            }
+        }
+        self.drop_partition(partition);
+        self.slots.insert(
+            partition,
+            Slot {
+                coordinator_epoch,
+                phase: Phase::Loading,
+            },
+        );
+        Some(TxnStep::default())
+    }
+
+    fn replay(entries: Vec<LogEntry>) -> Result<CoordinatorState, String> {
+        // Markers are not transaction state.
+        let records = entries.into_iter().filter_map(|entry| match entry {
+            LogEntry::Record { key, value, .. } => Some((key, value)),
+            LogEntry::Marker { .. } => None,
+        });
+        CoordinatorState::replay(records).map_err(|e| e.to_string())
+    }
+
+    /// The partition's records are replayed into `state`: serve its ids.
+    ///
+    /// Returns the markers to (re)send for `Prepare*` transactions and the
+    /// writes that finish half-fenced ones, or NOT_COORDINATOR if the
+    /// partition is no longer loading at this epoch (the load is stale).
+    fn finish_loading(
+        &mut self,
+        partition: i32,
+        coordinator_epoch: i32,
+        state: CoordinatorState,
+        now_ms: i64,
+        ids: &mut dyn ProducerIdSource,
+    ) -> Result<TxnStep, ResponseError> {
+        match self.slots.get(&partition) {
+            Some(Slot {
+                coordinator_epoch: e,
+                phase: Phase::Loading,
+            }) if *e == coordinator_epoch => {}
+            _ => return Err(ResponseError::NotCoordinator),
+        }
+        let unfinished = state.unfinished();
+        let mut loaded = TxnStep::default();
+        let mut steps = Vec::new();
+        for (id, action) in unfinished {
+            let Some(m) = state.get(&id) else { continue };
+            match action {
+                Unfinished::SendMarkers(result) => {
+                    loaded
+                        .effects
+                        .push(markers(&id, partition, coordinator_epoch, m, result))
+                }
+                Unfinished::FenceAndAbort => {
+                    match self.fence(partition, &id, m, FenceCause::NewInstance, now_ms, ids, ()) {
+                        Ok(step) => steps.push(step),
+                        Err(e) => {
+                            warn!(transactional_id = id, error = %e, "cannot abort a fenced transaction found at load")
+                        }
+                    }
+                }
+            }
+        }
+        info!(
+            partition,
+            coordinator_epoch,
+            transactional_ids = state.len(),
+            to_complete = loaded.effects.len() + steps.len(),
+            "transaction state loaded"
+        );
+        self.slots.insert(
+            partition,
+            Slot {
+                coordinator_epoch,
+                phase: Phase::Active {
+                    state,
+                    pending: BTreeMap::new(),
+                },
+            },
+        );
+        for step in steps {
+            if let Some(w) = self.run(step).write {
+                loaded.writes.push(w);
+            }
+        }
+        Ok(loaded)
+    }
+
+    /// This broker no longer leads `partition` (at `coordinator_epoch`, if
+    /// known; a newer epoch held is kept). Its ids answer NOT_COORDINATOR
+    /// and its pending writes complete with NOT_COORDINATOR; the shell drops
+    /// the partition's marker sends.
+    fn unload(&mut self, partition: i32, coordinator_epoch: Option<i32>) -> TxnStep {
+        let stale = match (self.slots.get(&partition), coordinator_epoch) {
+            (None, _) => return TxnStep::default(),
+            (Some(slot), Some(e)) => slot.coordinator_epoch > e,
+            (Some(_), None) => false,
+        };
+        if !stale {
+            self.drop_partition(partition);
+        }
+        TxnStep::default()
+    }
+
+    /// The shell reports the fate of write `id`: `Ok` once it is durable
+    /// (acks=all), or the produce path's error. Only now does the state
+    /// change (on success); the effects it unlocks are returned.
+    ///
+    /// An unknown id — the partition was unloaded meanwhile — answers
+    /// NOT_COORDINATOR, even if the append succeeded: a new coordinator
+    /// will find the record when it loads.
+    fn complete_write(&mut self, id: WriteId, result: AppendResult, _now_ms: i64) -> TxnStep {
+        let not_coordinator = TxnStep::failed(ResponseError::NotCoordinator);
+        let Some((partition, transactional_id)) = self.writes.remove(&id) else {
+            return not_coordinator;
+        };
+        let Some(Slot {
+            phase: Phase::Active { state, pending },
+            ..
+        }) = self.slots.get_mut(&partition)
+        else {
+            return not_coordinator;
+        };
+        match pending.get(&transactional_id) {
+            Some(p) if p.id == id => {}
+            _ => return not_coordinator,
+        }
+        let Some(p) = pending.remove(&transactional_id) else {
+            return not_coordinator;
+        };
+        match result {
+            Ok(_) => {
+                match p.target {
+                    Some(m) => state.insert(transactional_id, m),
+                    None => state.remove(&transactional_id),
+                }
+                TxnStep {
+                    effects: p.effects,
+                    ..TxnStep::default()
+                }
+            }
+            Err(e) => {
+                let error = txn_append_error_code(e);
+                warn!(transactional_id, to = %p.label, append_error = %e, answer = %error, "transaction state write failed");
+                TxnStep::failed(error)
+            }
+        }
+    }
+
+    /// The earlier of the next look for timed-out transactions and the
+    /// next expiry of idle transactional ids.
+    fn next_deadline(&self) -> Option<i64> {
+        Some(self.next_abort_check_ms.min(self.next_id_expiry_ms))
+    }
+
+    /// Every `abort_check_interval_ms`, aborts timed-out transactions
+    /// ([`Self::abort_expired_transactions`]); every
+    /// `id_expiry_check_interval_ms`, expires idle transactional ids
+    /// ([`Self::expire_transactional_ids`]).
+    fn tick(&mut self, now_ms: i64, ids: &mut dyn ProducerIdSource) -> TxnStep {
+        let mut step = TxnStep::default();
+        if self.next_abort_check_ms <= now_ms {
+            step.writes
+                .extend(self.abort_expired_transactions(now_ms, ids));
+            self.next_abort_check_ms = now_ms + self.config.abort_check_interval_ms.max(1);
+        }
+        if self.next_id_expiry_ms <= now_ms {
+            step.writes.extend(self.expire_transactional_ids(now_ms));
+            self.next_id_expiry_ms = now_ms + self.config.id_expiry_check_interval_ms.max(1);
+        }
+        step
+    }
+}
+
 /// An active partition, borrowed for planning.
 struct ActiveRef<'a> {
     partition: i32,
@@ -1378,9 +1412,9 @@ impl ActiveRef<'_> {
         label: TxnState,
         effects: Vec<Effect>,
         response: R,
-    ) -> Result<Step<R>, ResponseError> {
+    ) -> Result<Plan<R>, ResponseError> {
         check_transition(id, from.map(|m| m.state), label)?;
-        Ok(Step::Write {
+        Ok(Plan::Write {
             partition: self.partition,
             transactional_id: id.to_string(),
             target: Some(target),
@@ -1401,7 +1435,6 @@ fn check_transition(id: &str, from: Option<TxnState>, to: TxnState) -> Result<()
     if allowed {
         Ok(())
     } else {
-        warn!(transactional_id = id, ?from, %to, "refusing a transaction state transition the table does not allow");
-        Err(ResponseError::UnknownServerError)
+        Err(illegal_transition(id, &from, &to))
     }
 }

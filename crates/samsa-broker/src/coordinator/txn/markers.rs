@@ -31,9 +31,10 @@ use samsa_proto::txn as pb;
 use samsa_storage::EndTxnMarker;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::error::{marker_error_is_retriable, partition_error_code};
 use crate::coordinator::placement::CONSUMER_OFFSETS_TOPIC;
 use crate::coordinator::txn::{TopicPartition, WriteMarkers};
+use crate::coordinator::Coordinator;
+use crate::error::{marker_error_is_retriable, partition_error_code};
 use crate::{now_ms, Broker};
 
 /// How long a partition leader waits for its ISR to take a marker.

@@ -142,12 +142,9 @@ pub mod verify;
 mod tests;
 
 pub use api::*;
-pub use coordinator::{
-    Effect, Loaded, Outcome, ProducerIdSource, TxnConfig, TxnCoordinator, TxnWrite,
-    WriteCompletion, WriteId, WriteMarkers,
-};
-pub use service::TxnShell;
-pub use records::{CoordinatorState, RecordError, ReplayError, TxnRecord, Unfinished};
+pub use coordinator::{Effect, Outcome, TxnConfig, TxnCoordinator, TxnStep, WriteMarkers};
+pub use records::{CoordinatorState, RecordError, ReplayError, Unfinished};
+pub use service::TxnRuntime;
 pub use state::{
     ProducerIdAndEpoch, TopicPartition, TransactionMetadata, TransactionVersion, TxnResult,
     TxnState,

@@ -35,6 +35,7 @@ use super::state::{
     TopicPartition, TransactionMetadata, TransactionVersion, TxnResult, TxnState,
     NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
 };
+use crate::coordinator::StateRecord;
 
 /// Version of the key layout written by this samsa.
 pub const KEY_VERSION: u16 = 0;
@@ -77,29 +78,22 @@ pub struct ReplayError {
     pub error: RecordError,
 }
 
-/// One record to append to (or read from) a `__transaction_state` partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TxnRecord {
-    pub key: Vec<u8>,
-    /// `None` is a tombstone.
-    pub value: Option<Vec<u8>>,
+/// The `__transaction_state` record of `transactional_id` holding
+/// `metadata`, or its tombstone.
+pub fn txn_record(transactional_id: &str, metadata: Option<&TransactionMetadata>) -> StateRecord {
+    StateRecord {
+        key: encode_key(transactional_id),
+        value: metadata.map(encode_value),
+    }
 }
 
-impl TxnRecord {
-    /// The record of `transactional_id` holding `metadata`, or a tombstone.
-    pub fn new(transactional_id: &str, metadata: Option<&TransactionMetadata>) -> Self {
-        Self {
-            key: encode_key(transactional_id),
-            value: metadata.map(encode_value),
-        }
-    }
-
-    /// The transactional id and the state this record holds (`None`: forgotten).
-    pub fn decode(&self) -> Result<(String, Option<TransactionMetadata>), RecordError> {
-        let id = decode_key(&self.key)?;
-        let value = self.value.as_deref().map(decode_value).transpose()?;
-        Ok((id, value))
-    }
+/// The transactional id and the state a record holds (`None`: forgotten).
+pub fn decode_txn_record(
+    record: &StateRecord,
+) -> Result<(String, Option<TransactionMetadata>), RecordError> {
+    let id = decode_key(&record.key)?;
+    let value = record.value.as_deref().map(decode_value).transpose()?;
+    Ok((id, value))
 }
 
 pub fn encode_key(transactional_id: &str) -> Vec<u8> {
@@ -422,11 +416,14 @@ mod tests {
 
         for id in ["", "tx", "Ünïcödé 😀"] {
             assert_eq!(decode_key(&encode_key(id)).unwrap(), id);
-            let rec = TxnRecord::new(id, Some(&m));
-            assert_eq!(rec.decode().unwrap(), (id.to_string(), Some(m.clone())));
-            let tomb = TxnRecord::new(id, None);
+            let rec = txn_record(id, Some(&m));
+            assert_eq!(
+                decode_txn_record(&rec).unwrap(),
+                (id.to_string(), Some(m.clone()))
+            );
+            let tomb = txn_record(id, None);
             assert_eq!(tomb.value, None);
-            assert_eq!(tomb.decode().unwrap(), (id.to_string(), None));
+            assert_eq!(decode_txn_record(&tomb).unwrap(), (id.to_string(), None));
         }
     }
 

@@ -8,9 +8,11 @@ use std::collections::BTreeMap;
 
 use kafka_protocol::error::ResponseError;
 
+use super::records::txn_record;
 use super::state::{NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
 use super::*;
 use crate::coordinator::placement::{coordinator_partition, LedByImage};
+use crate::coordinator::{Coordinator, ProducerIdSource, StateRecord, Write};
 
 const TV1_ADD: i16 = 3;
 const TV2_ADD: i16 = 5;
@@ -43,7 +45,7 @@ struct H {
     c: TxnCoordinator,
     pids: Pids,
     /// Durable records of each `__transaction_state` partition, in order.
-    log: BTreeMap<i32, Vec<TxnRecord>>,
+    log: BTreeMap<i32, Vec<StateRecord>>,
     epochs: BTreeMap<i32, i32>,
     now: i64,
 }
@@ -92,8 +94,8 @@ impl H {
 
     /// Loads partition `p` at `epoch` from the log, as a new leader would,
     /// and returns what the load asks for.
-    fn load(&mut self, p: i32, epoch: i32) -> Loaded {
-        assert!(self.c.begin_loading(p, epoch));
+    fn load(&mut self, p: i32, epoch: i32) -> TxnStep {
+        assert!(self.c.begin_loading(p, epoch).is_some());
         self.epochs.insert(p, epoch);
         let records = self.log.get(&p).cloned().unwrap_or_default();
         let state =
@@ -104,32 +106,32 @@ impl H {
     }
 
     /// Reloads the partition of `id` at the next epoch.
-    fn reload(&mut self, id: &str) -> Loaded {
+    fn reload(&mut self, id: &str) -> TxnStep {
         let p = self.c.partition_for(id);
         let epoch = self.epochs[&p] + 1;
         self.load(p, epoch)
     }
 
     /// Puts `m` into the log as the latest record of `id` and reloads.
-    fn seed(&mut self, id: &str, m: TransactionMetadata) -> Loaded {
+    fn seed(&mut self, id: &str, m: TransactionMetadata) -> TxnStep {
         let p = self.c.partition_for(id);
         self.log
             .entry(p)
             .or_default()
-            .push(TxnRecord::new(id, Some(&m)));
+            .push(txn_record(id, Some(&m)));
         self.reload(id)
     }
 
     /// The shell's append succeeding: records become durable, then the
     /// coordinator is told.
-    fn persist_write(&mut self, w: TxnWrite) -> WriteCompletion {
+    fn persist_write(&mut self, w: Write) -> TxnStep {
         assert_eq!(w.coordinator_epoch, self.epochs[&w.partition]);
-        assert_eq!(w.partition, self.c.partition_for(&w.transactional_id));
+        assert_eq!(w.partition, self.c.partition_for(&w.owner));
         self.log
             .entry(w.partition)
             .or_default()
             .extend(w.records.iter().cloned());
-        let done = self.c.complete_write(w.id, Ok(()));
+        let done = self.c.complete_write(w.id, Ok(0), 0);
         assert_eq!(done.error, None);
         done
     }
@@ -318,7 +320,7 @@ impl H {
             let state =
                 CoordinatorState::replay(records.iter().map(|r| (&r.key, r.value.as_ref())))
                     .unwrap();
-            assert!(c.begin_loading(p, epoch + 1));
+            assert!(c.begin_loading(p, epoch + 1).is_some());
             c.finish_loading(p, epoch + 1, state, self.now, &mut pids)
                 .unwrap();
         }
@@ -398,7 +400,7 @@ fn a_failed_write_changes_nothing_and_answers_the_coordinator_error() {
         let out =
             h.c.init_producer_id(&H::init_req("t", None), h.now, &mut h.pids);
         let w = out.write.unwrap();
-        let done = h.c.complete_write(w.id, Err(append_error));
+        let done = h.c.complete_write(w.id, Err(append_error), 0);
         assert_eq!(done.error, Some(answer));
         assert!(done.effects.is_empty());
         assert_eq!(
@@ -408,7 +410,7 @@ fn a_failed_write_changes_nothing_and_answers_the_coordinator_error() {
         assert!(h.c.transaction("t").is_none());
         // The id is free again, and reporting twice is harmless.
         assert_eq!(
-            h.c.complete_write(w.id, Ok(())).error,
+            h.c.complete_write(w.id, Ok(0), 0).error,
             Some(E::NotCoordinator)
         );
     }
@@ -1200,7 +1202,7 @@ fn markers_written_must_match_the_transaction() {
         Err(E::ConcurrentTransactions)
     );
     // The Complete write fails: still PrepareCommit, report again later.
-    let done = h.c.complete_write(w.id, Err(E::RequestTimedOut));
+    let done = h.c.complete_write(w.id, Err(E::RequestTimedOut), 0);
     assert_eq!(done.error, Some(E::CoordinatorNotAvailable));
     assert_eq!(h.state("t"), TxnState::PrepareCommit);
     let w = h.c.markers_written(&good, h.now).unwrap();
@@ -1334,7 +1336,7 @@ fn idle_transactional_ids_expire_with_a_tombstone() {
     let writes = h.c.expire_transactional_ids(h.now);
     assert_eq!(writes.len(), 1, "an open transaction never expires");
     let w = writes.into_iter().next().unwrap();
-    assert_eq!(w.transactional_id, "idle");
+    assert_eq!(w.owner, "idle");
     assert_eq!(w.records[0].value, None);
     // In flight: the id is busy.
     assert_eq!(h.init("idle").error, Some(E::ConcurrentTransactions));
@@ -1464,7 +1466,7 @@ fn requests_for_partitions_not_held_are_refused() {
     check(&mut c, &mut pids, E::CoordinatorLoadInProgress);
     assert!(!c.set_led_by_image(LedByImage::default()));
     check(&mut c, &mut pids, E::NotCoordinator);
-    assert!(c.begin_loading(p, 3));
+    assert!(c.begin_loading(p, 3).is_some());
     check(&mut c, &mut pids, E::CoordinatorLoadInProgress);
     assert_eq!(
         c.list_transactions(&ListTransactionsFilter::default(), 0)
@@ -1476,7 +1478,7 @@ fn requests_for_partitions_not_held_are_refused() {
         c.finish_loading(p, 2, CoordinatorState::new(), 0, &mut pids),
         Err(E::NotCoordinator)
     );
-    assert!(!c.begin_loading(p, 2));
+    assert!(c.begin_loading(p, 2).is_none());
     c.finish_loading(p, 3, CoordinatorState::new(), 0, &mut pids)
         .unwrap();
     assert_eq!(c.check_coordinator("t"), Ok(()));
@@ -1510,7 +1512,7 @@ fn losing_leadership_drops_writes_in_flight() {
         .entry(w.partition)
         .or_default()
         .extend(w.records.clone());
-    let done = h.c.complete_write(w.id, Ok(()));
+    let done = h.c.complete_write(w.id, Ok(0), 0);
     assert_eq!(done.error, Some(E::NotCoordinator));
     assert!(done.effects.is_empty());
     assert_eq!(done.response(out.response).error, Some(E::NotCoordinator));
@@ -1604,7 +1606,7 @@ fn replaying_the_log_rebuilds_every_transaction() {
     // A write that failed leaves no trace.
     let out =
         h.c.add_partitions_to_txn(&H::add_req("e", pe(1004, 1), &[tp("q", 0)], TV1_ADD), h.now);
-    h.c.complete_write(out.write.unwrap().id, Err(E::NotEnoughReplicas));
+    h.c.complete_write(out.write.unwrap().id, Err(E::NotEnoughReplicas), 0);
     // A write still in flight is not in the log, nor in the committed state.
     let out =
         h.c.add_partitions_to_txn(&H::add_req("e", pe(1004, 1), &[tp("q", 1)], TV1_ADD), h.now);
@@ -1627,8 +1629,8 @@ fn replaying_the_log_rebuilds_every_transaction() {
 #[test]
 fn a_corrupt_log_fails_the_load_without_panicking() {
     let records = [
-        TxnRecord::new("a", Some(&metadata(1, 0, TxnState::Empty))),
-        TxnRecord {
+        txn_record("a", Some(&metadata(1, 0, TxnState::Empty))),
+        StateRecord {
             key: encode_key_for_test("b"),
             value: Some(vec![0, 0, 1]),
         },
