@@ -258,15 +258,15 @@ async fn handle(
         }
         ApiKey::DescribeProducers => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::txn::describe_producers(broker, request))
+            respond!(handlers::txn_admin::describe_producers(broker, request))
         }
         ApiKey::DescribeTransactions => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::txn::describe_transactions(broker, request))
+            respond!(handlers::txn_admin::describe_transactions(broker, request))
         }
         ApiKey::ListTransactions => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::txn::list_transactions(broker, request, v))
+            respond!(handlers::txn_admin::list_transactions(broker, request, v))
         }
         ApiKey::JoinGroup => {
             let request = decode(api_key, &mut body, v)?;
@@ -295,15 +295,15 @@ async fn handle(
         }
         ApiKey::OffsetCommit => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::group::offset_commit(broker, request, v).await)
+            respond!(handlers::offsets::offset_commit(broker, request, v).await)
         }
         ApiKey::OffsetFetch => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::group::offset_fetch(broker, request, v))
+            respond!(handlers::offsets::offset_fetch(broker, request, v))
         }
         ApiKey::OffsetDelete => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::group::offset_delete(broker, request).await)
+            respond!(handlers::offsets::offset_delete(broker, request).await)
         }
         ApiKey::DescribeGroups => {
             let request = decode(api_key, &mut body, v)?;
@@ -319,7 +319,7 @@ async fn handle(
         }
         ApiKey::TxnOffsetCommit => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::group::txn_offset_commit(broker, request, v).await)
+            respond!(handlers::offsets::txn_offset_commit(broker, request, v).await)
         }
         ApiKey::DescribeLogDirs => {
             let request = decode(api_key, &mut body, v)?;

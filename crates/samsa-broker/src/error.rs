@@ -226,6 +226,58 @@ pub fn marker_error_is_retriable(error: ResponseError) -> bool {
     )
 }
 
+/// A failed `__consumer_offsets` append, as the group APIs answer it:
+/// size errors are INVALID_COMMIT_OFFSET_SIZE, the rest as for
+/// `__transaction_state` ([`txn_append_error_code`]).
+pub fn commit_append_error(error: ResponseError) -> ResponseError {
+    match error {
+        ResponseError::MessageTooLarge | ResponseError::RecordListTooLarge => {
+            ResponseError::InvalidCommitOffsetSize
+        }
+        other => txn_append_error_code(other),
+    }
+}
+
+/// What a TxnOffsetCommit of `version` answers for a write error: the
+/// transaction coordinator's verdicts as a producer of that version knows
+/// them.
+pub fn txn_offset_commit_error(error: Option<ResponseError>, version: i16) -> Option<ResponseError> {
+    let error = match error {
+        // Not in the transaction (v0–v4 verify only): the producer must abort.
+        Some(ResponseError::TransactionAbortable | ResponseError::InvalidTxnState)
+            if version < 5 =>
+        {
+            Some(ResponseError::InvalidTxnState)
+        }
+        // The verification call itself failed: retriable, as Kafka's group
+        // coordinator answers it. CONCURRENT_TRANSACTIONS (markers of the
+        // previous transaction in flight) goes back as it is: clients retry it.
+        Some(ResponseError::NetworkException) => Some(ResponseError::CoordinatorLoadInProgress),
+        other => other,
+    };
+    // KIP-588: TxnOffsetCommit knows PRODUCER_FENCED from v3; older
+    // versions get INVALID_PRODUCER_EPOCH.
+    producer_fenced_for_version(error, version, 3)
+}
+
+/// A numeric Kafka error code as sent over samsa's gRPC (0 = none).
+pub fn grpc_code_to_error(code: i32) -> Option<ResponseError> {
+    if code == 0 {
+        return None;
+    }
+    Some(
+        i16::try_from(code)
+            .ok()
+            .and_then(ResponseError::try_from_code)
+            .unwrap_or(ResponseError::UnknownServerError),
+    )
+}
+
+/// The numeric code samsa's gRPC carries for an outcome (0 = none).
+pub fn grpc_error_code(error: Option<ResponseError>) -> i32 {
+    error.map_or(0, |e| i32::from(e.code()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,5 +322,46 @@ mod tests {
             produce_verification_error(E::InvalidProducerIdMapping, 10),
             E::InvalidProducerIdMapping
         );
+    }
+
+    #[test]
+    fn txn_offset_commit_errors_are_kafkas() {
+        use ResponseError as E;
+        // Markers of the previous transaction still in flight: passed on
+        // for the client to retry (Kafka's group coordinator does the same).
+        assert_eq!(
+            txn_offset_commit_error(Some(E::ConcurrentTransactions), 3),
+            Some(E::ConcurrentTransactions)
+        );
+        assert_eq!(
+            txn_offset_commit_error(Some(E::CoordinatorLoadInProgress), 3),
+            Some(E::CoordinatorLoadInProgress)
+        );
+        assert_eq!(
+            txn_offset_commit_error(Some(E::NetworkException), 4),
+            Some(E::CoordinatorLoadInProgress)
+        );
+        assert_eq!(
+            txn_offset_commit_error(Some(E::TransactionAbortable), 4),
+            Some(E::InvalidTxnState)
+        );
+        assert_eq!(
+            txn_offset_commit_error(Some(E::TransactionAbortable), 5),
+            Some(E::TransactionAbortable)
+        );
+        // KIP-588: PRODUCER_FENCED from v3, INVALID_PRODUCER_EPOCH before.
+        assert_eq!(
+            txn_offset_commit_error(Some(E::ProducerFenced), 2),
+            Some(E::InvalidProducerEpoch)
+        );
+        assert_eq!(
+            txn_offset_commit_error(Some(E::ProducerFenced), 3),
+            Some(E::ProducerFenced)
+        );
+        assert_eq!(
+            txn_offset_commit_error(Some(E::InvalidProducerIdMapping), 4),
+            Some(E::InvalidProducerIdMapping)
+        );
+        assert_eq!(txn_offset_commit_error(None, 3), None);
     }
 }

@@ -50,6 +50,7 @@ pub mod producer_ids;
 pub mod replica;
 pub mod replication;
 mod server;
+pub mod topic_partition;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -27,7 +27,7 @@ use tracing::{info, warn, Instrument};
 
 use super::placement::{LedByImage, TRANSACTION_STATE_TOPIC};
 use super::{AppendResult, LogEntry, Write};
-use crate::coordinator::txn::TopicPartition;
+use crate::topic_partition::TopicPartition;
 use crate::error::{metadata_error_code, partition_error_code};
 use crate::metadata::{BrokerInfo, NewTopic};
 use crate::replica::Partition;

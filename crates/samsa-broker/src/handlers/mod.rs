@@ -15,8 +15,10 @@ pub mod group;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offsets;
 pub mod produce;
 pub mod txn;
+pub mod txn_admin;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;

@@ -41,7 +41,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use super::str_bytes;
 use crate::coordinator::txn::verify::verify_partitions;
-use crate::coordinator::txn::TopicPartition;
+use crate::topic_partition::TopicPartition;
 use crate::error::{partition_error_code, produce_verification_error, storage_error_code};
 use crate::produce_order::AppendTurn;
 use crate::replica::{Partition, PartitionError};

@@ -22,29 +22,22 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
-use kafka_protocol::messages::describe_producers_response::{
-    PartitionResponse, ProducerState, TopicResponse,
-};
-use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
-use kafka_protocol::messages::list_transactions_response::TransactionState as ListedState;
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse, DescribeProducersRequest, DescribeProducersResponse,
-    DescribeTransactionsRequest, DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse,
-    InitProducerIdRequest, InitProducerIdResponse, ListTransactionsRequest,
-    ListTransactionsResponse, ProducerId, TransactionalId, WriteTxnMarkersRequest,
+    AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse,
+    InitProducerIdRequest, InitProducerIdResponse, ProducerId, TransactionalId, WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 };
 use samsa_storage::EndTxnMarker;
 use tracing::{info_span, Instrument};
 
-use super::{str_bytes, topic_name};
+use super::topic_name;
 use crate::coordinator::txn::markers::write_markers;
-use crate::coordinator::txn::{self, Outcome, TopicPartition, TxnResult};
-use crate::error::partition_error_code;
+use crate::coordinator::txn::{self, Outcome, TxnResult};
+use crate::topic_partition::TopicPartition;
 use crate::error::wire_code;
 use crate::{now_ms, Broker};
 
@@ -359,83 +352,7 @@ pub async fn end_txn(broker: &Broker, request: EndTxnRequest, version: i16) -> E
     .await
 }
 
-pub fn describe_transactions(
-    broker: &Broker,
-    request: DescribeTransactionsRequest,
-) -> DescribeTransactionsResponse {
-    let ids: Vec<String> = request
-        .transactional_ids
-        .iter()
-        .map(|t| t.0.as_str().to_string())
-        .collect();
-    let described = broker.txn.serving().describe_transactions(&ids);
-    let states = described
-        .into_iter()
-        .map(|d| {
-            TransactionState::default()
-                .with_error_code(wire_code(d.error))
-                .with_transactional_id(TransactionalId(str_bytes(d.transactional_id)))
-                .with_transaction_state(str_bytes(d.state))
-                .with_transaction_timeout_ms(d.timeout_ms)
-                .with_transaction_start_time_ms(d.start_time_ms)
-                .with_producer_id(ProducerId(d.producer_id))
-                .with_producer_epoch(d.producer_epoch)
-                .with_topics(
-                    d.topics
-                        .into_iter()
-                        .map(|(topic, partitions)| {
-                            TopicData::default()
-                                .with_topic(topic_name(topic))
-                                .with_partitions(partitions)
-                        })
-                        .collect(),
-                )
-        })
-        .collect();
-    DescribeTransactionsResponse::default().with_transaction_states(states)
-}
 
-pub fn list_transactions(
-    broker: &Broker,
-    request: ListTransactionsRequest,
-    version: i16,
-) -> ListTransactionsResponse {
-    let filter = txn::ListTransactionsFilter {
-        states: request
-            .state_filters
-            .iter()
-            .map(|s| s.as_str().to_string())
-            .collect(),
-        producer_ids: request.producer_id_filters.iter().map(|p| p.0).collect(),
-        duration_filter_ms: if version >= 1 {
-            request.duration_filter
-        } else {
-            -1
-        },
-    };
-    let listed = broker.txn.serving().list_transactions(&filter, now_ms());
-    ListTransactionsResponse::default()
-        .with_error_code(wire_code(listed.error))
-        .with_unknown_state_filters(
-            listed
-                .unknown_state_filters
-                .into_iter()
-                .map(str_bytes)
-                .collect(),
-        )
-        .with_transaction_states(
-            listed
-                .transactions
-                .into_iter()
-                .map(|t| {
-                    ListedState::default()
-                        .with_transactional_id(TransactionalId(str_bytes(t.transactional_id)))
-                        .with_producer_id(ProducerId(t.producer_id))
-                        .with_transaction_state(str_bytes(t.state))
-                })
-                .collect(),
-        )
-}
 
 /// Kafka's `WriteTxnMarkers` (sent by coordinators; samsa's own
 /// coordinators use the gRPC `TxnService` between brokers, with the same
@@ -496,47 +413,3 @@ pub async fn write_txn_markers(
     WriteTxnMarkersResponse::default().with_markers(out)
 }
 
-/// `DescribeProducers`: the producer state of partitions this broker leads.
-pub fn describe_producers(
-    broker: &Broker,
-    request: DescribeProducersRequest,
-) -> DescribeProducersResponse {
-    let topics = request
-        .topics
-        .into_iter()
-        .map(|t| {
-            let name = t.name.0.as_str().to_string();
-            let partitions = t
-                .partition_indexes
-                .iter()
-                .map(|&index| {
-                    let response = PartitionResponse::default().with_partition_index(index);
-                    let described = broker
-                        .leader_partition(&name, index)
-                        .and_then(|p| p.describe_producers().map_err(|e| partition_error_code(&e)));
-                    match described {
-                        Ok(producers) => response.with_active_producers(
-                            producers
-                                .into_iter()
-                                .map(|d| {
-                                    ProducerState::default()
-                                        .with_producer_id(ProducerId(d.producer_id))
-                                        .with_producer_epoch(i32::from(d.producer_epoch))
-                                        .with_last_sequence(d.last_sequence)
-                                        .with_last_timestamp(d.last_timestamp)
-                                        .with_coordinator_epoch(d.coordinator_epoch)
-                                        .with_current_txn_start_offset(d.current_txn_start_offset)
-                                })
-                                .collect(),
-                        ),
-                        Err(e) => response.with_error_code(e.code()),
-                    }
-                })
-                .collect();
-            TopicResponse::default()
-                .with_name(t.name)
-                .with_partitions(partitions)
-        })
-        .collect();
-    DescribeProducersResponse::default().with_topics(topics)
-}

@@ -7,8 +7,9 @@
 
 use kafka_protocol::error::ResponseError;
 
+use crate::topic_partition::TopicPartition;
 use super::state::{
-    ProducerIdAndEpoch, TopicPartition, TxnResult, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+    ProducerIdAndEpoch, TxnResult, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
 };
 
 /// A response whose error can be replaced, for when the write it waited for

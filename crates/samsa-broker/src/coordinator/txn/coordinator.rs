@@ -9,8 +9,9 @@ use tracing::{info, warn};
 
 use super::api::*;
 use super::records::{txn_record, CoordinatorState, Unfinished};
+use crate::topic_partition::TopicPartition;
 use super::state::{
-    is_epoch_exhausted, ProducerIdAndEpoch, TopicPartition, TransactionMetadata,
+    is_epoch_exhausted, ProducerIdAndEpoch, TransactionMetadata,
     TransactionVersion, TxnResult, TxnState, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
 };
 use crate::coordinator::placement::{

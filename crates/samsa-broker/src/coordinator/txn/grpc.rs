@@ -15,9 +15,10 @@ use samsa_storage::EndTxnMarker;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use super::markers::{error_to_code, write_markers};
+use super::markers::write_markers;
+use crate::error::grpc_error_code;
 use super::verify::add_partitions_local;
-use crate::coordinator::txn::TopicPartition;
+use crate::topic_partition::TopicPartition;
 use crate::Broker;
 
 /// The service; answers UNAVAILABLE until the broker is attached (the gRPC
@@ -52,7 +53,7 @@ fn partition_results(
         .map(|(tp, e)| PartitionResult {
             topic: tp.topic,
             partition: tp.partition,
-            error_code: error_to_code(e),
+            error_code: grpc_error_code(e),
         })
         .collect()
 }

@@ -32,8 +32,10 @@ use samsa_storage::EndTxnMarker;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::coordinator::placement::CONSUMER_OFFSETS_TOPIC;
-use crate::coordinator::txn::{TopicPartition, WriteMarkers};
+use crate::coordinator::txn::WriteMarkers;
+use crate::topic_partition::TopicPartition;
 use crate::coordinator::Coordinator;
+use crate::error::grpc_code_to_error;
 use crate::error::{marker_error_is_retriable, partition_error_code};
 use crate::{now_ms, Broker};
 
@@ -233,7 +235,7 @@ async fn send_remote(
             .into_iter()
             .map(|r| {
                 let tp = TopicPartition::new(r.topic, r.partition);
-                (tp, code_to_error(r.error_code))
+                (tp, grpc_code_to_error(r.error_code))
             })
             .collect(),
         Err(status) => {
@@ -243,19 +245,4 @@ async fn send_remote(
     }
 }
 
-/// A numeric Kafka error code as sent over samsa's gRPC (0 = none).
-pub(crate) fn code_to_error(code: i32) -> Option<ResponseError> {
-    if code == 0 {
-        return None;
-    }
-    Some(
-        i16::try_from(code)
-            .ok()
-            .and_then(ResponseError::try_from_code)
-            .unwrap_or(ResponseError::UnknownServerError),
-    )
-}
 
-pub(crate) fn error_to_code(error: Option<ResponseError>) -> i32 {
-    error.map_or(0, |e| i32::from(e.code()))
-}

@@ -146,6 +146,6 @@ pub use coordinator::{Effect, Outcome, TxnConfig, TxnCoordinator, TxnStep, Write
 pub use records::{CoordinatorState, RecordError, ReplayError, Unfinished};
 pub use service::TxnRuntime;
 pub use state::{
-    ProducerIdAndEpoch, TopicPartition, TransactionMetadata, TransactionVersion, TxnResult,
+    ProducerIdAndEpoch, TransactionMetadata, TransactionVersion, TxnResult,
     TxnState,
 };

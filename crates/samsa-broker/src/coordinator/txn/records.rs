@@ -31,8 +31,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::codec::{Reader, Truncated};
 
+use crate::topic_partition::TopicPartition;
 use super::state::{
-    TopicPartition, TransactionMetadata, TransactionVersion, TxnResult, TxnState,
+    TransactionMetadata, TransactionVersion, TxnResult, TxnState,
     NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
 };
 use crate::coordinator::StateRecord;

@@ -1,6 +1,7 @@
 //! Per-transactional-id state: [`TxnState`] (with its transition table) and
 //! [`TransactionMetadata`].
 
+use crate::topic_partition::TopicPartition;
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -175,28 +176,6 @@ impl TxnResult {
 pub enum TransactionVersion {
     V1,
     V2,
-}
-
-/// A topic partition, ordered by topic then index.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TopicPartition {
-    pub topic: String,
-    pub partition: i32,
-}
-
-impl TopicPartition {
-    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
-        Self {
-            topic: topic.into(),
-            partition,
-        }
-    }
-}
-
-impl fmt::Display for TopicPartition {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.topic, self.partition)
-    }
 }
 
 /// A producer id with one of its epochs.

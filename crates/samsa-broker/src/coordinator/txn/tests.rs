@@ -13,6 +13,7 @@ use super::state::{NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
 use super::*;
 use crate::coordinator::placement::{coordinator_partition, LedByImage};
 use crate::coordinator::{Coordinator, ProducerIdSource, StateRecord, Write};
+use crate::topic_partition::TopicPartition;
 
 const TV1_ADD: i16 = 3;
 const TV2_ADD: i16 = 5;

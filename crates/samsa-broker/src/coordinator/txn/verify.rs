@@ -19,8 +19,9 @@ use kafka_protocol::error::ResponseError;
 use samsa_proto::txn as pb;
 use tracing::debug;
 
-use super::markers::code_to_error;
-use crate::coordinator::txn::{AddPartitionsRequest, TopicPartition};
+use crate::error::grpc_code_to_error;
+use crate::coordinator::txn::AddPartitionsRequest;
+use crate::topic_partition::TopicPartition;
 use crate::{now_ms, Broker};
 
 const RPC_TIMEOUT: Duration = Duration::from_secs(10);
@@ -103,7 +104,7 @@ pub async fn verify_partitions(
             .map(|r| {
                 (
                     TopicPartition::new(r.topic, r.partition),
-                    code_to_error(r.error_code),
+                    grpc_code_to_error(r.error_code),
                 )
             })
             .collect()),
