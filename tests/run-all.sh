@@ -6,7 +6,8 @@
 #      rapidjson-dev for librdkafka's statistics tests;
 #      cargo-nextest; a Python venv with tests/compat/requirements.txt)
 #   2. builds the workspace once (all targets)
-#   3. cargo fmt --check, cargo clippy -D warnings
+#   3. cargo fmt --check, cargo clippy -D warnings, the code map of
+#      docs/ARCHITECTURE.md checked against the tree
 #   4. cargo nextest (unit tests of every crate + tests/it integration tests)
 #   5. pytest tests/compat (confluent-kafka, kafka-python, kcat)
 #   6. tests/librdkafka/run.sh (librdkafka's own suite, allowlisted tests)
@@ -105,6 +106,7 @@ export SAMSA_BIN=${SAMSA_BIN:-$target/debug/samsa}
 # ---------------------------------------------------------- 3. lint -------
 run_step "cargo fmt --check" cargo fmt --all -- --check
 run_step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
+run_step "code map (docs/ARCHITECTURE.md names what exists)" python3 tests/check-code-map.py
 
 # ---------------------------------------------------------- 4. nextest ----
 run_step "cargo nextest (unit + integration)" \
