@@ -164,6 +164,8 @@ pub fn encode_response<T: Encodable>(
     Ok(buf)
 }
 
+/// Long on purpose: one arm per API, each only decoding and calling its
+/// handler (the APIs themselves are declared in [`crate::apis`]).
 async fn handle(
     broker: &Broker,
     api_key: ApiKey,

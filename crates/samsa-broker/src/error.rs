@@ -241,7 +241,10 @@ pub fn commit_append_error(error: ResponseError) -> ResponseError {
 /// What a TxnOffsetCommit of `version` answers for a write error: the
 /// transaction coordinator's verdicts as a producer of that version knows
 /// them.
-pub fn txn_offset_commit_error(error: Option<ResponseError>, version: i16) -> Option<ResponseError> {
+pub fn txn_offset_commit_error(
+    error: Option<ResponseError>,
+    version: i16,
+) -> Option<ResponseError> {
     let error = match error {
         // Not in the transaction (v0–v4 verify only): the producer must abort.
         Some(ResponseError::TransactionAbortable | ResponseError::InvalidTxnState)

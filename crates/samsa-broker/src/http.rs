@@ -225,6 +225,7 @@ fn summarize_leaders(broker: &Broker, now_ms: i64) -> (LeaderSummary, Vec<(Strin
     (summary, offsets)
 }
 
+/// Long on purpose: the list of exported metrics, one block each.
 fn render_metrics(state: &HttpState) -> String {
     let mut out = String::new();
     Gauge::new(

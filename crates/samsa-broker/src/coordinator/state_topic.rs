@@ -27,10 +27,10 @@ use tracing::{info, warn, Instrument};
 
 use super::placement::{LedByImage, TRANSACTION_STATE_TOPIC};
 use super::{AppendResult, LogEntry, Write};
-use crate::topic_partition::TopicPartition;
 use crate::error::{metadata_error_code, partition_error_code};
 use crate::metadata::{BrokerInfo, NewTopic};
 use crate::replica::Partition;
+use crate::topic_partition::TopicPartition;
 use crate::{now_ms, Broker, MetadataError};
 
 /// How long a coordinator write may wait for the ISR before it fails

@@ -125,7 +125,8 @@ fn key(
     }
 }
 
-/// Every broker config samsa has, with this process's values.
+/// Every broker config samsa has, with this process's values. Long on
+/// purpose: it is the table, one entry per key.
 fn broker_keys(broker: &Broker) -> Vec<BrokerKey> {
     let c = &broker.config;
     let d = BrokerConfig::default();

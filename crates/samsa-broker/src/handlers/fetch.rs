@@ -150,107 +150,14 @@ impl Read<'_> {
         broker: &Broker,
         endpoints: &mut BTreeMap<i32, NodeEndpoint>,
     ) -> (Vec<FetchableTopicResponse>, usize, bool) {
-        let read_committed = self.read_committed;
-        let max_bytes = self.max_bytes;
-        let hints = self.version >= LEADER_HINTS;
         let mut total = 0usize;
         let mut any_error = false;
         let mut topics = Vec::with_capacity(self.request.topics.len());
         for (topic, name) in self.request.topics.iter().zip(self.names) {
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for wanted in &topic.partitions {
-                let mut data = PartitionData::default()
-                    .with_partition_index(wanted.partition)
-                    .with_high_watermark(-1)
-                    .with_last_stable_offset(-1)
-                    .with_log_start_offset(-1)
-                    .with_records(Some(Bytes::new()));
-                if read_committed {
-                    data.aborted_transactions = Some(Vec::new());
-                }
-                let Some(name) = name.as_deref() else {
-                    data.error_code = ResponseError::UnknownTopicId.code();
-                    any_error = true;
-                    partitions.push(data);
-                    continue;
-                };
-                let partition = match broker.leader_partition(name, wanted.partition) {
-                    Ok(partition) => partition,
-                    Err(code) => {
-                        data.error_code = code.code();
-                        if hints && code == ResponseError::NotLeaderOrFollower {
-                            Self::leader_hint(broker, name, wanted.partition, &mut data, endpoints);
-                        }
-                        any_error = true;
-                        partitions.push(data);
-                        continue;
-                    }
-                };
-                let leader_epoch = partition.leader_epoch();
-                if wanted.current_leader_epoch >= 0 && wanted.current_leader_epoch != leader_epoch {
-                    let error = if wanted.current_leader_epoch > leader_epoch {
-                        ResponseError::UnknownLeaderEpoch
-                    } else {
-                        ResponseError::FencedLeaderEpoch
-                    };
-                    data.error_code = error.code();
-                    if hints && error == ResponseError::FencedLeaderEpoch {
-                        Self::leader_hint(broker, name, wanted.partition, &mut data, endpoints);
-                    }
-                    any_error = true;
-                    partitions.push(data);
-                    continue;
-                }
-                let partition_max = usize::try_from(wanted.partition_max_bytes).unwrap_or(0);
-                let remaining = max_bytes.saturating_sub(total);
-                let limit = partition_max.min(remaining);
-                let offset = wanted.fetch_offset;
-                match partition.read(offset, limit, read_committed) {
-                    Ok(read) => {
-                        data.high_watermark = read.high_watermark;
-                        data.last_stable_offset = read.last_stable_offset;
-                        data.log_start_offset = read.log_start_offset;
-                        if read_committed {
-                            data.aborted_transactions = Some(
-                                read.aborted
-                                    .iter()
-                                    .map(|a| {
-                                        AbortedTransaction::default()
-                                            .with_producer_id(ProducerId(a.producer_id))
-                                            .with_first_offset(a.first_offset)
-                                    })
-                                    .collect(),
-                            );
-                        }
-                        let records = read.result.records;
-                        // Only the first partition with data may exceed the limits (KIP-74).
-                        if total == 0 || records.len() <= limit {
-                            total += records.len();
-                            data.records = Some(records);
-                        }
-                    }
-                    Err(PartitionError::Storage(e)) => {
-                        let code = storage_error_code(&e);
-                        if code == ResponseError::KafkaStorageError {
-                            warn!(partition = %partition.name(), error = %e, "read failed");
-                        }
-                        data.error_code = code.code();
-                        if let Ok(offsets) = partition.offsets() {
-                            data.high_watermark = offsets.high_watermark;
-                            data.last_stable_offset = offsets.last_stable_offset;
-                            data.log_start_offset = offsets.log_start_offset;
-                        }
-                        any_error = true;
-                    }
-                    Err(_) => {
-                        // Leadership moved while reading.
-                        data.error_code = ResponseError::NotLeaderOrFollower.code();
-                        if hints {
-                            Self::leader_hint(broker, name, wanted.partition, &mut data, endpoints);
-                        }
-                        any_error = true;
-                    }
-                }
+                let data = self.partition(broker, name.as_deref(), wanted, &mut total, endpoints);
+                any_error |= data.error_code != 0;
                 partitions.push(data);
             }
             // v13+ answer by id (the name is not on the wire), earlier by name.
@@ -262,5 +169,105 @@ impl Read<'_> {
             );
         }
         (topics, total, any_error)
+    }
+
+    /// One partition's answer: an error, or what reading it gave within
+    /// the request's remaining byte budget (`total` so far).
+    fn partition(
+        &self,
+        broker: &Broker,
+        name: Option<&str>,
+        wanted: &kafka_protocol::messages::fetch_request::FetchPartition,
+        total: &mut usize,
+        endpoints: &mut BTreeMap<i32, NodeEndpoint>,
+    ) -> PartitionData {
+        let read_committed = self.read_committed;
+        let max_bytes = self.max_bytes;
+        let hints = self.version >= LEADER_HINTS;
+        let mut data = PartitionData::default()
+            .with_partition_index(wanted.partition)
+            .with_high_watermark(-1)
+            .with_last_stable_offset(-1)
+            .with_log_start_offset(-1)
+            .with_records(Some(Bytes::new()));
+        if read_committed {
+            data.aborted_transactions = Some(Vec::new());
+        }
+        let Some(name) = name else {
+            data.error_code = ResponseError::UnknownTopicId.code();
+            return data;
+        };
+        let partition = match broker.leader_partition(name, wanted.partition) {
+            Ok(partition) => partition,
+            Err(code) => {
+                data.error_code = code.code();
+                if hints && code == ResponseError::NotLeaderOrFollower {
+                    Self::leader_hint(broker, name, wanted.partition, &mut data, endpoints);
+                }
+                return data;
+            }
+        };
+        let leader_epoch = partition.leader_epoch();
+        if wanted.current_leader_epoch >= 0 && wanted.current_leader_epoch != leader_epoch {
+            let error = if wanted.current_leader_epoch > leader_epoch {
+                ResponseError::UnknownLeaderEpoch
+            } else {
+                ResponseError::FencedLeaderEpoch
+            };
+            data.error_code = error.code();
+            if hints && error == ResponseError::FencedLeaderEpoch {
+                Self::leader_hint(broker, name, wanted.partition, &mut data, endpoints);
+            }
+            return data;
+        }
+        let partition_max = usize::try_from(wanted.partition_max_bytes).unwrap_or(0);
+        let remaining = max_bytes.saturating_sub(*total);
+        let limit = partition_max.min(remaining);
+        let offset = wanted.fetch_offset;
+        match partition.read(offset, limit, read_committed) {
+            Ok(read) => {
+                data.high_watermark = read.high_watermark;
+                data.last_stable_offset = read.last_stable_offset;
+                data.log_start_offset = read.log_start_offset;
+                if read_committed {
+                    data.aborted_transactions = Some(
+                        read.aborted
+                            .iter()
+                            .map(|a| {
+                                AbortedTransaction::default()
+                                    .with_producer_id(ProducerId(a.producer_id))
+                                    .with_first_offset(a.first_offset)
+                            })
+                            .collect(),
+                    );
+                }
+                let records = read.result.records;
+                // Only the first partition with data may exceed the limits (KIP-74).
+                if *total == 0 || records.len() <= limit {
+                    *total += records.len();
+                    data.records = Some(records);
+                }
+            }
+            Err(PartitionError::Storage(e)) => {
+                let code = storage_error_code(&e);
+                if code == ResponseError::KafkaStorageError {
+                    warn!(partition = %partition.name(), error = %e, "read failed");
+                }
+                data.error_code = code.code();
+                if let Ok(offsets) = partition.offsets() {
+                    data.high_watermark = offsets.high_watermark;
+                    data.last_stable_offset = offsets.last_stable_offset;
+                    data.log_start_offset = offsets.log_start_offset;
+                }
+            }
+            Err(_) => {
+                // Leadership moved while reading.
+                data.error_code = ResponseError::NotLeaderOrFollower.code();
+                if hints {
+                    Self::leader_hint(broker, name, wanted.partition, &mut data, endpoints);
+                }
+            }
+        }
+        data
     }
 }

@@ -16,14 +16,13 @@ use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{
     DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
     GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
-    LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, SyncGroupRequest, SyncGroupResponse,
+    LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, SyncGroupRequest,
+    SyncGroupResponse,
 };
 use tracing::{info_span, Instrument};
 
 use super::str_bytes;
-use crate::coordinator::group::{
-    ClientInfo, Reply,
-};
+use crate::coordinator::group::{ClientInfo, Reply};
 use crate::error::wire_code;
 use crate::Broker;
 
@@ -120,22 +119,6 @@ pub fn leave_group(
         .groups
         .with(|c, now| c.leave_group(&request, version, now))
 }
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 pub async fn delete_groups(broker: &Broker, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
     let mut results = Vec::new();

@@ -23,12 +23,13 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 };
 use kafka_protocol::messages::{
     OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse,
-    OffsetFetchRequest, OffsetFetchResponse, TopicName,
-    TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+    OffsetFetchRequest, OffsetFetchResponse, TopicName, TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use tracing::{info_span, Instrument};
 
+use super::group::LOST;
 use super::{str_bytes, topic_name};
 use crate::coordinator::group::{
     CommitPartition, CommitRequest, FetchedOffset, PartitionResult, Reply,
@@ -36,7 +37,6 @@ use crate::coordinator::group::{
 use crate::coordinator::TransactionalWrite;
 use crate::error::txn_offset_commit_error;
 use crate::error::wire_code;
-use super::group::LOST;
 use crate::Broker;
 
 /// The offsets of an OffsetCommit or TxnOffsetCommit request, by accessors

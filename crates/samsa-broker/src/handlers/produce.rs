@@ -41,10 +41,10 @@ use tracing::{debug, info, warn, Instrument};
 
 use super::str_bytes;
 use crate::coordinator::txn::verify::verify_partitions;
-use crate::topic_partition::TopicPartition;
 use crate::error::{partition_error_code, produce_verification_error, storage_error_code};
 use crate::produce_order::AppendTurn;
 use crate::replica::{Partition, PartitionError};
+use crate::topic_partition::TopicPartition;
 use crate::{now_ms, Broker};
 
 struct PendingDurability {
@@ -75,6 +75,10 @@ const TOPIC_IDS: i16 = 13;
 /// (KIP-951).
 const LEADER_HINTS: i16 = 10;
 
+/// Produce: refuse what the request alone rules out, wait for this
+/// connection's append turn, find the leaders, verify transactional
+/// first writes (KIP-890), append, pass the turn on, then wait for
+/// acks=all.
 pub async fn handle(
     broker: &Broker,
     request: ProduceRequest,
@@ -98,6 +102,43 @@ pub async fn handle(
     let acks = request.acks;
     let deadline = tokio::time::Instant::now()
         + std::time::Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0));
+    let transactional_id = request.transactional_id.as_ref().map(|t| t.0.to_string());
+    let (mut responses, mut writes) = plan(request, names, version);
+
+    turn.wait().await;
+    find_leaders(broker, &mut writes, &mut responses, version);
+    if let Some(transactional_id) = &transactional_id {
+        verify_transactions(
+            broker,
+            transactional_id,
+            &mut writes,
+            &mut responses,
+            version,
+        )
+        .await;
+    }
+    let waits = append_all(&writes, &mut responses, acks, version);
+    // Every batch of this request is in its log (or refused): the
+    // connection's next produce request may append while this one waits.
+    turn.release();
+
+    wait_acks_all(&waits, deadline, &mut responses, version).await;
+    let mut response = ProduceResponse::default().with_responses(responses);
+    if version >= LEADER_HINTS {
+        add_leader_hints(broker, &mut response, &writes);
+    }
+    response
+}
+
+/// The response skeleton of every partition, and the writes of those the
+/// request alone does not rule out (unknown topic id, a batch that is not
+/// admissible).
+fn plan(
+    request: ProduceRequest,
+    names: Vec<Option<String>>,
+    version: i16,
+) -> (Vec<TopicProduceResponse>, Vec<Write>) {
+    let acks = request.acks;
     // As Kafka: transactional records in a request without a transactional
     // id fail the whole request with TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     // (the id is what the write is authorised and verified against).
@@ -110,11 +151,8 @@ pub async fn handle(
                     .is_some_and(|h| h.is_transactional())
             })
         });
-    let transactional_id = request.transactional_id.as_ref().map(|t| t.0.to_string());
     let mut responses = Vec::with_capacity(request.topic_data.len());
     let mut writes = Vec::new();
-
-    // What can be refused from the request alone.
     for (topic_index, (topic, name)) in request.topic_data.into_iter().zip(names).enumerate() {
         let topic_id = topic.topic_id;
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
@@ -157,10 +195,17 @@ pub async fn handle(
         }
         responses.push(response);
     }
+    (responses, writes)
+}
 
-    turn.wait().await;
-    let now = now_ms();
-    for write in &mut writes {
+/// Each write's partition, if this broker leads it; the others refused.
+fn find_leaders(
+    broker: &Broker,
+    writes: &mut [Write],
+    responses: &mut [TopicProduceResponse],
+    version: i16,
+) {
+    for write in writes {
         match broker.leader_partition(&write.name, write.index) {
             Ok(partition) => write.target = Some(partition),
             Err(code) => {
@@ -178,20 +223,19 @@ pub async fn handle(
             }
         }
     }
-    if let Some(transactional_id) = &transactional_id {
-        verify_transactions(
-            broker,
-            transactional_id,
-            &mut writes,
-            &mut responses,
-            version,
-        )
-        .await;
-    }
+}
 
+/// Appends every write that still has a partition; for acks=all, what to
+/// wait for.
+fn append_all(
+    writes: &[Write],
+    responses: &mut [TopicProduceResponse],
+    acks: i16,
+    version: i16,
+) -> Vec<(PendingDurability, Arc<Partition>)> {
+    let now = now_ms();
     let mut waits = Vec::new();
-    let mut hosts = Vec::new();
-    for write in &writes {
+    for write in writes {
         let Some(partition) = &write.target else {
             continue;
         };
@@ -202,36 +246,36 @@ pub async fn handle(
                 response.log_append_time_ms = info.log_append_time_ms;
                 response.log_start_offset = log_start_offset;
                 if acks == -1 {
-                    waits.push(PendingDurability {
+                    let wait = PendingDurability {
                         topic: write.topic,
                         partition: write.partition,
                         end_offset: info.last_offset + 1,
                         leader_epoch,
-                    });
-                    hosts.push(Arc::clone(partition));
+                    };
+                    waits.push((wait, Arc::clone(partition)));
                 }
             }
             Err(refusal) => refuse(response, refusal, version),
         }
     }
-    // Every batch of this request is in its log (or refused): the
-    // connection's next produce request may append while this one waits.
-    turn.release();
+    waits
+}
 
-    // acks=all: answer only after the group-commit fsync covering each
-    // batch and once the HW (every ISR member) covers it.
-    let outcomes = join_all(
-        waits
-            .iter()
-            .zip(hosts.iter())
-            .map(|(wait, partition)| async move {
-                partition
-                    .wait_acks_all(wait.end_offset, wait.leader_epoch, deadline)
-                    .await
-            }),
-    )
+/// acks=all: answer only after the group-commit fsync covering each batch
+/// and once the HW (every ISR member) covers it.
+async fn wait_acks_all(
+    waits: &[(PendingDurability, Arc<Partition>)],
+    deadline: tokio::time::Instant,
+    responses: &mut [TopicProduceResponse],
+    version: i16,
+) {
+    let outcomes = join_all(waits.iter().map(|(wait, partition)| async move {
+        partition
+            .wait_acks_all(wait.end_offset, wait.leader_epoch, deadline)
+            .await
+    }))
     .await;
-    for (wait, outcome) in waits.iter().zip(outcomes) {
+    for ((wait, _), outcome) in waits.iter().zip(outcomes) {
         if let Err(refusal) = outcome {
             refuse(
                 &mut responses[wait.topic].partition_responses[wait.partition],
@@ -240,12 +284,6 @@ pub async fn handle(
             );
         }
     }
-
-    let mut response = ProduceResponse::default().with_responses(responses);
-    if version >= LEADER_HINTS {
-        add_leader_hints(broker, &mut response, &writes);
-    }
-    response
 }
 
 /// KIP-951: every NOT_LEADER_OR_FOLLOWER answer names the partition's

@@ -27,8 +27,8 @@ use kafka_protocol::messages::write_txn_markers_response::{
 };
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse,
-    InitProducerIdRequest, InitProducerIdResponse, ProducerId, TransactionalId, WriteTxnMarkersRequest,
+    AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
+    InitProducerIdResponse, ProducerId, TransactionalId, WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 };
 use samsa_storage::EndTxnMarker;
@@ -37,8 +37,8 @@ use tracing::{info_span, Instrument};
 use super::topic_name;
 use crate::coordinator::txn::markers::write_markers;
 use crate::coordinator::txn::{self, Outcome, TxnResult};
-use crate::topic_partition::TopicPartition;
 use crate::error::wire_code;
+use crate::topic_partition::TopicPartition;
 use crate::{now_ms, Broker};
 
 /// How long a request the coordinator answers CONCURRENT_TRANSACTIONS
@@ -352,8 +352,6 @@ pub async fn end_txn(broker: &Broker, request: EndTxnRequest, version: i16) -> E
     .await
 }
 
-
-
 /// Kafka's `WriteTxnMarkers` (sent by coordinators; samsa's own
 /// coordinators use the gRPC `TxnService` between brokers, with the same
 /// partition-side function).
@@ -412,4 +410,3 @@ pub async fn write_txn_markers(
     }
     WriteTxnMarkersResponse::default().with_markers(out)
 }
-

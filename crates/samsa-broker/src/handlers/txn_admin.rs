@@ -3,16 +3,15 @@
 //! committed state, and DescribeProducers, answered by a partition leader
 //! from the partition's producer state.
 
-
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
 };
 use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
 use kafka_protocol::messages::list_transactions_response::TransactionState as ListedState;
 use kafka_protocol::messages::{
-    DescribeProducersRequest, DescribeProducersResponse,
-    DescribeTransactionsRequest, DescribeTransactionsResponse, ListTransactionsRequest,
-    ListTransactionsResponse, ProducerId, TransactionalId,
+    DescribeProducersRequest, DescribeProducersResponse, DescribeTransactionsRequest,
+    DescribeTransactionsResponse, ListTransactionsRequest, ListTransactionsResponse, ProducerId,
+    TransactionalId,
 };
 
 use super::{str_bytes, topic_name};

@@ -24,13 +24,13 @@ use super::GroupState;
 mod membership;
 mod offsets;
 
-use membership::*;
 use crate::coordinator::placement::{coordinator_partition, LedByImage, CONSUMER_OFFSETS_TOPIC};
 use crate::coordinator::{
     illegal_transition, AppendResult, Coordinator, LogEntry, ProducerIdSource, StateRecord, Step,
     TransactionalWrite, Write, WriteId, WriteIds,
 };
 use crate::error::commit_append_error;
+use membership::*;
 
 /// Tunables, with Kafka's names and defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -572,10 +572,6 @@ fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
 
-
-
-
-
 impl GroupCoordinator {
     pub fn new(config: GroupConfig, member_id_seed: u64) -> Self {
         GroupCoordinator {
@@ -630,7 +626,6 @@ impl GroupCoordinator {
         ))
     }
 
-
     // ---- ownership -------------------------------------------------------
 
     fn drop_partition(&mut self, p: i32) -> GroupStep {
@@ -653,30 +648,19 @@ impl GroupCoordinator {
 
     // ---- JoinGroup -------------------------------------------------------
 
-
     // ---- SyncGroup -------------------------------------------------------
-
 
     // ---- Heartbeat -------------------------------------------------------
 
-
     // ---- LeaveGroup ------------------------------------------------------
-
 
     // ---- timers ----------------------------------------------------------
 
-
     // ---- OffsetCommit ----------------------------------------------------
-
-
-
-
 
     // ---- OffsetFetch -----------------------------------------------------
 
-
     // ---- OffsetDelete ----------------------------------------------------
-
 
     // ---- DeleteGroups ----------------------------------------------------
 
@@ -1051,26 +1035,3 @@ fn restore_group(name: String, p: i32, l: LoadedGroup, now_ms: i64) -> Group {
     }
     group
 }
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

@@ -7,10 +7,8 @@
 
 use kafka_protocol::error::ResponseError;
 
+use super::state::{ProducerIdAndEpoch, TxnResult, NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
 use crate::topic_partition::TopicPartition;
-use super::state::{
-    ProducerIdAndEpoch, TxnResult, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
-};
 
 /// A response whose error can be replaced, for when the write it waited for
 /// failed (see [`super::WriteCompletion::response`]).

@@ -9,10 +9,9 @@ use tracing::{info, warn};
 
 use super::api::*;
 use super::records::{txn_record, CoordinatorState, Unfinished};
-use crate::topic_partition::TopicPartition;
 use super::state::{
-    is_epoch_exhausted, ProducerIdAndEpoch, TransactionMetadata,
-    TransactionVersion, TxnResult, TxnState, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+    is_epoch_exhausted, ProducerIdAndEpoch, TransactionMetadata, TransactionVersion, TxnResult,
+    TxnState, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
 };
 use crate::coordinator::placement::{
     coordinator_partition, LedByImage, CONSUMER_OFFSETS_TOPIC, DEFAULT_CONSUMER_OFFSETS_PARTITIONS,
@@ -23,6 +22,7 @@ use crate::coordinator::{
     WriteId, WriteIds,
 };
 use crate::error::{producer_fenced_for_version, txn_append_error_code};
+use crate::topic_partition::TopicPartition;
 
 /// Tunables, with Kafka's names and defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -375,6 +375,9 @@ impl TxnCoordinator {
         outcome
     }
 
+    /// Long on purpose: one match over the id's state is the decision table
+    /// of `InitProducerId` (new id, idle, open, preparing, fenced, KIP-360
+    /// retries), read top to bottom as the doc of [`Self::init_producer_id`] lists it.
     fn plan_init_producer_id(
         &self,
         request: &InitProducerIdRequest,
@@ -743,6 +746,9 @@ impl TxnCoordinator {
         outcome
     }
 
+    /// Long on purpose: one match over the transaction's state and the
+    /// request's (TV1/TV2, retry, stale epoch, fence) is the decision table
+    /// of `EndTxn`, kept whole so every case is seen beside the others.
     fn plan_end_txn(
         &self,
         request: &EndTxnRequest,

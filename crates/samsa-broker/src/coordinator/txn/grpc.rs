@@ -16,8 +16,8 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use super::markers::write_markers;
-use crate::error::grpc_error_code;
 use super::verify::add_partitions_local;
+use crate::error::grpc_error_code;
 use crate::topic_partition::TopicPartition;
 use crate::Broker;
 

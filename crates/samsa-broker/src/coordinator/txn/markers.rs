@@ -33,10 +33,10 @@ use tracing::{debug, info, warn, Instrument};
 
 use crate::coordinator::placement::CONSUMER_OFFSETS_TOPIC;
 use crate::coordinator::txn::WriteMarkers;
-use crate::topic_partition::TopicPartition;
 use crate::coordinator::Coordinator;
 use crate::error::grpc_code_to_error;
 use crate::error::{marker_error_is_retriable, partition_error_code};
+use crate::topic_partition::TopicPartition;
 use crate::{now_ms, Broker};
 
 /// How long a partition leader waits for its ISR to take a marker.
@@ -103,6 +103,14 @@ pub(crate) async fn drive(broker: Arc<Broker>, markers: WriteMarkers) {
 }
 
 async fn drive_inner(broker: &Broker, m: &WriteMarkers) {
+    if write_every_marker(broker, m).await {
+        complete_transaction(broker, m).await;
+    }
+}
+
+/// Sends the markers until every partition has one (true), or until they
+/// are fenced or this broker stops coordinating the transaction (false).
+async fn write_every_marker(broker: &Broker, m: &WriteMarkers) -> bool {
     let marker = EndTxnMarker {
         producer_id: m.producer_id,
         producer_epoch: m.producer_epoch,
@@ -115,7 +123,7 @@ async fn drive_inner(broker: &Broker, m: &WriteMarkers) {
     while !remaining.is_empty() {
         if !still_coordinating(broker, m) {
             debug!("no longer the coordinator of this transaction; marker sends stop");
-            return;
+            return false;
         }
         let image = broker.metadata.image();
         let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
@@ -149,7 +157,7 @@ async fn drive_inner(broker: &Broker, m: &WriteMarkers) {
                 Some(ResponseError::InvalidProducerEpoch | ResponseError::ProducerFenced)
                 | Some(ResponseError::TransactionCoordinatorFenced) => {
                     info!(partition = %tp, error = ?error, "markers fenced by a newer producer epoch or coordinator; dropping them");
-                    return;
+                    return false;
                 }
                 Some(ResponseError::UnknownTopicOrPartition)
                     if tp.topic != CONSUMER_OFFSETS_TOPIC
@@ -175,7 +183,11 @@ async fn drive_inner(broker: &Broker, m: &WriteMarkers) {
         elapsed_ms = started.elapsed().as_millis() as u64,
         "all markers written"
     );
-    // Complete* after every marker; retried while the write fails retriably.
+    true
+}
+
+/// Complete* after every marker; retried while the write fails retriably.
+async fn complete_transaction(broker: &Broker, m: &WriteMarkers) {
     let mut backoff = RETRY_MIN;
     loop {
         let write = broker.txn.lock().markers_written(m, now_ms());
@@ -244,5 +256,3 @@ async fn send_remote(
         }
     }
 }
-
-

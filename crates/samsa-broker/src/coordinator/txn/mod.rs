@@ -145,7 +145,4 @@ pub use api::*;
 pub use coordinator::{Effect, Outcome, TxnConfig, TxnCoordinator, TxnStep, WriteMarkers};
 pub use records::{CoordinatorState, RecordError, ReplayError, Unfinished};
 pub use service::TxnRuntime;
-pub use state::{
-    ProducerIdAndEpoch, TransactionMetadata, TransactionVersion, TxnResult,
-    TxnState,
-};
+pub use state::{ProducerIdAndEpoch, TransactionMetadata, TransactionVersion, TxnResult, TxnState};

@@ -31,12 +31,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::codec::{Reader, Truncated};
 
-use crate::topic_partition::TopicPartition;
 use super::state::{
-    TransactionMetadata, TransactionVersion, TxnResult, TxnState,
-    NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+    TransactionMetadata, TransactionVersion, TxnResult, TxnState, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
 };
 use crate::coordinator::StateRecord;
+use crate::topic_partition::TopicPartition;
 
 /// Version of the key layout written by this samsa.
 pub const KEY_VERSION: u16 = 0;

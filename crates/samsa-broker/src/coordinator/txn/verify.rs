@@ -19,8 +19,8 @@ use kafka_protocol::error::ResponseError;
 use samsa_proto::txn as pb;
 use tracing::debug;
 
-use crate::error::grpc_code_to_error;
 use crate::coordinator::txn::AddPartitionsRequest;
+use crate::error::grpc_code_to_error;
 use crate::topic_partition::TopicPartition;
 use crate::{now_ms, Broker};
 

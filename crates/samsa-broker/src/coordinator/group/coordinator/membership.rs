@@ -562,7 +562,12 @@ pub(super) fn new_member(group: &mut Group, args: &JoinArgs, id: String, now_ms:
     }
 }
 
-pub(super) fn add_member_and_rebalance(group: &mut Group, ctx: &mut Ctx<'_>, args: JoinArgs, id: String) {
+pub(super) fn add_member_and_rebalance(
+    group: &mut Group,
+    ctx: &mut Ctx<'_>,
+    args: JoinArgs,
+    id: String,
+) {
     let member = new_member(group, &args, id.clone(), ctx.now_ms);
     if let Some(instance) = &args.instance_id {
         group.static_members.insert(instance.clone(), id.clone());
@@ -583,7 +588,12 @@ pub(super) fn add_member_and_rebalance(group: &mut Group, ctx: &mut Ctx<'_>, arg
 /// A failed write of a static member's new id: the member gets its old id
 /// back (unless the group moved on meanwhile), so that the group and its
 /// log agree on who is in it.
-pub(super) fn revert_static_rejoin(group: &mut Group, previous: Member, new_id: &str, was_leader: bool) {
+pub(super) fn revert_static_rejoin(
+    group: &mut Group,
+    previous: Member,
+    new_id: &str,
+    was_leader: bool,
+) {
     let Some(current) = group.members.get(new_id) else {
         return;
     };

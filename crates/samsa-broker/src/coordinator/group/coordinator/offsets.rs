@@ -403,7 +403,10 @@ pub(super) fn validate_commit(
 /// KIP-447: a TxnOffsetCommit naming a member (generation ≥ 0 or a member
 /// id) must match the group's current member and generation, so a zombie
 /// that lost its partitions in a rebalance cannot commit for them.
-pub(super) fn validate_txn_commit(group: &Group, request: &CommitRequest) -> Result<(), ResponseError> {
+pub(super) fn validate_txn_commit(
+    group: &Group,
+    request: &CommitRequest,
+) -> Result<(), ResponseError> {
     if group.state == GroupState::Dead {
         return Err(ResponseError::CoordinatorNotAvailable);
     }
@@ -510,4 +513,3 @@ pub(super) fn write_commit(
     write.transactional = producer;
     ctx.step.writes.push(write);
 }
-
