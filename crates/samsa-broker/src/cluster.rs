@@ -68,7 +68,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use samsa_controller::client::{ControllerClient, MetadataFollower};
-use samsa_controller::error::codes;
+use samsa_controller::error::ResponseError;
 use samsa_controller::logic::{
     CreatePartitions, CreateTopic, Heartbeat, LogicConfig, RegisterBroker, TopicRef,
 };
@@ -741,7 +741,7 @@ impl Lifecycle {
         let mut last_log: Option<Instant> = None;
         let mut pause = Duration::from_millis(100);
         loop {
-            // Match on Kafka codes: errors that crossed the wire come back
+            // Match on Kafka errors: errors that crossed the wire come back
             // as `ControllerError::Remote` for codes without a variant.
             let error = match self.client.register_broker(&request).await {
                 Ok(reply) => {
@@ -749,15 +749,15 @@ impl Lifecycle {
                     info!(broker_epoch = reply.broker_epoch, incarnation = %self.incarnation_id, "registered with the controller quorum");
                     return Ok(reply.broker_epoch);
                 }
-                Err(e) => match e.code() {
-                    codes::INCONSISTENT_CLUSTER_ID => {
+                Err(e) => match e.kafka_error() {
+                    ResponseError::InconsistentClusterId => {
                         return Err(BrokerError::Cluster(format!(
                             "this node's data belongs to another cluster than the controller \
                              quorum ({e}); refusing to start on another cluster's data (use an \
                              empty data directory to join this quorum's cluster)"
                         )));
                     }
-                    codes::DUPLICATE_BROKER_REGISTRATION => {
+                    ResponseError::DuplicateBrokerRegistration => {
                         // A previous incarnation's session has not expired
                         // yet, or another live process uses this node id. The
                         // former ends within a session timeout (plus a leader
@@ -774,9 +774,9 @@ impl Lifecycle {
                          session to expire"
                             .to_owned()
                     }
-                    codes::NOT_CONTROLLER
-                    | codes::REQUEST_TIMED_OUT
-                    | codes::UNKNOWN_SERVER_ERROR => e.to_string(),
+                    ResponseError::NotController
+                    | ResponseError::RequestTimedOut
+                    | ResponseError::UnknownServerError => e.to_string(),
                     _ => {
                         return Err(BrokerError::Cluster(format!(
                             "the controller refused to register broker {id}: {e}"
@@ -841,8 +841,8 @@ impl Lifecycle {
                 }
                 Err(e)
                     if matches!(
-                        e.code(),
-                        codes::STALE_BROKER_EPOCH | codes::BROKER_ID_NOT_REGISTERED
+                        e.kafka_error(),
+                        ResponseError::StaleBrokerEpoch | ResponseError::BrokerIdNotRegistered
                     ) =>
                 {
                     warn!(error = %e, "registration lost; registering again");
