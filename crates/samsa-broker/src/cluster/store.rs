@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tracing::warn;
 
 use super::ClusterSettings;
-use crate::error::MetadataError;
+use crate::error::{controller_error, MetadataError};
 use crate::metadata::{
     MetadataImage, MetadataStore, NewTopic, QuorumDescription, QuorumVoter, TopicMetadata,
 };
@@ -62,38 +62,10 @@ impl QuorumMetadataStore {
         .flatten()
     }
 
-    /// The one translation of controller failures for Kafka clients.
+    /// A refused or failed change to `topic`, as the broker answers it
+    /// (the translation is the error edge's, [`controller_error`]).
     fn error(&self, e: ControllerError, topic: &str) -> MetadataError {
-        match e {
-            ControllerError::TopicAlreadyExists(_) => {
-                MetadataError::TopicAlreadyExists(topic.to_owned())
-            }
-            ControllerError::UnknownTopic(_) | ControllerError::UnknownTopicId(_) => {
-                MetadataError::UnknownTopic(topic.to_owned())
-            }
-            ControllerError::InvalidTopic(reason) => MetadataError::InvalidTopic {
-                name: topic.to_owned(),
-                reason,
-            },
-            ControllerError::NotController { .. } => MetadataError::ControllerUnavailable(format!(
-                "no active controller within {:?}: the quorum {} has no leader (is a majority \
-                 of the controllers down?); retry later",
-                self.request_timeout, self.voters
-            )),
-            ControllerError::Timeout(why) => MetadataError::ControllerUnavailable(format!(
-                "the active controller did not commit the change within {:?} ({why}); it may \
-                 still take effect",
-                self.request_timeout
-            )),
-            ControllerError::Internal(why) => MetadataError::ControllerUnavailable(format!(
-                "cannot reach an active controller of {}: {why}",
-                self.voters
-            )),
-            other => MetadataError::Rejected {
-                code: other.code(),
-                message: other.to_string(),
-            },
-        }
+        controller_error(e, topic, &self.voters, self.request_timeout)
     }
 }
 
