@@ -241,11 +241,21 @@ pub struct AllocateProducerIds {
     pub broker_epoch: i64,
 }
 
-/// `[first, first + size)`.
+/// A contiguous, never-reused range of producer ids, `[first, first + size)`,
+/// sized as Kafka's `ProducerIdsRecord` (an i64 start, an i32 length). The
+/// one block type: the controller hands it out, and the broker's block
+/// sources (the quorum's and the single-node file's) return it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProducerIdBlock {
     pub first: i64,
     pub size: i32,
+}
+
+impl ProducerIdBlock {
+    /// One past the block's last id.
+    pub fn end(&self) -> i64 {
+        self.first.saturating_add(i64::from(self.size))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

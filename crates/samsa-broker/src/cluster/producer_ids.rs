@@ -63,10 +63,7 @@ impl ProducerIdBlockSource for ControllerProducerIdBlockSource {
                 size = block.size,
                 "producer id block from the controller"
             );
-            Ok(ProducerIdBlock {
-                first: block.first,
-                size: i64::from(block.size),
-            })
+            Ok(block)
         })
     }
 }
