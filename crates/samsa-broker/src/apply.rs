@@ -185,7 +185,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::metadata::{
-        BrokerInfo, LocalMetadataStore, PartitionInfo, TopicMetadata, NO_LEADER,
+        BrokerInfo, LocalMetadataStore, PartitionState, TopicMetadata, NO_LEADER,
     };
     use crate::producer_ids::LocalProducerIdBlockSource;
     use crate::BrokerConfig;
@@ -202,7 +202,7 @@ mod tests {
         Broker::open_with(config, Arc::new(store), Box::new(ids)).unwrap()
     }
 
-    fn image(offset: u64, topic_id: Uuid, states: Vec<PartitionInfo>) -> Arc<MetadataImage> {
+    fn image(offset: u64, topic_id: Uuid, states: Vec<PartitionState>) -> Arc<MetadataImage> {
         let brokers = (1..=2)
             .map(|id| BrokerInfo {
                 node_id: id,
@@ -229,8 +229,8 @@ mod tests {
         ))
     }
 
-    fn state(replica: i32, leader: i32, leader_epoch: i32) -> PartitionInfo {
-        PartitionInfo {
+    fn state(replica: i32, leader: i32, leader_epoch: i32) -> PartitionState {
+        PartitionState {
             leader,
             leader_epoch,
             replicas: vec![replica],

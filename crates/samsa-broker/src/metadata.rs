@@ -32,8 +32,10 @@ use crate::error::MetadataError;
 use crate::fsutil::write_atomic;
 use crate::txn::placement::{CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
 
-/// `leader` of a partition that has no leader (Kafka's -1).
-pub const NO_LEADER: i32 = -1;
+/// `leader` of a partition that has no leader (Kafka's -1), and the leader
+/// and ISR of one partition: the controller's types, which the broker's view
+/// carries as they are.
+pub use samsa_controller::{PartitionState, NO_LEADER};
 
 /// One broker as the metadata knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,26 +47,6 @@ pub struct BrokerInfo {
     pub rack: Option<String>,
     /// Fenced brokers lead nothing and are left out of Metadata answers.
     pub fenced: bool,
-}
-
-/// Leadership of one partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionInfo {
-    /// [`NO_LEADER`] when no replica can lead.
-    pub leader: i32,
-    pub leader_epoch: i32,
-    /// Assigned replicas, preferred leader first.
-    pub replicas: Vec<i32>,
-    pub isr: Vec<i32>,
-    /// Bumped on every change of the partition; `AlterPartition` compares it.
-    pub partition_epoch: i32,
-}
-
-impl PartitionInfo {
-    /// Whether `node` is one of the partition's replicas (and so hosts its log).
-    pub fn is_replica(&self, node: i32) -> bool {
-        self.replicas.contains(&node)
-    }
 }
 
 /// One topic as the cluster knows it.
@@ -79,11 +61,11 @@ pub struct TopicMetadata {
     /// Leadership of partitions `0..partitions`, by index. Not part of the
     /// single-node file: the local store derives it ("this node leads").
     #[serde(skip)]
-    pub partition_states: Vec<PartitionInfo>,
+    pub partition_states: Vec<PartitionState>,
 }
 
 impl TopicMetadata {
-    pub fn partition(&self, index: i32) -> Option<&PartitionInfo> {
+    pub fn partition(&self, index: i32) -> Option<&PartitionState> {
         usize::try_from(index)
             .ok()
             .and_then(|i| self.partition_states.get(i))
@@ -197,7 +179,7 @@ impl MetadataImage {
         self.topics.get(name)
     }
 
-    pub fn partition(&self, topic: &str, index: i32) -> Option<&PartitionInfo> {
+    pub fn partition(&self, topic: &str, index: i32) -> Option<&PartitionState> {
         self.topic(topic).and_then(|t| t.partition(index))
     }
 
@@ -266,7 +248,7 @@ fn local_image(
     let me = local.node_id;
     let topics = topics.into_iter().map(|mut topic| {
         topic.partition_states = (0..topic.partitions)
-            .map(|_| PartitionInfo {
+            .map(|_| PartitionState {
                 leader: me,
                 leader_epoch: 0,
                 replicas: vec![me],

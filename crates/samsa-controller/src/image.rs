@@ -67,7 +67,8 @@ impl BrokerRegistration {
     }
 }
 
-/// Leader and ISR of one partition.
+/// Leader and ISR of one partition. The one type for it: the broker's view
+/// (`samsa_broker::metadata::TopicMetadata`) carries these too.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionState {
     /// Assigned replicas, preferred leader first.
@@ -85,6 +86,11 @@ pub struct PartitionState {
 impl PartitionState {
     pub fn has_leader(&self) -> bool {
         self.leader != NO_LEADER
+    }
+
+    /// Whether `broker` is one of the partition's replicas (and so hosts its log).
+    pub fn is_replica(&self, broker: BrokerId) -> bool {
+        self.replicas.contains(&broker)
     }
 }
 

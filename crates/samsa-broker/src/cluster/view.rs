@@ -11,7 +11,7 @@
 use samsa_controller::{MetadataImage as ControllerImage, NodeId};
 
 use super::LISTENER;
-use crate::metadata::{BrokerInfo, MetadataImage, PartitionInfo, TopicMetadata};
+use crate::metadata::{BrokerInfo, MetadataImage, TopicMetadata};
 
 /// The broker's view of a controller image. `raft_leader` is reported as the
 /// Kafka "controller" when it is a live broker (combined mode makes every
@@ -53,17 +53,7 @@ pub fn broker_image(
             .first()
             .map_or(0, |p| i16::try_from(p.replicas.len()).unwrap_or(i16::MAX)),
         configs: t.configs.clone(),
-        partition_states: t
-            .partitions
-            .iter()
-            .map(|p| PartitionInfo {
-                leader: p.leader,
-                leader_epoch: p.leader_epoch,
-                replicas: p.replicas.clone(),
-                isr: p.isr.clone(),
-                partition_epoch: p.partition_epoch,
-            })
-            .collect(),
+        partition_states: t.partitions.clone(),
     });
     MetadataImage::from_parts(
         image.offset(),

@@ -12,7 +12,7 @@ use tracing::{debug, info};
 use uuid::Uuid;
 
 use super::epoch_cache::LeaderEpochCache;
-use crate::metadata::PartitionInfo;
+use crate::metadata::PartitionState;
 use crate::replica::{Partition, PartitionError};
 
 /// What the leader knows of one follower.
@@ -245,7 +245,7 @@ impl Partition {
         &self,
         me: i32,
         topic_id: Uuid,
-        info: &PartitionInfo,
+        info: &PartitionState,
         min_insync_replicas: usize,
         now_ms: i64,
     ) {
