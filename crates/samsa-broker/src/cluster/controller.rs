@@ -58,7 +58,10 @@ pub(super) async fn start_controller(
     cc.listen_addr = Some(config.controller_listen);
     cc.cluster_id = cluster_id;
     cc.logic = LogicConfig {
-        broker_session_timeout_ms: config.broker_session_timeout_ms,
+        // The controller counts time in i64 ms; a session longer than
+        // i64::MAX ms (positive, validated) never ends either way.
+        broker_session_timeout_ms: i64::try_from(config.broker_session_timeout_ms)
+            .unwrap_or(i64::MAX),
         producer_id_block_size: config.producer_id_block_size,
         ..LogicConfig::default()
     };

@@ -5,7 +5,7 @@ use super::*;
 use crate::error::ResponseError;
 use crate::image::MetadataImage;
 
-const TIMEOUT: u64 = 9_000;
+const TIMEOUT: i64 = 9_000;
 
 /// A controller and the image it drives, committing every outcome at the
 /// next offset like the Raft state machine would.
@@ -48,7 +48,7 @@ impl Harness {
         Ok(reply)
     }
 
-    fn register(&mut self, id: BrokerId, now: u64) -> i64 {
+    fn register(&mut self, id: BrokerId, now: i64) -> i64 {
         let req = RegisterBroker {
             broker_id: id,
             incarnation_id: Uuid::new_v4(),
@@ -62,7 +62,7 @@ impl Harness {
         epoch
     }
 
-    fn heartbeat(&mut self, id: BrokerId, now: u64) -> Result<HeartbeatReply, ControllerError> {
+    fn heartbeat(&mut self, id: BrokerId, now: i64) -> Result<HeartbeatReply, ControllerError> {
         let req = Heartbeat {
             broker_id: id,
             broker_epoch: self.epochs[&id],
@@ -586,7 +586,7 @@ fn producer_id_blocks_are_unique_over_many_allocations() {
             broker_id: broker,
             broker_epoch: h.epochs[&broker],
         };
-        let out = h.logic.allocate_producer_ids(&h.image, req, i as u64);
+        let out = h.logic.allocate_producer_ids(&h.image, req, i as i64);
         blocks.push(h.commit(out).unwrap());
         if i == 300 {
             // A snapshot round trip (what a new leader may start from) keeps the counter.
