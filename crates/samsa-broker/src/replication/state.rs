@@ -1,6 +1,13 @@
 //! Replication state of one hosted partition and the operations on it that
 //! must happen under the log's lock: leader appends that advance the HW,
-//! serving a follower's fetch, and a follower's appends and truncations.
+//! serving a follower's fetch, a follower's appends and truncations, and ISR
+//! changes.
+//!
+//! This is the second `impl Partition` site (the first, in `replica.rs`,
+//! holds what the request paths call): every `Partition` method that takes
+//! the [`ReplicaState`] lock is here, so the lock order and the rule that
+//! moves the HW (the minimum LEO over the maximal ISR, `hw_bound`) are read
+//! in one file.
 //!
 //! Lock order: the partition's log mutex first, then [`ReplicaState`]'s.
 
