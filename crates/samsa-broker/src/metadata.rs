@@ -4,15 +4,16 @@
 //!
 //! [`MetadataStore`] is the boundary between the broker and wherever metadata
 //! is decided. Two implementations exist and produce the *same* kind of
-//! [`MetadataImage`], so handlers never branch on the mode:
+//! [`MetadataView`], so handlers never branch on the mode:
 //!
 //! - [`LocalMetadataStore`] (single node): one JSON file written atomically;
 //!   every partition is led by this node at leader epoch 0 and the broker list
 //!   is this node alone;
-//! - `cluster::QuorumMetadataStore` (cluster mode): the image follows the
-//!   controller quorum's committed metadata log.
+//! - `cluster::QuorumMetadataStore` (cluster mode): the view follows the
+//!   controller quorum's committed metadata log (the controller's
+//!   `MetadataImage`, converted by `cluster::metadata_view`).
 //!
-//! Readers take an immutable [`MetadataImage`] snapshot (an `Arc`), so a
+//! Readers take an immutable [`MetadataView`] snapshot (an `Arc`), so a
 //! request sees one consistent view even while metadata changes.
 //!
 //! Invariants: a topic name maps to exactly one topic id; every topic carries
@@ -119,12 +120,17 @@ pub struct NewTopic {
     pub assignments: Option<Vec<Vec<i32>>>,
 }
 
-/// An immutable view of all metadata.
+/// The broker's view of the cluster: an immutable snapshot of all metadata
+/// as this broker serves it. In cluster mode it is built from the
+/// controller's `samsa_controller::MetadataImage` (`cluster::metadata_view`:
+/// Kafka endpoints, live brokers, the reported controller); on a single node
+/// from the local file. Not to be confused with that image, which is the
+/// controller's own state (registrations, epochs, producer-id blocks).
 #[derive(Debug, Clone, Default)]
-pub struct MetadataImage {
-    /// Position of this image in its store's history: the metadata log
+pub struct MetadataView {
+    /// Position of this view in its store's history: the metadata log
     /// offset in cluster mode, a change counter in single-node mode. A newer
-    /// image never has a smaller offset.
+    /// view never has a smaller offset.
     pub offset: u64,
     pub cluster_id: String,
     /// The broker reported as "controller" to Kafka clients.
@@ -135,7 +141,7 @@ pub struct MetadataImage {
     topic_names_by_id: HashMap<Uuid, String>,
 }
 
-impl MetadataImage {
+impl MetadataView {
     /// Builds an image at `offset`; `brokers` are sorted by id. Each topic
     /// must carry its partition states.
     pub fn from_parts(
@@ -146,7 +152,7 @@ impl MetadataImage {
         topics: impl IntoIterator<Item = TopicMetadata>,
     ) -> Self {
         brokers.sort_by_key(|b| b.node_id);
-        let mut image = MetadataImage {
+        let mut image = MetadataView {
             offset,
             cluster_id,
             controller_id,
@@ -196,7 +202,7 @@ impl MetadataImage {
 ///
 /// [`image`]: MetadataStore::image
 pub trait MetadataStore: Send + Sync {
-    fn image(&self) -> Arc<MetadataImage>;
+    fn image(&self) -> Arc<MetadataView>;
     fn create_topic(
         &self,
         topic: NewTopic,
@@ -235,7 +241,7 @@ struct MetadataFile {
 pub struct LocalMetadataStore {
     path: PathBuf,
     local: BrokerInfo,
-    image: Mutex<Arc<MetadataImage>>,
+    image: Mutex<Arc<MetadataView>>,
 }
 
 /// The single-node image: `local` leads every partition at epoch 0.
@@ -244,7 +250,7 @@ fn local_image(
     cluster_id: String,
     local: &BrokerInfo,
     topics: impl IntoIterator<Item = TopicMetadata>,
-) -> MetadataImage {
+) -> MetadataView {
     let me = local.node_id;
     let topics = topics.into_iter().map(|mut topic| {
         topic.partition_states = (0..topic.partitions)
@@ -258,7 +264,7 @@ fn local_image(
             .collect();
         topic
     });
-    MetadataImage::from_parts(offset, cluster_id, me, vec![local.clone()], topics)
+    MetadataView::from_parts(offset, cluster_id, me, vec![local.clone()], topics)
 }
 
 impl LocalMetadataStore {
@@ -338,7 +344,7 @@ fn base64_url(bytes: &[u8]) -> String {
     out
 }
 
-fn persist(path: &std::path::Path, image: &MetadataImage) -> Result<(), MetadataError> {
+fn persist(path: &std::path::Path, image: &MetadataView) -> Result<(), MetadataError> {
     let file = MetadataFile {
         cluster_id: image.cluster_id.clone(),
         offset: image.offset,
@@ -359,7 +365,7 @@ fn persist(path: &std::path::Path, image: &MetadataImage) -> Result<(), Metadata
 }
 
 impl MetadataStore for LocalMetadataStore {
-    fn image(&self) -> Arc<MetadataImage> {
+    fn image(&self) -> Arc<MetadataView> {
         self.image.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 

@@ -31,10 +31,10 @@ use super::lifecycle::Lifecycle;
 use super::producer_ids::ControllerProducerIdBlockSource;
 use super::settings::config_error;
 use super::store::QuorumMetadataStore;
-use super::view::broker_image;
+use super::view::metadata_view;
 use super::{ClusterSettings, LISTENER};
 use crate::error::BrokerError;
-use crate::metadata::{MetadataImage, MetadataStore};
+use crate::metadata::{MetadataStore, MetadataView};
 use crate::replication::fetcher::spawn_fetchers;
 use crate::replication::isr::{isr_loop, IsrProposal};
 use crate::replication::service::{ReplicationGrpc, ReplicationHub};
@@ -194,15 +194,15 @@ fn follow_views(
     follower: &MetadataFollower,
     controller: &ControllerNode,
     me: i32,
-) -> watch::Receiver<Arc<MetadataImage>> {
-    let (views_tx, views_rx) = watch::channel(Arc::new(MetadataImage::default()));
+) -> watch::Receiver<Arc<MetadataView>> {
+    let (views_tx, views_rx) = watch::channel(Arc::new(MetadataView::default()));
     let mut images = follower.watch();
     let mut metrics = controller.raft().metrics();
     tasks.spawn(async move {
         let mut leader = metrics.borrow_and_update().current_leader;
         loop {
             let image = Arc::clone(&images.borrow_and_update());
-            views_tx.send_replace(Arc::new(broker_image(&image, leader, me)));
+            views_tx.send_replace(Arc::new(metadata_view(&image, leader, me)));
             loop {
                 tokio::select! {
                     changed = images.changed() => {
@@ -231,7 +231,7 @@ async fn open_broker(
     config: BrokerConfig,
     settings: &ClusterSettings,
     cluster_id: Option<String>,
-    views: watch::Receiver<Arc<MetadataImage>>,
+    views: watch::Receiver<Arc<MetadataView>>,
     services: &BrokerServices,
 ) -> Result<(OpenBroker, IsrChannel), BrokerError> {
     let admin_client = ControllerClient::new(settings.endpoints(), settings.request_timeout);
@@ -370,7 +370,7 @@ fn start_replication(
 }
 
 /// Keeps the hosted partitions in line with every later view, in order.
-async fn apply_views(broker: Arc<Broker>, mut views: watch::Receiver<Arc<MetadataImage>>) {
+async fn apply_views(broker: Arc<Broker>, mut views: watch::Receiver<Arc<MetadataView>>) {
     while views.changed().await.is_ok() {
         let view = Arc::clone(&views.borrow_and_update());
         match apply_view(&broker, view).await {
@@ -386,7 +386,7 @@ async fn apply_views(broker: Arc<Broker>, mut views: watch::Receiver<Arc<Metadat
 /// `Broker::apply_image` off the async workers (it opens and recovers logs).
 async fn apply_view(
     broker: &Arc<Broker>,
-    view: Arc<MetadataImage>,
+    view: Arc<MetadataView>,
 ) -> Result<Result<(), BrokerError>, tokio::task::JoinError> {
     let applying = Arc::clone(broker);
     let span = tracing::Span::current();

@@ -16,7 +16,7 @@ use samsa_controller::client::ControllerClient;
 use samsa_controller::error::ResponseError;
 use samsa_controller::logic::{Heartbeat, RegisterBroker};
 use samsa_controller::records::BrokerEndpoint;
-use samsa_controller::{ControllerError, MetadataImage as ControllerImage};
+use samsa_controller::{ControllerError, MetadataImage};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -167,7 +167,7 @@ impl Lifecycle {
     /// Heartbeats until `stop`; returns only on a fatal error (or `None` when stopped).
     pub(super) async fn heartbeat_loop(
         self: Arc<Self>,
-        follower: watch::Receiver<Arc<ControllerImage>>,
+        follower: watch::Receiver<Arc<MetadataImage>>,
         mut stop: watch::Receiver<bool>,
     ) -> Option<BrokerError> {
         let mut ticker = tokio::time::interval(self.settings.heartbeat_interval);

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `settings.rs` | [`ClusterSettings`]: the validated cluster part of [`BrokerConfig`](crate::BrokerConfig) (static voters, this node among them, timings) |
 //! | `identity.rs` | the data directory's identity (`meta/cluster.json`, [`CLUSTER_FILE`]: cluster id and node id), which makes a node with another cluster's or node's data refuse to start |
-//! | `view.rs` | [`broker_image`]: the broker's view built from the controller's image |
+//! | `view.rs` | [`metadata_view`]: the broker's view built from the controller's image |
 //! | `store.rs` | [`QuorumMetadataStore`]: the [`MetadataStore`](crate::metadata::MetadataStore) whose image follows the committed metadata log and whose changes go through the active controller |
 //! | `producer_ids.rs` | [`ControllerProducerIdBlockSource`]: producer-id blocks from the quorum |
 //! | `lifecycle.rs` | registration, heartbeats (fencing), controlled shutdown |
@@ -22,7 +22,7 @@
 //! controller quorum ──SubscribeMetadata──▶ MetadataFollower (controller image)
 //!   (Raft log = metadata log)                     │ + Raft leader changes
 //!                                                 ▼
-//!                                   broker_image() ─▶ broker MetadataImage (watch)
+//!                                   metadata_view() ─▶ MetadataView (watch)
 //!                                                 │
 //!                    ┌────────────────────────────┴──────────────┐
 //!                    ▼                                           ▼
@@ -31,8 +31,10 @@
 //!                                                        stop serving, delete topics)
 //! ```
 //!
-//! The follower prefers this node's own controller, so the broker's image is
-//! exactly what this node's controller has committed.
+//! The follower prefers this node's own controller, so the broker's view is
+//! exactly what this node's controller has committed. Two names, two things:
+//! the controller's `MetadataImage` (its state, what the Raft log builds) and
+//! the broker's `MetadataView` of it (what Kafka clients are told).
 //!
 //! # Start-up, in order
 //!
@@ -79,7 +81,7 @@ pub use node::run;
 pub use producer_ids::ControllerProducerIdBlockSource;
 pub use settings::ClusterSettings;
 pub use store::QuorumMetadataStore;
-pub use view::broker_image;
+pub use view::metadata_view;
 
 /// Name of the Kafka listener brokers register.
 const LISTENER: &str = "PLAINTEXT";

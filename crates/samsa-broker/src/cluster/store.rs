@@ -20,7 +20,7 @@ use tracing::warn;
 use super::ClusterSettings;
 use crate::error::{controller_error, MetadataError};
 use crate::metadata::{
-    MetadataImage, MetadataStore, NewTopic, QuorumDescription, QuorumVoter, TopicMetadata,
+    MetadataStore, MetadataView, NewTopic, QuorumDescription, QuorumVoter, TopicMetadata,
 };
 
 /// [`MetadataStore`] backed by the controller quorum: reads come from the
@@ -29,7 +29,7 @@ use crate::metadata::{
 /// controller's answer).
 pub struct QuorumMetadataStore {
     client: ControllerClient,
-    image: watch::Receiver<Arc<MetadataImage>>,
+    image: watch::Receiver<Arc<MetadataView>>,
     request_timeout: Duration,
     voters: String,
 }
@@ -37,7 +37,7 @@ pub struct QuorumMetadataStore {
 impl QuorumMetadataStore {
     pub fn new(
         client: ControllerClient,
-        image: watch::Receiver<Arc<MetadataImage>>,
+        image: watch::Receiver<Arc<MetadataView>>,
         settings: &ClusterSettings,
     ) -> Self {
         Self {
@@ -51,8 +51,8 @@ impl QuorumMetadataStore {
     /// Waits (bounded) until the image satisfies `done`.
     async fn visible(
         &self,
-        done: impl FnMut(&Arc<MetadataImage>) -> bool,
-    ) -> Option<Arc<MetadataImage>> {
+        done: impl FnMut(&Arc<MetadataView>) -> bool,
+    ) -> Option<Arc<MetadataView>> {
         let mut rx = self.image.clone();
         tokio::time::timeout(self.request_timeout, async move {
             rx.wait_for(done).await.map(|image| Arc::clone(&image)).ok()
@@ -70,7 +70,7 @@ impl QuorumMetadataStore {
 }
 
 impl MetadataStore for QuorumMetadataStore {
-    fn image(&self) -> Arc<MetadataImage> {
+    fn image(&self) -> Arc<MetadataView> {
         Arc::clone(&self.image.borrow())
     }
 

@@ -1,5 +1,5 @@
 //! The broker's view of the cluster, built from the controller's image
-//! ([`broker_image`]): what Kafka clients are told (live brokers with their
+//! ([`metadata_view`]): what Kafka clients are told (live brokers with their
 //! Kafka endpoints, the "controller", topics with leaders and ISRs) and what
 //! the applier makes the hosted partitions match.
 //!
@@ -8,19 +8,15 @@
 //! never has a smaller one; the reported controller is always a live broker
 //! when there is one.
 
-use samsa_controller::{MetadataImage as ControllerImage, NodeId};
+use samsa_controller::{MetadataImage, NodeId};
 
 use super::LISTENER;
-use crate::metadata::{BrokerInfo, MetadataImage, TopicMetadata};
+use crate::metadata::{BrokerInfo, MetadataView, TopicMetadata};
 
 /// The broker's view of a controller image. `raft_leader` is reported as the
 /// Kafka "controller" when it is a live broker (combined mode makes every
 /// controller a broker); otherwise the lowest live broker, else `me`.
-pub fn broker_image(
-    image: &ControllerImage,
-    raft_leader: Option<NodeId>,
-    me: i32,
-) -> MetadataImage {
+pub fn metadata_view(image: &MetadataImage, raft_leader: Option<NodeId>, me: i32) -> MetadataView {
     let brokers: Vec<BrokerInfo> = image
         .brokers()
         .filter_map(|b| {
@@ -55,7 +51,7 @@ pub fn broker_image(
         configs: t.configs.clone(),
         partition_states: t.partitions.clone(),
     });
-    MetadataImage::from_parts(
+    MetadataView::from_parts(
         image.offset(),
         image.cluster_id().unwrap_or_default().to_owned(),
         controller_id,
@@ -72,8 +68,8 @@ mod tests {
     use uuid::Uuid;
 
     #[test]
-    fn broker_image_reports_leaders_live_brokers_and_controller() {
-        let mut image = ControllerImage::new();
+    fn metadata_view_reports_leaders_live_brokers_and_controller() {
+        let mut image = MetadataImage::new();
         let endpoint = |port| BrokerEndpoint {
             name: LISTENER.into(),
             host: "127.0.0.1".into(),
@@ -124,7 +120,7 @@ mod tests {
             )
             .unwrap();
         // Raft leader 1 is fenced: the live broker 2 is reported instead.
-        let converted = broker_image(&image, Some(1), 1);
+        let converted = metadata_view(&image, Some(1), 1);
         assert_eq!(converted.cluster_id, "c");
         assert_eq!(converted.controller_id, 2);
         assert_eq!(
@@ -137,6 +133,6 @@ mod tests {
         let p = converted.partition("t", 0).unwrap();
         assert_eq!((p.leader, p.leader_epoch), (2, 3));
         assert_eq!(converted.topic("t").unwrap().replication_factor, 1);
-        assert_eq!(broker_image(&image, Some(2), 1).controller_id, 2);
+        assert_eq!(metadata_view(&image, Some(2), 1).controller_id, 2);
     }
 }
