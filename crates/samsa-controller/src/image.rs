@@ -283,7 +283,8 @@ impl MetadataImage {
 
     /// Applies one record. Checks its guard first; on error nothing changed.
     /// Each record kind has its own step below (the guard table is in
-    /// [`crate::records`]).
+    /// [`crate::records`]); this match only unpacks a record into its step,
+    /// one arm per kind, which is why it is longer than a screen.
     pub fn apply(&mut self, record: &MetadataRecord) -> Result<(), ApplyError> {
         match record {
             MetadataRecord::ClusterIdAssigned { cluster_id } => self.assign_cluster_id(cluster_id),
