@@ -1,4 +1,4 @@
-//! Applying a [`MetadataImage`] to what this broker hosts: the one place
+//! Applying a [`MetadataView`] to what this broker hosts: the one place
 //! where metadata turns into open logs and leadership, for both modes.
 //!
 //! [`Broker::apply_image`] makes the hosted partitions match an image:
@@ -35,7 +35,7 @@ use uuid::Uuid;
 
 use crate::error::BrokerError;
 use crate::fsutil::write_atomic;
-use crate::metadata::{MetadataImage, TopicMetadata};
+use crate::metadata::{MetadataView, TopicMetadata};
 use crate::replica::{partition_dir, Leadership};
 use crate::{now_ms, Broker};
 
@@ -79,7 +79,7 @@ pub(crate) fn min_insync_replicas(topic: &TopicMetadata) -> usize {
 impl Broker {
     /// Makes the hosted partitions match `image` (see the module docs).
     /// Every partition is attempted; the first failure is returned.
-    pub fn apply_image(&self, image: &Arc<MetadataImage>) -> Result<(), BrokerError> {
+    pub fn apply_image(&self, image: &Arc<MetadataView>) -> Result<(), BrokerError> {
         let mut applied = self.applied.lock().unwrap_or_else(|p| p.into_inner());
         if image.offset < applied.offset {
             return Ok(());
@@ -185,7 +185,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::metadata::{
-        BrokerInfo, LocalMetadataStore, PartitionInfo, TopicMetadata, NO_LEADER,
+        BrokerInfo, LocalMetadataStore, PartitionState, TopicMetadata, NO_LEADER,
     };
     use crate::producer_ids::LocalProducerIdBlockSource;
     use crate::BrokerConfig;
@@ -202,7 +202,7 @@ mod tests {
         Broker::open_with(config, Arc::new(store), Box::new(ids)).unwrap()
     }
 
-    fn image(offset: u64, topic_id: Uuid, states: Vec<PartitionInfo>) -> Arc<MetadataImage> {
+    fn image(offset: u64, topic_id: Uuid, states: Vec<PartitionState>) -> Arc<MetadataView> {
         let brokers = (1..=2)
             .map(|id| BrokerInfo {
                 node_id: id,
@@ -220,7 +220,7 @@ mod tests {
             configs: Default::default(),
             partition_states: states,
         };
-        Arc::new(MetadataImage::from_parts(
+        Arc::new(MetadataView::from_parts(
             offset,
             "c".into(),
             1,
@@ -229,8 +229,8 @@ mod tests {
         ))
     }
 
-    fn state(replica: i32, leader: i32, leader_epoch: i32) -> PartitionInfo {
-        PartitionInfo {
+    fn state(replica: i32, leader: i32, leader_epoch: i32) -> PartitionState {
+        PartitionState {
             leader,
             leader_epoch,
             replicas: vec![replica],

@@ -1,10 +1,16 @@
 //! The one place where internal errors become Kafka error codes.
 //!
-//! Handlers return typed errors; the protocol edge asks [`kafka_code`] for the
-//! code a real Kafka broker would answer. `Display` of these errors is a single
+//! Handlers return typed errors; the protocol edge asks the `*_error_code`
+//! functions here for the code a real Kafka broker would answer. Controller
+//! failures (cluster mode) arrive as [`ControllerError`]s, whose codes come
+//! from the same `ResponseError` table, and become [`MetadataError`]s here
+//! ([`controller_error`]). `Display` of these errors is a single
 //! line meant for logs and `error_message` fields.
 
+use std::time::Duration;
+
 use kafka_protocol::error::ResponseError;
+use samsa_controller::ControllerError;
 use samsa_storage::StorageError;
 
 use crate::replica::PartitionError;
@@ -49,9 +55,12 @@ pub enum MetadataError {
     /// progress): retriable, answered as REQUEST_TIMED_OUT.
     #[error("controller quorum unavailable: {0}")]
     ControllerUnavailable(String),
-    /// The controller refused the change with this Kafka error code.
+    /// The controller refused the change with this Kafka error.
     #[error("{message}")]
-    Rejected { code: i16, message: String },
+    Rejected {
+        error: ResponseError,
+        message: String,
+    },
     #[error("topic '{0}' already exists")]
     TopicAlreadyExists(String),
     #[error("unknown topic '{0}'")]
@@ -130,9 +139,48 @@ pub fn metadata_error_code(error: &MetadataError) -> ResponseError {
             ResponseError::UnknownServerError
         }
         MetadataError::ControllerUnavailable(_) => ResponseError::RequestTimedOut,
-        MetadataError::Rejected { code, .. } => {
-            ResponseError::try_from_code(*code).unwrap_or(ResponseError::UnknownServerError)
+        MetadataError::Rejected { error, .. } => *error,
+    }
+}
+
+/// A controller's failure of a metadata change to `topic` (cluster mode), as
+/// the broker answers it: the topic errors by name, the retriable ones
+/// (no leader, commit timeout, controller unreachable) as
+/// [`MetadataError::ControllerUnavailable`] with what to check (the quorum
+/// `voters`, the `request_timeout` waited), everything else with the
+/// controller's own error.
+pub fn controller_error(
+    e: ControllerError,
+    topic: &str,
+    voters: &str,
+    request_timeout: Duration,
+) -> MetadataError {
+    match e {
+        ControllerError::TopicAlreadyExists(_) => {
+            MetadataError::TopicAlreadyExists(topic.to_owned())
         }
+        ControllerError::UnknownTopic(_) | ControllerError::UnknownTopicId(_) => {
+            MetadataError::UnknownTopic(topic.to_owned())
+        }
+        ControllerError::InvalidTopic(reason) => MetadataError::InvalidTopic {
+            name: topic.to_owned(),
+            reason,
+        },
+        ControllerError::NotController { .. } => MetadataError::ControllerUnavailable(format!(
+            "no active controller within {request_timeout:?}: the quorum {voters} has no leader \
+             (is a majority of the controllers down?); retry later"
+        )),
+        ControllerError::Timeout(why) => MetadataError::ControllerUnavailable(format!(
+            "the active controller did not commit the change within {request_timeout:?} \
+             ({why}); it may still take effect"
+        )),
+        ControllerError::Internal(why) => MetadataError::ControllerUnavailable(format!(
+            "cannot reach an active controller of {voters}: {why}"
+        )),
+        other => MetadataError::Rejected {
+            error: other.kafka_error(),
+            message: other.to_string(),
+        },
     }
 }
 
@@ -284,6 +332,46 @@ pub fn grpc_error_code(error: Option<ResponseError>) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn controller_failures_keep_their_kafka_code() {
+        let code = |e: ControllerError| {
+            metadata_error_code(&controller_error(
+                e,
+                "t",
+                "1@h:9093",
+                Duration::from_secs(1),
+            ))
+        };
+        assert_eq!(
+            code(ControllerError::TopicAlreadyExists("t".into())),
+            ResponseError::TopicAlreadyExists
+        );
+        assert_eq!(
+            code(ControllerError::UnknownTopicId(uuid::Uuid::nil())),
+            ResponseError::UnknownTopicOrPartition
+        );
+        // No leader, a commit timeout and an unreachable controller are
+        // retriable for the client.
+        for retriable in [
+            ControllerError::NotController { leader: None },
+            ControllerError::Timeout("commit".into()),
+            ControllerError::Internal("connection refused".into()),
+        ] {
+            assert_eq!(code(retriable), ResponseError::RequestTimedOut);
+        }
+        assert_eq!(
+            code(ControllerError::InvalidReplicationFactor("3 > 1".into())),
+            ResponseError::InvalidReplicationFactor
+        );
+        assert_eq!(
+            code(ControllerError::Remote {
+                code: ResponseError::PolicyViolation.code(),
+                message: "no".into()
+            }),
+            ResponseError::PolicyViolation
+        );
+    }
 
     #[test]
     fn produce_verification_errors_follow_the_request_version() {

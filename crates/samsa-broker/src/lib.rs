@@ -62,7 +62,7 @@ use tracing::{info, warn};
 pub use config::BrokerConfig;
 pub use error::{BrokerError, MetadataError};
 use metadata::{
-    BrokerInfo, LocalMetadataStore, MetadataImage, MetadataStore, NewTopic, TopicMetadata,
+    BrokerInfo, LocalMetadataStore, MetadataStore, MetadataView, NewTopic, TopicMetadata,
 };
 use producer_ids::{LocalProducerIdBlockSource, ProducerIdBlockSource, ProducerIdManager};
 use replica::{Partition, ReplicaManager};
@@ -103,7 +103,7 @@ pub struct Broker {
     /// Serializes topic creation/deletion so logs and metadata change together.
     admin_lock: tokio::sync::Mutex<()>,
     /// The image the hosted partitions were last made to match (see `apply`).
-    applied: std::sync::Mutex<Arc<MetadataImage>>,
+    applied: std::sync::Mutex<Arc<MetadataView>>,
     /// Single-node mode (local metadata file).
     single_node: bool,
     /// The transaction coordinator and its IO shell.
@@ -174,7 +174,7 @@ impl Broker {
             replicas,
             producer_ids: ProducerIdManager::new(id_source),
             admin_lock: tokio::sync::Mutex::new(()),
-            applied: std::sync::Mutex::new(Arc::new(MetadataImage::default())),
+            applied: std::sync::Mutex::new(Arc::new(MetadataView::default())),
         })
     }
 

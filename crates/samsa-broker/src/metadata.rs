@@ -4,15 +4,16 @@
 //!
 //! [`MetadataStore`] is the boundary between the broker and wherever metadata
 //! is decided. Two implementations exist and produce the *same* kind of
-//! [`MetadataImage`], so handlers never branch on the mode:
+//! [`MetadataView`], so handlers never branch on the mode:
 //!
 //! - [`LocalMetadataStore`] (single node): one JSON file written atomically;
 //!   every partition is led by this node at leader epoch 0 and the broker list
 //!   is this node alone;
-//! - `cluster::QuorumMetadataStore` (cluster mode): the image follows the
-//!   controller quorum's committed metadata log.
+//! - `cluster::QuorumMetadataStore` (cluster mode): the view follows the
+//!   controller quorum's committed metadata log (the controller's
+//!   `MetadataImage`, converted by `cluster::metadata_view`).
 //!
-//! Readers take an immutable [`MetadataImage`] snapshot (an `Arc`), so a
+//! Readers take an immutable [`MetadataView`] snapshot (an `Arc`), so a
 //! request sees one consistent view even while metadata changes.
 //!
 //! Invariants: a topic name maps to exactly one topic id; every topic carries
@@ -32,8 +33,10 @@ use crate::coordinator::placement::{CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TO
 use crate::error::MetadataError;
 use crate::fsutil::write_atomic;
 
-/// `leader` of a partition that has no leader (Kafka's -1).
-pub const NO_LEADER: i32 = -1;
+/// `leader` of a partition that has no leader (Kafka's -1), and the leader
+/// and ISR of one partition: the controller's types, which the broker's view
+/// carries as they are.
+pub use samsa_controller::{PartitionState, NO_LEADER};
 
 /// One broker as the metadata knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,26 +48,6 @@ pub struct BrokerInfo {
     pub rack: Option<String>,
     /// Fenced brokers lead nothing and are left out of Metadata answers.
     pub fenced: bool,
-}
-
-/// Leadership of one partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionInfo {
-    /// [`NO_LEADER`] when no replica can lead.
-    pub leader: i32,
-    pub leader_epoch: i32,
-    /// Assigned replicas, preferred leader first.
-    pub replicas: Vec<i32>,
-    pub isr: Vec<i32>,
-    /// Bumped on every change of the partition; `AlterPartition` compares it.
-    pub partition_epoch: i32,
-}
-
-impl PartitionInfo {
-    /// Whether `node` is one of the partition's replicas (and so hosts its log).
-    pub fn is_replica(&self, node: i32) -> bool {
-        self.replicas.contains(&node)
-    }
 }
 
 /// One topic as the cluster knows it.
@@ -79,11 +62,11 @@ pub struct TopicMetadata {
     /// Leadership of partitions `0..partitions`, by index. Not part of the
     /// single-node file: the local store derives it ("this node leads").
     #[serde(skip)]
-    pub partition_states: Vec<PartitionInfo>,
+    pub partition_states: Vec<PartitionState>,
 }
 
 impl TopicMetadata {
-    pub fn partition(&self, index: i32) -> Option<&PartitionInfo> {
+    pub fn partition(&self, index: i32) -> Option<&PartitionState> {
         usize::try_from(index)
             .ok()
             .and_then(|i| self.partition_states.get(i))
@@ -137,12 +120,17 @@ pub struct NewTopic {
     pub assignments: Option<Vec<Vec<i32>>>,
 }
 
-/// An immutable view of all metadata.
+/// The broker's view of the cluster: an immutable snapshot of all metadata
+/// as this broker serves it. In cluster mode it is built from the
+/// controller's `samsa_controller::MetadataImage` (`cluster::metadata_view`:
+/// Kafka endpoints, live brokers, the reported controller); on a single node
+/// from the local file. Not to be confused with that image, which is the
+/// controller's own state (registrations, epochs, producer-id blocks).
 #[derive(Debug, Clone, Default)]
-pub struct MetadataImage {
-    /// Position of this image in its store's history: the metadata log
+pub struct MetadataView {
+    /// Position of this view in its store's history: the metadata log
     /// offset in cluster mode, a change counter in single-node mode. A newer
-    /// image never has a smaller offset.
+    /// view never has a smaller offset.
     pub offset: u64,
     pub cluster_id: String,
     /// The broker reported as "controller" to Kafka clients.
@@ -153,7 +141,7 @@ pub struct MetadataImage {
     topic_names_by_id: HashMap<Uuid, String>,
 }
 
-impl MetadataImage {
+impl MetadataView {
     /// Builds an image at `offset`; `brokers` are sorted by id. Each topic
     /// must carry its partition states.
     pub fn from_parts(
@@ -164,7 +152,7 @@ impl MetadataImage {
         topics: impl IntoIterator<Item = TopicMetadata>,
     ) -> Self {
         brokers.sort_by_key(|b| b.node_id);
-        let mut image = MetadataImage {
+        let mut image = MetadataView {
             offset,
             cluster_id,
             controller_id,
@@ -197,7 +185,7 @@ impl MetadataImage {
         self.topics.get(name)
     }
 
-    pub fn partition(&self, topic: &str, index: i32) -> Option<&PartitionInfo> {
+    pub fn partition(&self, topic: &str, index: i32) -> Option<&PartitionState> {
         self.topic(topic).and_then(|t| t.partition(index))
     }
 
@@ -214,7 +202,7 @@ impl MetadataImage {
 ///
 /// [`image`]: MetadataStore::image
 pub trait MetadataStore: Send + Sync {
-    fn image(&self) -> Arc<MetadataImage>;
+    fn image(&self) -> Arc<MetadataView>;
     fn create_topic(
         &self,
         topic: NewTopic,
@@ -253,7 +241,7 @@ struct MetadataFile {
 pub struct LocalMetadataStore {
     path: PathBuf,
     local: BrokerInfo,
-    image: Mutex<Arc<MetadataImage>>,
+    image: Mutex<Arc<MetadataView>>,
 }
 
 /// The single-node image: `local` leads every partition at epoch 0.
@@ -262,11 +250,11 @@ fn local_image(
     cluster_id: String,
     local: &BrokerInfo,
     topics: impl IntoIterator<Item = TopicMetadata>,
-) -> MetadataImage {
+) -> MetadataView {
     let me = local.node_id;
     let topics = topics.into_iter().map(|mut topic| {
         topic.partition_states = (0..topic.partitions)
-            .map(|_| PartitionInfo {
+            .map(|_| PartitionState {
                 leader: me,
                 leader_epoch: 0,
                 replicas: vec![me],
@@ -276,7 +264,7 @@ fn local_image(
             .collect();
         topic
     });
-    MetadataImage::from_parts(offset, cluster_id, me, vec![local.clone()], topics)
+    MetadataView::from_parts(offset, cluster_id, me, vec![local.clone()], topics)
 }
 
 impl LocalMetadataStore {
@@ -356,7 +344,7 @@ fn base64_url(bytes: &[u8]) -> String {
     out
 }
 
-fn persist(path: &std::path::Path, image: &MetadataImage) -> Result<(), MetadataError> {
+fn persist(path: &std::path::Path, image: &MetadataView) -> Result<(), MetadataError> {
     let file = MetadataFile {
         cluster_id: image.cluster_id.clone(),
         offset: image.offset,
@@ -377,7 +365,7 @@ fn persist(path: &std::path::Path, image: &MetadataImage) -> Result<(), Metadata
 }
 
 impl MetadataStore for LocalMetadataStore {
-    fn image(&self) -> Arc<MetadataImage> {
+    fn image(&self) -> Arc<MetadataView> {
         self.image.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 

@@ -16,14 +16,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::fsutil::write_atomic;
 
-pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
+pub use samsa_controller::logic::ProducerIdBlock;
 
-/// A contiguous, never-reused range of producer ids: `first..first + size`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProducerIdBlock {
-    pub first: i64,
-    pub size: i64,
-}
+/// Size of a single node's blocks (a cluster's come from the controller,
+/// sized by `producer_id_block_size`).
+pub const PRODUCER_ID_BLOCK_SIZE: i32 = 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProducerIdError {
@@ -91,7 +88,7 @@ impl LocalProducerIdBlockSource {
             .unwrap_or_else(|p| p.into_inner());
         let first = *next;
         let after = first
-            .checked_add(PRODUCER_ID_BLOCK_SIZE)
+            .checked_add(i64::from(PRODUCER_ID_BLOCK_SIZE))
             .ok_or(ProducerIdError::Exhausted)?;
         // Durable before handed out: a crash after this write skips the block.
         let bytes = serde_json::to_vec(&NextBlock {
@@ -157,7 +154,7 @@ impl ProducerIdManager {
             return Ok(());
         }
         let block = self.source.allocate_block().await?;
-        *current = Some((block.first, block.first + block.size));
+        *current = Some((block.first, block.end()));
         Ok(())
     }
 
@@ -170,7 +167,7 @@ impl ProducerIdManager {
             }
             _ => {
                 let block = self.source.allocate_block().await?;
-                *current = Some((block.first + 1, block.first + block.size));
+                *current = Some((block.first + 1, block.end()));
                 Ok(block.first)
             }
         }

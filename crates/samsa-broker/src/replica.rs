@@ -8,6 +8,16 @@
 //! (leader or not, leader epoch); produce, fetch and list-offsets are served
 //! only where this broker leads. The metadata applier (`apply`) sets it.
 //!
+//! `impl Partition` has two sites, split by lock: this file holds what the
+//! request paths (produce, fetch, list-offsets, the coordinators) call —
+//! log access, admission of transactional writes, reads, the acks=all waits
+//! (fsync, then the HW: [`Partition::wait_replicated`]) — and
+//! `replication/state.rs` everything that reads or changes the partition's
+//! [`ReplicaState`] under the log and replication locks (leader appends that
+//! advance the HW, serving a follower's fetch, a follower's appends and
+//! truncations, ISR changes), so the lock order and the HW rule are kept in
+//! one file.
+//!
 //! Invariants kept here:
 //! - the high watermark is the minimum log end offset over the ISR (see
 //!   `replication`); a partition whose ISR is just this leader has it equal
@@ -23,10 +33,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
 use samsa_storage::{AppendInfo, FlushPolicy, LogConfig, PartitionLog, ReadResult, StorageError};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::error::BrokerError;
@@ -318,7 +330,7 @@ impl Partition {
         &self,
         end_offset: i64,
         leader_epoch: i32,
-        deadline: tokio::time::Instant,
+        deadline: Instant,
     ) -> Result<(), (ResponseError, String)> {
         if self.flushes_before_ack {
             if let Err(e) = self.wait_durable(end_offset).await {
@@ -338,6 +350,49 @@ impl Partition {
                     ),
                 )
             })
+    }
+
+    /// Waits until the HW covers `end_offset` (acks=all). Fails with
+    /// NOT_LEADER_OR_FOLLOWER when leadership or its epoch changes,
+    /// REQUEST_TIMED_OUT at `deadline`, and NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    /// when the HW got there with fewer ISR members than `min.insync.replicas`.
+    pub async fn wait_replicated(
+        &self,
+        end_offset: i64,
+        leader_epoch: i32,
+        deadline: Instant,
+    ) -> Result<(), ResponseError> {
+        // Leadership changes do not move the HW; look again at least this often.
+        const RECHECK: Duration = Duration::from_millis(100);
+        let mut hw = self.watch_high_watermark();
+        loop {
+            // The HW is read before the leadership: a HW covering the batch
+            // counts only if this replica still leads in the epoch that
+            // appended it. A replica that lost leadership may have had the
+            // batch cut as a divergent suffix, and its HW then moves with
+            // the new leader's records at those offsets.
+            let covered = *hw.borrow_and_update() >= end_offset;
+            let leadership = self.leadership();
+            if !leadership.is_leader || leadership.leader_epoch != leader_epoch {
+                return Err(ResponseError::NotLeaderOrFollower);
+            }
+            if covered {
+                let (isr, min) = self.isr_and_min();
+                return if isr < min {
+                    Err(ResponseError::NotEnoughReplicasAfterAppend)
+                } else {
+                    Ok(())
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ResponseError::RequestTimedOut);
+            }
+            let wake = deadline.min(now + RECHECK);
+            if let Ok(Err(_)) = tokio::time::timeout_at(wake, hw.changed()).await {
+                return Err(ResponseError::NotLeaderOrFollower);
+            }
+        }
     }
 
     /// DescribeProducers' view of this partition.

@@ -89,7 +89,8 @@ fn topic_result_error(r: &pb::TopicResult) -> Result<(), ControllerError> {
     if r.error_code == 0 {
         return Ok(());
     }
-    let code = i16::try_from(r.error_code).unwrap_or(crate::error::codes::UNKNOWN_SERVER_ERROR);
+    let code = i16::try_from(r.error_code)
+        .unwrap_or(crate::error::ResponseError::UnknownServerError.code());
     Err(ControllerError::from_code(
         code,
         r.error_message.clone(),
@@ -473,7 +474,7 @@ impl ControllerClient {
                     Ok(r.leader)
                 } else {
                     let code = i16::try_from(r.error_code)
-                        .unwrap_or(crate::error::codes::UNKNOWN_SERVER_ERROR);
+                        .unwrap_or(crate::error::ResponseError::UnknownServerError.code());
                     Err(ControllerError::from_code(code, r.error_message, None))
                 },
                 topic: r.topic,

@@ -42,7 +42,8 @@ pub fn error_from_pb(e: Option<pb::ControllerError>) -> Result<(), ControllerErr
                 node_id,
                 address: e.leader_address.clone(),
             });
-            let code = i16::try_from(e.code).unwrap_or(crate::error::codes::UNKNOWN_SERVER_ERROR);
+            let code = i16::try_from(e.code)
+                .unwrap_or(crate::error::ResponseError::UnknownServerError.code());
             Err(ControllerError::from_code(code, e.message, leader))
         }
     }

@@ -1,39 +1,19 @@
 //! `ControllerError`: every way a controller request can fail, and the one
-//! place where those failures become Kafka error codes ([`ControllerError::code`]).
+//! place where those failures become Kafka error codes
+//! ([`ControllerError::kafka_error`]).
+//!
+//! The codes themselves come from the same table the broker answers with,
+//! `kafka_protocol::error::ResponseError`, so no code number is written in
+//! samsa: a controller answer and a broker answer for the same failure carry
+//! the same code by construction.
 //!
 //! `Display` gives a one-line message without the cause chain; the cause, when
 //! there is one, is logged where the error is produced.
 
-use crate::records::BrokerId;
+pub use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
-/// Kafka error codes the controller answers with (values from the Kafka protocol).
-pub mod codes {
-    pub const NONE: i16 = 0;
-    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
-    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-    pub const REQUEST_TIMED_OUT: i16 = 7;
-    pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
-    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
-    pub const INVALID_PARTITIONS: i16 = 37;
-    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
-    pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
-    pub const INVALID_CONFIG: i16 = 40;
-    pub const NOT_CONTROLLER: i16 = 41;
-    pub const INVALID_REQUEST: i16 = 42;
-    pub const FENCED_LEADER_EPOCH: i16 = 74;
-    pub const STALE_BROKER_EPOCH: i16 = 77;
-    pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
-    pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
-    pub const ELECTION_NOT_NEEDED: i16 = 84;
-    pub const INVALID_UPDATE_VERSION: i16 = 95;
-    pub const UNKNOWN_TOPIC_ID: i16 = 100;
-    pub const DUPLICATE_BROKER_REGISTRATION: i16 = 101;
-    pub const BROKER_ID_NOT_REGISTERED: i16 = 102;
-    pub const INCONSISTENT_CLUSTER_ID: i16 = 104;
-    pub const INELIGIBLE_REPLICA: i16 = 107;
-}
+use crate::records::BrokerId;
 
 /// Where the Raft leader is, as far as this node knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,59 +87,68 @@ pub enum ControllerError {
 }
 
 impl ControllerError {
-    /// The Kafka error code for this failure.
-    pub fn code(&self) -> i16 {
-        use codes::*;
+    /// The Kafka error for this failure.
+    pub fn kafka_error(&self) -> ResponseError {
+        use ResponseError as E;
         match self {
-            Self::NotController { .. } => NOT_CONTROLLER,
-            Self::BrokerIdNotRegistered(_) => BROKER_ID_NOT_REGISTERED,
-            Self::StaleBrokerEpoch { .. } => STALE_BROKER_EPOCH,
-            Self::DuplicateBrokerRegistration(_) => DUPLICATE_BROKER_REGISTRATION,
-            Self::InconsistentClusterId { .. } => INCONSISTENT_CLUSTER_ID,
-            Self::TopicAlreadyExists(_) => TOPIC_ALREADY_EXISTS,
-            Self::UnknownTopic(_) | Self::UnknownPartition { .. } => UNKNOWN_TOPIC_OR_PARTITION,
-            Self::UnknownTopicId(_) => UNKNOWN_TOPIC_ID,
-            Self::InvalidTopic(_) => INVALID_TOPIC_EXCEPTION,
-            Self::InvalidPartitions(_) => INVALID_PARTITIONS,
-            Self::InvalidReplicationFactor(_) => INVALID_REPLICATION_FACTOR,
-            Self::InvalidReplicaAssignment(_) => INVALID_REPLICA_ASSIGNMENT,
-            Self::InvalidConfig(_) => INVALID_CONFIG,
-            Self::InvalidRequest(_) => INVALID_REQUEST,
-            Self::NotLeader { .. } => NOT_LEADER_OR_FOLLOWER,
-            Self::FencedLeaderEpoch { .. } => FENCED_LEADER_EPOCH,
-            Self::InvalidUpdateVersion { .. } => INVALID_UPDATE_VERSION,
-            Self::IneligibleReplica(_) => INELIGIBLE_REPLICA,
-            Self::PreferredLeaderNotAvailable => PREFERRED_LEADER_NOT_AVAILABLE,
-            Self::EligibleLeadersNotAvailable => ELIGIBLE_LEADERS_NOT_AVAILABLE,
-            Self::ElectionNotNeeded => ELECTION_NOT_NEEDED,
-            Self::Timeout(_) => REQUEST_TIMED_OUT,
-            Self::Internal(_) => UNKNOWN_SERVER_ERROR,
-            Self::Remote { code, .. } => *code,
+            Self::NotController { .. } => E::NotController,
+            Self::BrokerIdNotRegistered(_) => E::BrokerIdNotRegistered,
+            Self::StaleBrokerEpoch { .. } => E::StaleBrokerEpoch,
+            Self::DuplicateBrokerRegistration(_) => E::DuplicateBrokerRegistration,
+            Self::InconsistentClusterId { .. } => E::InconsistentClusterId,
+            Self::TopicAlreadyExists(_) => E::TopicAlreadyExists,
+            Self::UnknownTopic(_) | Self::UnknownPartition { .. } => E::UnknownTopicOrPartition,
+            Self::UnknownTopicId(_) => E::UnknownTopicId,
+            Self::InvalidTopic(_) => E::InvalidTopicException,
+            Self::InvalidPartitions(_) => E::InvalidPartitions,
+            Self::InvalidReplicationFactor(_) => E::InvalidReplicationFactor,
+            Self::InvalidReplicaAssignment(_) => E::InvalidReplicaAssignment,
+            Self::InvalidConfig(_) => E::InvalidConfig,
+            Self::InvalidRequest(_) => E::InvalidRequest,
+            Self::NotLeader { .. } => E::NotLeaderOrFollower,
+            Self::FencedLeaderEpoch { .. } => E::FencedLeaderEpoch,
+            Self::InvalidUpdateVersion { .. } => E::InvalidUpdateVersion,
+            Self::IneligibleReplica(_) => E::IneligibleReplica,
+            Self::PreferredLeaderNotAvailable => E::PreferredLeaderNotAvailable,
+            Self::EligibleLeadersNotAvailable => E::EligibleLeadersNotAvailable,
+            Self::ElectionNotNeeded => E::ElectionNotNeeded,
+            Self::Timeout(_) => E::RequestTimedOut,
+            Self::Internal(_) => E::UnknownServerError,
+            // A code received over the wire, kept as it came (`Unknown` for
+            // a code kafka-protocol does not name).
+            Self::Remote { code, .. } => {
+                ResponseError::try_from_code(*code).unwrap_or(E::Unknown(*code))
+            }
         }
+    }
+
+    /// The Kafka error code for this failure, as it goes on the wire.
+    pub fn code(&self) -> i16 {
+        self.kafka_error().code()
     }
 
     /// Rebuilds an error from a code and message received over the wire (the
     /// client side of [`ControllerError::code`]). Codes without a dedicated
     /// variant come back as [`ControllerError::Internal`] carrying the message.
     pub fn from_code(code: i16, message: String, leader: Option<LeaderHint>) -> Self {
-        use codes::*;
-        match code {
-            NOT_CONTROLLER => Self::NotController { leader },
-            TOPIC_ALREADY_EXISTS => Self::TopicAlreadyExists(message),
-            UNKNOWN_TOPIC_OR_PARTITION => Self::UnknownTopic(message),
-            INVALID_TOPIC_EXCEPTION => Self::InvalidTopic(message),
-            INVALID_PARTITIONS => Self::InvalidPartitions(message),
-            INVALID_REPLICATION_FACTOR => Self::InvalidReplicationFactor(message),
-            INVALID_REPLICA_ASSIGNMENT => Self::InvalidReplicaAssignment(message),
-            INVALID_CONFIG => Self::InvalidConfig(message),
-            INVALID_REQUEST => Self::InvalidRequest(message),
-            INELIGIBLE_REPLICA => Self::IneligibleReplica(message),
-            PREFERRED_LEADER_NOT_AVAILABLE => Self::PreferredLeaderNotAvailable,
-            ELIGIBLE_LEADERS_NOT_AVAILABLE => Self::EligibleLeadersNotAvailable,
-            ELECTION_NOT_NEEDED => Self::ElectionNotNeeded,
-            REQUEST_TIMED_OUT => Self::Timeout(message),
+        use ResponseError as E;
+        match ResponseError::try_from_code(code) {
+            Some(E::NotController) => Self::NotController { leader },
+            Some(E::TopicAlreadyExists) => Self::TopicAlreadyExists(message),
+            Some(E::UnknownTopicOrPartition) => Self::UnknownTopic(message),
+            Some(E::InvalidTopicException) => Self::InvalidTopic(message),
+            Some(E::InvalidPartitions) => Self::InvalidPartitions(message),
+            Some(E::InvalidReplicationFactor) => Self::InvalidReplicationFactor(message),
+            Some(E::InvalidReplicaAssignment) => Self::InvalidReplicaAssignment(message),
+            Some(E::InvalidConfig) => Self::InvalidConfig(message),
+            Some(E::InvalidRequest) => Self::InvalidRequest(message),
+            Some(E::IneligibleReplica) => Self::IneligibleReplica(message),
+            Some(E::PreferredLeaderNotAvailable) => Self::PreferredLeaderNotAvailable,
+            Some(E::EligibleLeadersNotAvailable) => Self::EligibleLeadersNotAvailable,
+            Some(E::ElectionNotNeeded) => Self::ElectionNotNeeded,
+            Some(E::RequestTimedOut) => Self::Timeout(message),
+            // NONE (`None`) never reaches here: callers only rebuild failures.
             _ => Self::Remote { code, message },
-            // NONE never reaches here: callers only rebuild failures.
         }
     }
 }

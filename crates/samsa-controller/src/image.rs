@@ -67,7 +67,8 @@ impl BrokerRegistration {
     }
 }
 
-/// Leader and ISR of one partition.
+/// Leader and ISR of one partition. The one type for it: the broker's view
+/// (`samsa_broker::metadata::TopicMetadata`) carries these too.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionState {
     /// Assigned replicas, preferred leader first.
@@ -85,6 +86,11 @@ pub struct PartitionState {
 impl PartitionState {
     pub fn has_leader(&self) -> bool {
         self.leader != NO_LEADER
+    }
+
+    /// Whether `broker` is one of the partition's replicas (and so hosts its log).
+    pub fn is_replica(&self, broker: BrokerId) -> bool {
+        self.replicas.contains(&broker)
     }
 }
 
@@ -276,83 +282,47 @@ impl MetadataImage {
     }
 
     /// Applies one record. Checks its guard first; on error nothing changed.
+    /// Each record kind has its own step below (the guard table is in
+    /// [`crate::records`]); this match only unpacks a record into its step,
+    /// one arm per kind, which is why it is longer than a screen.
     pub fn apply(&mut self, record: &MetadataRecord) -> Result<(), ApplyError> {
         match record {
-            MetadataRecord::ClusterIdAssigned { cluster_id } => {
-                if let Some(current) = &self.cluster_id {
-                    return Err(ApplyError::ClusterIdAlreadySet(current.clone()));
-                }
-                self.cluster_id = Some(cluster_id.clone());
-            }
+            MetadataRecord::ClusterIdAssigned { cluster_id } => self.assign_cluster_id(cluster_id),
             MetadataRecord::BrokerRegistered {
                 broker_id,
                 incarnation_id,
                 broker_epoch,
                 endpoints,
                 rack,
-            } => {
-                if *broker_epoch != self.next_broker_epoch {
-                    return Err(ApplyError::BrokerEpochNotNext {
-                        got: *broker_epoch,
-                        expected: self.next_broker_epoch,
-                    });
-                }
-                self.next_broker_epoch += 1;
-                self.brokers.insert(
-                    *broker_id,
-                    BrokerRegistration {
-                        broker_id: *broker_id,
-                        incarnation_id: *incarnation_id,
-                        broker_epoch: *broker_epoch,
-                        endpoints: endpoints.clone(),
-                        rack: rack.clone(),
-                        fenced: true,
-                        in_controlled_shutdown: false,
-                        registered_offset: self.offset,
-                    },
-                );
-            }
+            } => self.register_broker(BrokerRegistration {
+                broker_id: *broker_id,
+                incarnation_id: *incarnation_id,
+                broker_epoch: *broker_epoch,
+                endpoints: endpoints.clone(),
+                rack: rack.clone(),
+                fenced: true,
+                in_controlled_shutdown: false,
+                registered_offset: self.offset,
+            }),
             MetadataRecord::BrokerFenced {
                 broker_id,
                 broker_epoch,
                 controlled_shutdown,
-            } => {
-                let broker = self.broker_with_epoch(*broker_id, *broker_epoch)?;
-                broker.fenced = true;
-                broker.in_controlled_shutdown |= *controlled_shutdown;
-            }
+            } => self.fence_broker(*broker_id, *broker_epoch, *controlled_shutdown),
             MetadataRecord::BrokerUnfenced {
                 broker_id,
                 broker_epoch,
-            } => {
-                let broker = self.broker_with_epoch(*broker_id, *broker_epoch)?;
-                if broker.in_controlled_shutdown {
-                    return Err(ApplyError::BrokerShuttingDown(*broker_id));
-                }
-                broker.fenced = false;
-            }
+            } => self.unfence_broker(*broker_id, *broker_epoch),
             MetadataRecord::TopicCreated {
                 name,
                 topic_id,
                 configs,
-            } => {
-                if self.topics.contains_key(name) {
-                    return Err(ApplyError::TopicExists(name.clone()));
-                }
-                if self.topic_ids.contains_key(topic_id) {
-                    return Err(ApplyError::TopicIdExists(*topic_id));
-                }
-                self.topic_ids.insert(*topic_id, name.clone());
-                self.topics.insert(
-                    name.clone(),
-                    Arc::new(TopicImage {
-                        name: name.clone(),
-                        topic_id: *topic_id,
-                        configs: configs.clone(),
-                        partitions: Vec::new(),
-                    }),
-                );
-            }
+            } => self.create_topic(TopicImage {
+                name: name.clone(),
+                topic_id: *topic_id,
+                configs: configs.clone(),
+                partitions: Vec::new(),
+            }),
             MetadataRecord::PartitionCreated {
                 topic_id,
                 partition,
@@ -361,26 +331,17 @@ impl MetadataImage {
                 leader,
                 leader_epoch,
                 partition_epoch,
-            } => {
-                let state = PartitionState {
+            } => self.create_partition(
+                topic_id,
+                *partition,
+                PartitionState {
                     replicas: replicas.clone(),
                     isr: isr.clone(),
                     leader: *leader,
                     leader_epoch: *leader_epoch,
                     partition_epoch: *partition_epoch,
-                };
-                check_partition_state(&state)?;
-                let topic = self.topic_mut(topic_id)?;
-                let count = topic.partitions.len();
-                if usize::try_from(*partition).ok() != Some(count) {
-                    return Err(ApplyError::PartitionOutOfOrder {
-                        topic_id: *topic_id,
-                        partition: *partition,
-                        count,
-                    });
-                }
-                topic.partitions.push(state);
-            }
+                },
+            ),
             MetadataRecord::PartitionChanged {
                 topic_id,
                 partition,
@@ -388,91 +349,209 @@ impl MetadataImage {
                 leader,
                 leader_epoch,
                 partition_epoch,
-            } => {
-                let topic_id = *topic_id;
-                let partition = *partition;
-                let current = self
-                    .topic_by_id(&topic_id)
-                    .ok_or(ApplyError::UnknownTopicId(topic_id))?
-                    .partition(partition)
-                    .ok_or(ApplyError::UnknownPartition {
-                        topic_id,
-                        partition,
-                    })?;
-                if Some(*partition_epoch) != current.partition_epoch.checked_add(1) {
-                    return Err(ApplyError::PartitionEpochNotNext {
-                        got: *partition_epoch,
-                        current: current.partition_epoch,
-                    });
-                }
-                if *leader_epoch < current.leader_epoch {
-                    return Err(ApplyError::LeaderEpochWentBack {
-                        got: *leader_epoch,
-                        current: current.leader_epoch,
-                    });
-                }
-                let next = PartitionState {
-                    replicas: current.replicas.clone(),
-                    isr: isr.clone(),
+            } => self.change_partition(
+                topic_id,
+                *partition,
+                PartitionChange {
+                    isr,
                     leader: *leader,
                     leader_epoch: *leader_epoch,
                     partition_epoch: *partition_epoch,
-                };
-                check_partition_state(&next)?;
-                let topic = self.topic_mut(&topic_id)?;
-                if let Some(slot) = usize::try_from(partition)
-                    .ok()
-                    .and_then(|p| topic.partitions.get_mut(p))
-                {
-                    *slot = next;
-                }
-            }
-            MetadataRecord::TopicDeleted { topic_id, name } => {
-                match self.topic_ids.get(topic_id) {
-                    Some(n) if n == name => {}
-                    Some(_) | None => return Err(ApplyError::UnknownTopicId(*topic_id)),
-                }
-                self.topic_ids.remove(topic_id);
-                self.topics.remove(name);
-            }
+                },
+            ),
+            MetadataRecord::TopicDeleted { topic_id, name } => self.delete_topic(topic_id, name),
             MetadataRecord::ProducerIdsAllocated {
                 first_producer_id,
                 size,
                 ..
-            } => {
-                if *first_producer_id != self.next_producer_id {
-                    return Err(ApplyError::ProducerIdNotNext {
-                        got: *first_producer_id,
-                        expected: self.next_producer_id,
-                    });
-                }
-                let next = (*size > 0)
-                    .then(|| first_producer_id.checked_add(i64::from(*size)))
-                    .flatten()
-                    .ok_or(ApplyError::InvalidProducerIdBlock(*size))?;
-                self.next_producer_id = next;
-            }
+            } => self.allocate_producer_ids(*first_producer_id, *size),
             MetadataRecord::ConfigChanged {
                 resource,
                 name,
                 value,
-            } => {
-                let configs = match resource {
-                    ConfigResource::Cluster => &mut self.cluster_configs,
-                    ConfigResource::Topic { name: topic } => {
-                        let topic = self
-                            .topics
-                            .get_mut(topic)
-                            .ok_or_else(|| ApplyError::UnknownTopic(topic.clone()))?;
-                        &mut Arc::make_mut(topic).configs
-                    }
-                };
-                match value {
-                    Some(v) => configs.insert(name.clone(), v.clone()),
-                    None => configs.remove(name),
-                };
-            }
+            } => self.change_config(resource, name, value.as_deref()),
         }
+    }
+
+    /// `ClusterIdAssigned`: the cluster id is set once.
+    fn assign_cluster_id(&mut self, cluster_id: &str) -> Result<(), ApplyError> {
+        if let Some(current) = &self.cluster_id {
+            return Err(ApplyError::ClusterIdAlreadySet(current.clone()));
+        }
+        self.cluster_id = Some(cluster_id.to_owned());
+        Ok(())
+    }
+
+    /// `BrokerRegistered`: (re)places the registration; its epoch must be
+    /// the next one, so epochs grow with every registration.
+    fn register_broker(&mut self, registration: BrokerRegistration) -> Result<(), ApplyError> {
+        if registration.broker_epoch != self.next_broker_epoch {
+            return Err(ApplyError::BrokerEpochNotNext {
+                got: registration.broker_epoch,
+                expected: self.next_broker_epoch,
+            });
+        }
+        self.next_broker_epoch += 1;
+        self.brokers.insert(registration.broker_id, registration);
+        Ok(())
+    }
+
+    /// `BrokerFenced`, of the registration with that epoch.
+    fn fence_broker(
+        &mut self,
+        broker_id: BrokerId,
+        broker_epoch: i64,
+        controlled_shutdown: bool,
+    ) -> Result<(), ApplyError> {
+        let broker = self.broker_with_epoch(broker_id, broker_epoch)?;
+        broker.fenced = true;
+        broker.in_controlled_shutdown |= controlled_shutdown;
+        Ok(())
+    }
+
+    /// `BrokerUnfenced`, of the registration with that epoch, unless it is
+    /// shutting down (only a new registration clears that).
+    fn unfence_broker(&mut self, broker_id: BrokerId, broker_epoch: i64) -> Result<(), ApplyError> {
+        let broker = self.broker_with_epoch(broker_id, broker_epoch)?;
+        if broker.in_controlled_shutdown {
+            return Err(ApplyError::BrokerShuttingDown(broker_id));
+        }
+        broker.fenced = false;
+        Ok(())
+    }
+
+    /// `TopicCreated`: name and id both unused.
+    fn create_topic(&mut self, topic: TopicImage) -> Result<(), ApplyError> {
+        if self.topics.contains_key(&topic.name) {
+            return Err(ApplyError::TopicExists(topic.name));
+        }
+        if self.topic_ids.contains_key(&topic.topic_id) {
+            return Err(ApplyError::TopicIdExists(topic.topic_id));
+        }
+        self.topic_ids.insert(topic.topic_id, topic.name.clone());
+        self.topics.insert(topic.name.clone(), Arc::new(topic));
+        Ok(())
+    }
+
+    /// `PartitionCreated`: a valid state, appended as the topic's next
+    /// partition (ids are dense).
+    fn create_partition(
+        &mut self,
+        topic_id: &Uuid,
+        partition: i32,
+        state: PartitionState,
+    ) -> Result<(), ApplyError> {
+        check_partition_state(&state)?;
+        let topic = self.topic_mut(topic_id)?;
+        let count = topic.partitions.len();
+        if usize::try_from(partition).ok() != Some(count) {
+            return Err(ApplyError::PartitionOutOfOrder {
+                topic_id: *topic_id,
+                partition,
+                count,
+            });
+        }
+        topic.partitions.push(state);
+        Ok(())
+    }
+
+    /// `PartitionChanged`: compare-and-set on the partition epoch (exactly
+    /// the next one), the leader epoch never goes back, and the result is a
+    /// valid state over the same replicas.
+    fn change_partition(
+        &mut self,
+        topic_id: &Uuid,
+        partition: i32,
+        change: PartitionChange<'_>,
+    ) -> Result<(), ApplyError> {
+        let current = self
+            .topic_by_id(topic_id)
+            .ok_or(ApplyError::UnknownTopicId(*topic_id))?
+            .partition(partition)
+            .ok_or(ApplyError::UnknownPartition {
+                topic_id: *topic_id,
+                partition,
+            })?;
+        if Some(change.partition_epoch) != current.partition_epoch.checked_add(1) {
+            return Err(ApplyError::PartitionEpochNotNext {
+                got: change.partition_epoch,
+                current: current.partition_epoch,
+            });
+        }
+        if change.leader_epoch < current.leader_epoch {
+            return Err(ApplyError::LeaderEpochWentBack {
+                got: change.leader_epoch,
+                current: current.leader_epoch,
+            });
+        }
+        let next = PartitionState {
+            replicas: current.replicas.clone(),
+            isr: change.isr.to_vec(),
+            leader: change.leader,
+            leader_epoch: change.leader_epoch,
+            partition_epoch: change.partition_epoch,
+        };
+        check_partition_state(&next)?;
+        let topic = self.topic_mut(topic_id)?;
+        if let Some(slot) = usize::try_from(partition)
+            .ok()
+            .and_then(|p| topic.partitions.get_mut(p))
+        {
+            *slot = next;
+        }
+        Ok(())
+    }
+
+    /// `TopicDeleted`: the name and the id must name the same topic.
+    fn delete_topic(&mut self, topic_id: &Uuid, name: &str) -> Result<(), ApplyError> {
+        match self.topic_ids.get(topic_id) {
+            Some(n) if n == name => {}
+            Some(_) | None => return Err(ApplyError::UnknownTopicId(*topic_id)),
+        }
+        self.topic_ids.remove(topic_id);
+        self.topics.remove(name);
+        Ok(())
+    }
+
+    /// `ProducerIdsAllocated`: blocks only move forward, one after the other,
+    /// so no producer id is handed out twice.
+    fn allocate_producer_ids(&mut self, first: i64, size: i32) -> Result<(), ApplyError> {
+        if first != self.next_producer_id {
+            return Err(ApplyError::ProducerIdNotNext {
+                got: first,
+                expected: self.next_producer_id,
+            });
+        }
+        let next = (size > 0)
+            .then(|| first.checked_add(i64::from(size)))
+            .flatten()
+            .ok_or(ApplyError::InvalidProducerIdBlock(size))?;
+        self.next_producer_id = next;
+        Ok(())
+    }
+
+    /// `ConfigChanged`: sets (`Some`) or removes (`None`) one key of the
+    /// cluster's or an existing topic's configs.
+    fn change_config(
+        &mut self,
+        resource: &ConfigResource,
+        name: &str,
+        value: Option<&str>,
+    ) -> Result<(), ApplyError> {
+        let configs = match resource {
+            ConfigResource::Cluster => &mut self.cluster_configs,
+            ConfigResource::Topic { name: topic } => {
+                let topic = self
+                    .topics
+                    .get_mut(topic)
+                    .ok_or_else(|| ApplyError::UnknownTopic(topic.clone()))?;
+                &mut Arc::make_mut(topic).configs
+            }
+        };
+        match value {
+            Some(v) => configs.insert(name.to_owned(), v.to_owned()),
+            None => configs.remove(name),
+        };
         Ok(())
     }
 
@@ -506,6 +585,14 @@ impl MetadataImage {
             .ok_or_else(|| ApplyError::UnknownTopic(name.clone()))?;
         Ok(Arc::make_mut(topic))
     }
+}
+
+/// What a `PartitionChanged` record sets on a partition (its replicas stay).
+struct PartitionChange<'a> {
+    isr: &'a [BrokerId],
+    leader: BrokerId,
+    leader_epoch: i32,
+    partition_epoch: i32,
 }
 
 fn check_partition_state(state: &PartitionState) -> Result<(), ApplyError> {

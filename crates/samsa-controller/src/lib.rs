@@ -6,9 +6,9 @@
 //! | module | owns |
 //! |---|---|
 //! | [`records`] | the metadata records (Raft commands) and their apply-time guards |
-//! | [`image`] | [`MetadataImage`]: cluster metadata at one offset; pure, deterministic `apply` |
+//! | [`image`] | [`MetadataImage`]: cluster metadata at one offset; pure, deterministic `apply` (brokers build their `MetadataView` from it) |
 //! | [`logic`] | sans-IO controller handlers: `(image, request, now) -> (records, response)` |
-//! | [`error`] | [`ControllerError`] and its Kafka error codes |
+//! | [`error`] | [`ControllerError`] and its Kafka errors (kafka-protocol's `ResponseError`, the broker's table) |
 //! | [`store`] | sled-backed Raft log/vote/snapshot storage behind the [`store::RaftStore`] trait; openraft storage and state machine |
 //! | [`network`] | Raft RPCs over gRPC (server and openraft client) |
 //! | [`service`] | broker-facing gRPC service and the leader's write path |

@@ -2,7 +2,8 @@
 //!
 //! Each handler takes the current [`MetadataImage`], a request and the time
 //! (`now_ms`, milliseconds on any monotonic or wall clock — only differences
-//! matter) and returns the records to commit plus the response to send once
+//! matter — as an `i64`, the broker's and Kafka's representation of
+//! milliseconds) and returns the records to commit plus the response to send once
 //! they are committed (Kafka's `ControllerResult`):
 //!
 //! ```text
@@ -86,7 +87,7 @@ pub const MAX_TOPIC_NAME_LEN: usize = 249;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogicConfig {
     /// `broker.session.timeout.ms`: a broker without heartbeat for longer is fenced.
-    pub broker_session_timeout_ms: u64,
+    pub broker_session_timeout_ms: i64,
     /// `num.partitions` for topics created without a count.
     pub default_num_partitions: i32,
     /// `default.replication.factor`; `None` means min(3, active brokers).
@@ -111,12 +112,12 @@ impl Default for LogicConfig {
 pub struct BrokerLiveness {
     /// When this controller started tracking (became leader); brokers not
     /// heard from since count as seen at this time.
-    since_ms: u64,
-    last_heartbeat_ms: BTreeMap<BrokerId, u64>,
+    since_ms: i64,
+    last_heartbeat_ms: BTreeMap<BrokerId, i64>,
 }
 
 impl BrokerLiveness {
-    pub fn new(now_ms: u64) -> Self {
+    pub fn new(now_ms: i64) -> Self {
         Self {
             since_ms: now_ms,
             last_heartbeat_ms: BTreeMap::new(),
@@ -124,23 +125,23 @@ impl BrokerLiveness {
     }
 
     /// Forget everything and give every broker a full session from `now_ms`.
-    pub fn reset(&mut self, now_ms: u64) {
+    pub fn reset(&mut self, now_ms: i64) {
         *self = Self::new(now_ms);
     }
 
-    pub fn touch(&mut self, broker: BrokerId, now_ms: u64) {
+    pub fn touch(&mut self, broker: BrokerId, now_ms: i64) {
         let slot = self.last_heartbeat_ms.entry(broker).or_insert(now_ms);
         *slot = (*slot).max(now_ms);
     }
 
-    pub fn last_heartbeat_ms(&self, broker: BrokerId) -> u64 {
+    pub fn last_heartbeat_ms(&self, broker: BrokerId) -> i64 {
         self.last_heartbeat_ms
             .get(&broker)
             .copied()
             .unwrap_or(self.since_ms)
     }
 
-    pub fn is_expired(&self, broker: BrokerId, now_ms: u64, timeout_ms: u64) -> bool {
+    pub fn is_expired(&self, broker: BrokerId, now_ms: i64, timeout_ms: i64) -> bool {
         now_ms.saturating_sub(self.last_heartbeat_ms(broker)) > timeout_ms
     }
 }
@@ -241,11 +242,21 @@ pub struct AllocateProducerIds {
     pub broker_epoch: i64,
 }
 
-/// `[first, first + size)`.
+/// A contiguous, never-reused range of producer ids, `[first, first + size)`,
+/// sized as Kafka's `ProducerIdsRecord` (an i64 start, an i32 length). The
+/// one block type: the controller hands it out, and the broker's block
+/// sources (the quorum's and the single-node file's) return it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProducerIdBlock {
     pub first: i64,
     pub size: i32,
+}
+
+impl ProducerIdBlock {
+    /// One past the block's last id.
+    pub fn end(&self) -> i64 {
+        self.first.saturating_add(i64::from(self.size))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -643,7 +654,7 @@ pub struct ControllerLogic {
 }
 
 impl ControllerLogic {
-    pub fn new(config: LogicConfig, now_ms: u64) -> Self {
+    pub fn new(config: LogicConfig, now_ms: i64) -> Self {
         Self {
             config,
             liveness: BrokerLiveness::new(now_ms),
@@ -668,7 +679,7 @@ impl ControllerLogic {
         image: &MetadataImage,
         broker_id: BrokerId,
         broker_epoch: i64,
-        at_ms: u64,
+        at_ms: i64,
     ) {
         if image
             .broker(broker_id)
@@ -681,7 +692,7 @@ impl ControllerLogic {
 
     /// Call when this controller becomes the leader: every broker gets a full
     /// session timeout from `now_ms` before it can be fenced.
-    pub fn reset_liveness(&mut self, now_ms: u64) {
+    pub fn reset_liveness(&mut self, now_ms: i64) {
         self.liveness.reset(now_ms);
     }
 
@@ -707,7 +718,7 @@ impl ControllerLogic {
         &mut self,
         image: &MetadataImage,
         req: RegisterBroker,
-        now_ms: u64,
+        now_ms: i64,
     ) -> Outcome<RegisterBrokerReply> {
         if let (Some(expected), Some(got)) = (image.cluster_id(), req.cluster_id.as_deref()) {
             if !got.is_empty() && expected != got {
@@ -765,7 +776,7 @@ impl ControllerLogic {
         &mut self,
         image: &MetadataImage,
         req: Heartbeat,
-        now_ms: u64,
+        now_ms: i64,
     ) -> Outcome<HeartbeatReply> {
         check_broker_epoch(image, req.broker_id, req.broker_epoch)?;
         let Some(broker) = image.broker(req.broker_id) else {
@@ -820,7 +831,7 @@ impl ControllerLogic {
     pub fn fence_expired_brokers(
         &mut self,
         image: &MetadataImage,
-        now_ms: u64,
+        now_ms: i64,
     ) -> Outcome<Vec<BrokerId>> {
         let mut changes = Changes::new(image);
         let fenced = self.fence_expired(&mut changes, now_ms)?;
@@ -830,7 +841,7 @@ impl ControllerLogic {
     fn fence_expired(
         &self,
         changes: &mut Changes,
-        now_ms: u64,
+        now_ms: i64,
     ) -> Result<Vec<BrokerId>, ControllerError> {
         let expired: Vec<(BrokerId, i64)> = changes
             .scratch
@@ -861,7 +872,7 @@ impl ControllerLogic {
 
     /// Periodic duties of the active controller: fence expired brokers, then
     /// give leaderless partitions a leader where one is eligible now.
-    pub fn tick(&mut self, image: &MetadataImage, now_ms: u64) -> Outcome<TickReport> {
+    pub fn tick(&mut self, image: &MetadataImage, now_ms: i64) -> Outcome<TickReport> {
         let mut changes = Changes::new(image);
         let fenced = self.fence_expired(&mut changes, now_ms)?;
         changes.reconcile(|p| !p.has_leader())?;
@@ -885,7 +896,7 @@ impl ControllerLogic {
         image: &MetadataImage,
         req: CreateTopic,
         topic_id: Uuid,
-        _now_ms: u64,
+        _now_ms: i64,
     ) -> Outcome<CreateTopicReply> {
         validate_topic_name(&req.name)?;
         if image.topic(&req.name).is_some() {
@@ -979,7 +990,7 @@ impl ControllerLogic {
         &mut self,
         image: &MetadataImage,
         topic: TopicRef,
-        _now_ms: u64,
+        _now_ms: i64,
     ) -> Outcome<DeleteTopicReply> {
         let found = match &topic {
             TopicRef::Name(name) => image
@@ -1006,7 +1017,7 @@ impl ControllerLogic {
         &mut self,
         image: &MetadataImage,
         req: CreatePartitions,
-        _now_ms: u64,
+        _now_ms: i64,
     ) -> Outcome<CreatePartitionsReply> {
         let topic = image
             .topic(&req.topic)
@@ -1070,7 +1081,7 @@ impl ControllerLogic {
         &mut self,
         image: &MetadataImage,
         req: AlterPartition,
-        _now_ms: u64,
+        _now_ms: i64,
     ) -> Outcome<PartitionState> {
         check_broker_epoch(image, req.broker_id, req.broker_epoch)?;
         let topic = image
@@ -1154,7 +1165,7 @@ impl ControllerLogic {
         &mut self,
         image: &MetadataImage,
         req: AllocateProducerIds,
-        _now_ms: u64,
+        _now_ms: i64,
     ) -> Outcome<ProducerIdBlock> {
         check_broker_epoch(image, req.broker_id, req.broker_epoch)?;
         let size = self.config.producer_id_block_size;
@@ -1183,7 +1194,7 @@ impl ControllerLogic {
         &mut self,
         image: &MetadataImage,
         req: ControlledShutdown,
-        _now_ms: u64,
+        _now_ms: i64,
     ) -> Outcome<ControlledShutdownReply> {
         check_broker_epoch(image, req.broker_id, req.broker_epoch)?;
         let id = req.broker_id;
@@ -1228,7 +1239,7 @@ impl ControllerLogic {
         &mut self,
         image: &MetadataImage,
         req: ElectLeaders,
-        _now_ms: u64,
+        _now_ms: i64,
     ) -> Outcome<Vec<ElectionResult>> {
         let explicit = req.partitions.is_some();
         let targets: Vec<(String, i32)> = match req.partitions {
@@ -1313,7 +1324,7 @@ impl ControllerLogic {
         &mut self,
         image: &MetadataImage,
         req: AlterConfigs,
-        _now_ms: u64,
+        _now_ms: i64,
     ) -> Outcome<()> {
         if let ConfigResource::Topic { name } = &req.resource {
             if image.topic(name).is_none() {

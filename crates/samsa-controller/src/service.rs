@@ -69,7 +69,7 @@ struct WriterState {
 
 /// Broker heartbeats as they arrive, before they wait for the writer:
 /// (broker id, broker epoch) → arrival time (ms since start).
-type Contacts = std::sync::Mutex<std::collections::HashMap<(i32, i64), u64>>;
+type Contacts = std::sync::Mutex<std::collections::HashMap<(i32, i64), i64>>;
 
 /// Runs controller handlers on the Raft leader and commits their records.
 pub struct ControllerCore {
@@ -137,8 +137,8 @@ impl ControllerCore {
     }
 
     /// Milliseconds since this process started the controller (monotonic).
-    pub fn now_ms(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    pub fn now_ms(&self) -> i64 {
+        i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
     }
 
     /// Current leader as this node sees it, with its address.
@@ -173,7 +173,7 @@ impl ControllerCore {
     /// (`validate_only` requests).
     pub async fn write<R, F>(&self, commit: bool, handler: F) -> Result<R, ControllerError>
     where
-        F: FnOnce(&mut ControllerLogic, &MetadataImage, u64) -> Outcome<R>,
+        F: FnOnce(&mut ControllerLogic, &MetadataImage, i64) -> Outcome<R>,
     {
         let timeout = |what: &str| {
             ControllerError::Timeout(format!("{what} took longer than {:?}", self.write_timeout))

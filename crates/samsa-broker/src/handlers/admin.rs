@@ -23,12 +23,12 @@ use uuid::Uuid;
 
 use super::{str_bytes, topic_name};
 use crate::error::{metadata_error_code, MetadataError};
-use crate::metadata::{validate_topic_config, validate_topic_name, MetadataImage, NewTopic};
+use crate::metadata::{validate_topic_config, validate_topic_name, MetadataView, NewTopic};
 use crate::Broker;
 
 /// Checks that an assignment names only known brokers, each once per partition.
 fn check_assignment(
-    image: &MetadataImage,
+    image: &MetadataView,
     partition: i32,
     brokers: &[i32],
 ) -> Result<(), MetadataError> {

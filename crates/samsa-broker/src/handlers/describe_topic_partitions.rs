@@ -31,7 +31,7 @@ use uuid::Uuid;
 
 use super::metadata::partition_view;
 use super::topic_name;
-use crate::metadata::{is_internal_topic, validate_topic_name, MetadataImage, TopicMetadata};
+use crate::metadata::{is_internal_topic, validate_topic_name, MetadataView, TopicMetadata};
 use crate::Broker;
 
 /// Kafka's default `max.request.partition.size.limit`.
@@ -139,7 +139,7 @@ pub fn handle(
 /// where the next page starts if some are left.
 fn partitions_from(
     broker: &Broker,
-    image: &MetadataImage,
+    image: &MetadataView,
     topic: &TopicMetadata,
     start: i32,
     max: usize,

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::{str_bytes, topic_name};
 use crate::error::metadata_error_code;
 use crate::metadata::{
-    is_internal_topic, validate_topic_name, MetadataImage, TopicMetadata, NO_LEADER,
+    is_internal_topic, validate_topic_name, MetadataView, TopicMetadata, NO_LEADER,
 };
 use crate::Broker;
 
@@ -104,7 +104,7 @@ pub(crate) struct PartitionView {
 /// `None` for a partition created but not yet in this broker's image.
 pub(crate) fn partition_view(
     broker: &Broker,
-    image: &MetadataImage,
+    image: &MetadataView,
     topic: &TopicMetadata,
     index: i32,
 ) -> Option<PartitionView> {

@@ -34,6 +34,23 @@ pub struct EpochEntry {
     pub start_offset: i64,
 }
 
+/// Where a leader epoch ends in a log: the epoch asked about (or the
+/// largest known one before it) and the offset after its last record. Sent
+/// to a diverging follower as `EpochEndOffset` (`proto/replication.proto`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochEnd {
+    pub epoch: i32,
+    pub end_offset: i64,
+}
+
+impl EpochEnd {
+    /// No epoch at or before the one asked about is known.
+    pub const UNKNOWN: EpochEnd = EpochEnd {
+        epoch: -1,
+        end_offset: -1,
+    };
+}
+
 #[derive(Serialize, Deserialize)]
 struct CheckpointFile {
     version: u32,
@@ -178,20 +195,21 @@ impl LeaderEpochCache {
         }
     }
 
-    /// `(epoch, end offset)` for a follower whose last batch has
-    /// `requested` epoch: the largest known epoch not newer than it, and
-    /// where that epoch ends here (the next epoch's start, or
-    /// `log_end_offset` for the latest). `(-1, -1)` when no such epoch is known.
-    pub fn end_offset_for(&self, requested: i32, log_end_offset: i64) -> (i32, i64) {
+    /// Where the epoch of a follower's last batch (`requested`) ends here:
+    /// the largest known epoch not newer than it, and its end (the next
+    /// epoch's start, or `log_end_offset` for the latest).
+    /// [`EpochEnd::UNKNOWN`] when no such epoch is known.
+    pub fn end_offset_for(&self, requested: i32, log_end_offset: i64) -> EpochEnd {
         let Some(pos) = self.entries.iter().rposition(|e| e.epoch <= requested) else {
-            return (-1, -1);
+            return EpochEnd::UNKNOWN;
         };
-        let epoch = self.entries[pos].epoch;
-        let end = self
-            .entries
-            .get(pos + 1)
-            .map_or(log_end_offset, |next| next.start_offset);
-        (epoch, end)
+        EpochEnd {
+            epoch: self.entries[pos].epoch,
+            end_offset: self
+                .entries
+                .get(pos + 1)
+                .map_or(log_end_offset, |next| next.start_offset),
+        }
     }
 
     /// Drops entries starting at or after `end_offset` (after truncation).
@@ -271,12 +289,13 @@ mod tests {
     #[test]
     fn end_offsets_follow_the_next_epoch() {
         let cache = LeaderEpochCache::in_memory(vec![e(0, 0), e(2, 10), e(5, 20)]);
-        assert_eq!(cache.end_offset_for(0, 30), (0, 10));
-        assert_eq!(cache.end_offset_for(1, 30), (0, 10));
-        assert_eq!(cache.end_offset_for(2, 30), (2, 20));
-        assert_eq!(cache.end_offset_for(7, 30), (5, 30));
+        let end = |epoch, end_offset| EpochEnd { epoch, end_offset };
+        assert_eq!(cache.end_offset_for(0, 30), end(0, 10));
+        assert_eq!(cache.end_offset_for(1, 30), end(0, 10));
+        assert_eq!(cache.end_offset_for(2, 30), end(2, 20));
+        assert_eq!(cache.end_offset_for(7, 30), end(5, 30));
         let empty = LeaderEpochCache::in_memory(vec![]);
-        assert_eq!(empty.end_offset_for(3, 0), (-1, -1));
+        assert_eq!(empty.end_offset_for(3, 0), EpochEnd::UNKNOWN);
     }
 
     #[test]

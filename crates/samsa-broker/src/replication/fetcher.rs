@@ -96,7 +96,7 @@ async fn fetch_loop(
             .all()
             .into_iter()
             .filter_map(|p| match p.followed_leader() {
-                Some((l, epoch)) if l == leader => Some((p, epoch)),
+                Some(followed) if followed.leader == leader => Some((p, followed.leader_epoch)),
                 _ => None,
             })
             .collect();
@@ -129,19 +129,18 @@ async fn fetch_once(
     let mut partitions = Vec::with_capacity(followed.len());
     let mut sent = Vec::with_capacity(followed.len());
     for (partition, epoch) in followed {
-        let Ok((fetch_offset, last_fetched_epoch, high_watermark)) = partition.follower_position()
-        else {
+        let Ok(position) = partition.follower_position() else {
             continue;
         };
         partitions.push(FetchPartition {
             topic: partition.topic.clone(),
             partition: partition.index,
             current_leader_epoch: *epoch,
-            fetch_offset,
-            last_fetched_epoch,
-            high_watermark,
+            fetch_offset: position.fetch_offset,
+            last_fetched_epoch: position.last_fetched_epoch,
+            high_watermark: position.high_watermark,
         });
-        sent.push((Arc::clone(partition), *epoch, fetch_offset));
+        sent.push((Arc::clone(partition), *epoch, position.fetch_offset));
     }
     let mut request = tonic::Request::new(ReplicaFetchRequest {
         replica_id: broker.config.node_id,
@@ -160,7 +159,7 @@ async fn fetch_once(
             continue;
         };
         // The answer belongs to the epoch it was asked under.
-        if partition.followed_leader().map(|(_, e)| e) != Some(*epoch) {
+        if partition.followed_leader().map(|f| f.leader_epoch) != Some(*epoch) {
             continue;
         }
         match crate::blocking_io(|| apply(partition, *epoch, *fetch_offset, &data)) {

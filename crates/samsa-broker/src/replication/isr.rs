@@ -52,13 +52,13 @@ pub async fn isr_loop(
                 let now = now_ms();
                 for partition in broker.replicas.all() {
                     let lag = i64::try_from(lag_max).unwrap_or(i64::MAX);
-                    if let Some((new_isr, leader_epoch, _, _)) = partition.lagging_isr(lag, now) {
-                        info!(partition = %partition.name(), ?new_isr, "followers lag more than replica_lag_time_max_ms; shrinking the ISR");
+                    if let Some(shrink) = partition.lagging_isr(lag, now) {
+                        info!(partition = %partition.name(), new_isr = ?shrink.new_isr, "followers lag more than replica_lag_time_max_ms; shrinking the ISR");
                         tokio::spawn(propose(
                             client.clone(),
                             broker.config.node_id,
                             Arc::clone(&broker_epoch),
-                            IsrProposal { partition, new_isr, leader_epoch: Some(leader_epoch) },
+                            IsrProposal { partition, new_isr: shrink.new_isr, leader_epoch: Some(shrink.context.leader_epoch) },
                         ).in_current_span());
                     }
                 }
@@ -75,18 +75,21 @@ async fn propose(
     proposal: IsrProposal,
 ) {
     let partition = proposal.partition;
-    let (leader_epoch, partition_epoch, topic_id) = partition.alter_context();
-    if proposal.leader_epoch.is_some_and(|e| e != leader_epoch) {
+    let context = partition.alter_context();
+    if proposal
+        .leader_epoch
+        .is_some_and(|e| e != context.leader_epoch)
+    {
         partition.isr_change_failed();
         return;
     }
     let req = AlterPartition {
         broker_id: me,
         broker_epoch: broker_epoch.load(Ordering::Acquire),
-        topic_id,
+        topic_id: context.topic_id,
         partition: partition.index,
-        leader_epoch,
-        partition_epoch,
+        leader_epoch: context.leader_epoch,
+        partition_epoch: context.partition_epoch,
         new_isr: proposal.new_isr.clone(),
     };
     match client.alter_partition(&req).await {

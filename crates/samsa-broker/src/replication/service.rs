@@ -116,9 +116,10 @@ impl ReplicationService for ReplicationGrpc {
                 data.high_watermark = answer.high_watermark;
                 data.log_start_offset = answer.log_start_offset;
                 data.log_end_offset = answer.log_end_offset;
-                data.diverging_epoch = answer
-                    .diverging
-                    .map(|(epoch, end_offset)| EpochEndOffset { epoch, end_offset });
+                data.diverging_epoch = answer.diverging.map(|end| EpochEndOffset {
+                    epoch: end.epoch,
+                    end_offset: end.end_offset,
+                });
                 data.records = answer.records;
                 out.push(data);
             }

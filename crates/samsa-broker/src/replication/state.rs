@@ -1,6 +1,13 @@
 //! Replication state of one hosted partition and the operations on it that
 //! must happen under the log's lock: leader appends that advance the HW,
-//! serving a follower's fetch, and a follower's appends and truncations.
+//! serving a follower's fetch, a follower's appends and truncations, and ISR
+//! changes.
+//!
+//! This is the second `impl Partition` site (the first, in `replica.rs`,
+//! holds what the request paths call): every `Partition` method that takes
+//! the [`ReplicaState`] lock is here, so the lock order and the rule that
+//! moves the HW (the minimum LEO over the maximal ISR, `hw_bound`) are read
+//! in one file.
 //!
 //! Lock order: the partition's log mutex first, then [`ReplicaState`]'s.
 
@@ -11,8 +18,8 @@ use samsa_storage::{AppendInfo, PartitionLog};
 use tracing::{debug, info};
 use uuid::Uuid;
 
-use super::epoch_cache::LeaderEpochCache;
-use crate::metadata::PartitionInfo;
+use super::epoch_cache::{EpochEnd, LeaderEpochCache};
+use crate::metadata::PartitionState;
 use crate::replica::{Partition, PartitionError};
 
 /// What the leader knows of one follower.
@@ -92,6 +99,15 @@ impl ReplicaState {
         isr
     }
 
+    /// What the controller compares for an ISR change of this leader.
+    fn alter_context(&self) -> AlterContext {
+        AlterContext {
+            topic_id: self.topic_id,
+            leader_epoch: self.leader_epoch,
+            partition_epoch: self.partition_epoch,
+        }
+    }
+
     /// ISR members this leader counts for `min.insync.replicas` (itself included).
     pub fn isr_size(&self) -> usize {
         self.isr.len().max(1)
@@ -133,10 +149,44 @@ pub struct ReplicaFetchAnswer {
     pub high_watermark: i64,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
-    pub diverging: Option<(i32, i64)>,
+    /// The follower's log diverged: where its last epoch ends here.
+    pub diverging: Option<EpochEnd>,
     pub records: Bytes,
     /// The follower qualifies to join the ISR: propose this ISR.
     pub expand_isr_to: Option<Vec<i32>>,
+}
+
+/// Where a follower fetches from, as it tells the leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerPosition {
+    /// This replica's log end offset.
+    pub fetch_offset: i64,
+    /// Epoch of its last batch; -1 when it has none.
+    pub last_fetched_epoch: i32,
+    pub high_watermark: i64,
+}
+
+/// The leader a follower fetches from, in the epoch it follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowedLeader {
+    pub leader: i32,
+    pub leader_epoch: i32,
+}
+
+/// What the controller compares before it accepts an ISR change from this
+/// leader (`AlterPartition` is a compare-and-set on these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlterContext {
+    pub topic_id: Uuid,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+}
+
+/// An ISR shrink this leader decided on (and marked pending).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrShrink {
+    pub new_isr: Vec<i32>,
+    pub context: AlterContext,
 }
 
 const NOT_LEADER_OR_FOLLOWER: i16 = 6;
@@ -245,7 +295,7 @@ impl Partition {
         &self,
         me: i32,
         topic_id: Uuid,
-        info: &PartitionInfo,
+        info: &PartitionState,
         min_insync_replicas: usize,
         now_ms: i64,
     ) {
@@ -321,9 +371,12 @@ impl Partition {
             }
             let leo = log.log_end_offset();
             if req.last_fetched_epoch >= 0 {
-                let (epoch, end) = state.epochs.end_offset_for(req.last_fetched_epoch, leo);
-                if epoch < req.last_fetched_epoch || end < req.fetch_offset {
-                    answer.diverging = Some((epoch, end.max(log.log_start_offset())));
+                let end = state.epochs.end_offset_for(req.last_fetched_epoch, leo);
+                if end.epoch < req.last_fetched_epoch || end.end_offset < req.fetch_offset {
+                    answer.diverging = Some(EpochEnd {
+                        epoch: end.epoch,
+                        end_offset: end.end_offset.max(log.log_start_offset()),
+                    });
                     return Ok(answer);
                 }
             }
@@ -390,18 +443,17 @@ impl Partition {
         }
     }
 
-    /// Follower: what to send the leader — `(fetch offset, last fetched
-    /// epoch, known HW)`.
-    pub(crate) fn follower_position(&self) -> Result<(i64, i32, i64), PartitionError> {
+    /// Follower: what to send the leader.
+    pub(crate) fn follower_position(&self) -> Result<FollowerPosition, PartitionError> {
         self.with_log_and_state(|log, state| {
-            Ok((
-                log.log_end_offset(),
-                state
+            Ok(FollowerPosition {
+                fetch_offset: log.log_end_offset(),
+                last_fetched_epoch: state
                     .epochs
                     .last_epoch_below(log.log_end_offset())
                     .unwrap_or(-1),
-                log.high_watermark(),
-            ))
+                high_watermark: log.high_watermark(),
+            })
         })
     }
 
@@ -484,12 +536,9 @@ impl Partition {
     }
 
     /// Leader: ISR members other than itself that have not caught up for
-    /// `lag_max_ms`; `Some(new ISR)` if there are any and no change is pending.
-    pub(crate) fn lagging_isr(
-        &self,
-        lag_max_ms: i64,
-        now_ms: i64,
-    ) -> Option<(Vec<i32>, i32, i32, Uuid)> {
+    /// `lag_max_ms`; the ISR without them if there are any and no change is
+    /// pending (it is pending from now on).
+    pub(crate) fn lagging_isr(&self, lag_max_ms: i64, now_ms: i64) -> Option<IsrShrink> {
         if !self.is_leader() {
             return None;
         }
@@ -514,12 +563,10 @@ impl Partition {
             return None;
         }
         state.pending_isr = Some(keep.clone());
-        Some((
-            keep,
-            state.leader_epoch,
-            state.partition_epoch,
-            state.topic_id,
-        ))
+        Some(IsrShrink {
+            new_isr: keep,
+            context: state.alter_context(),
+        })
     }
 
     /// Leader: the ISR change it proposed failed; it may propose again.
@@ -537,9 +584,11 @@ impl Partition {
     }
 
     /// What the controller must see to accept an ISR change from this leader.
-    pub(crate) fn alter_context(&self) -> (i32, i32, Uuid) {
-        let state = self.replication.lock().unwrap_or_else(|p| p.into_inner());
-        (state.leader_epoch, state.partition_epoch, state.topic_id)
+    pub(crate) fn alter_context(&self) -> AlterContext {
+        self.replication
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .alter_context()
     }
 
     /// Whether this replica still follows in `leader_epoch`; called with the
@@ -556,14 +605,17 @@ impl Partition {
 
     /// Follower: the leader to fetch from and the epoch to present, if this
     /// broker follows the partition.
-    pub(crate) fn followed_leader(&self) -> Option<(i32, i32)> {
+    pub(crate) fn followed_leader(&self) -> Option<FollowedLeader> {
         let leadership = self.leadership();
         if leadership.is_leader {
             return None;
         }
         let state = self.replication.lock().unwrap_or_else(|p| p.into_inner());
         (state.leader >= 0 && state.leader != state.me && state.replicas.contains(&state.me))
-            .then_some((state.leader, state.leader_epoch))
+            .then_some(FollowedLeader {
+                leader: state.leader,
+                leader_epoch: state.leader_epoch,
+            })
     }
 
     /// Follower: where `epoch` ends in this log (the log end when it does
@@ -571,8 +623,12 @@ impl Partition {
     pub(crate) fn own_epoch_end(&self, epoch: i32) -> Result<i64, PartitionError> {
         self.with_log_and_state(|log, state| {
             let leo = log.log_end_offset();
-            let (found, end) = state.epochs.end_offset_for(epoch, leo);
-            Ok(if found < 0 { leo } else { end.min(leo) })
+            let end = state.epochs.end_offset_for(epoch, leo);
+            Ok(if end.epoch < 0 {
+                leo
+            } else {
+                end.end_offset.min(leo)
+            })
         })
     }
 

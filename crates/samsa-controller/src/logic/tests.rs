@@ -2,9 +2,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
+use crate::error::ResponseError;
 use crate::image::MetadataImage;
 
-const TIMEOUT: u64 = 9_000;
+const TIMEOUT: i64 = 9_000;
 
 /// A controller and the image it drives, committing every outcome at the
 /// next offset like the Raft state machine would.
@@ -47,7 +48,7 @@ impl Harness {
         Ok(reply)
     }
 
-    fn register(&mut self, id: BrokerId, now: u64) -> i64 {
+    fn register(&mut self, id: BrokerId, now: i64) -> i64 {
         let req = RegisterBroker {
             broker_id: id,
             incarnation_id: Uuid::new_v4(),
@@ -61,7 +62,7 @@ impl Harness {
         epoch
     }
 
-    fn heartbeat(&mut self, id: BrokerId, now: u64) -> Result<HeartbeatReply, ControllerError> {
+    fn heartbeat(&mut self, id: BrokerId, now: i64) -> Result<HeartbeatReply, ControllerError> {
         let req = Heartbeat {
             broker_id: id,
             broker_epoch: self.epochs[&id],
@@ -182,7 +183,7 @@ fn new_incarnation_rejected_while_session_alive_then_accepted_with_new_epoch() {
     assert_eq!(err, ControllerError::DuplicateBrokerRegistration(1));
     assert_eq!(
         err.code(),
-        crate::error::codes::DUPLICATE_BROKER_REGISTRATION
+        ResponseError::DuplicateBrokerRegistration.code()
     );
 
     let out = h.logic.register_broker(&h.image, req, TIMEOUT + 1);
@@ -199,7 +200,7 @@ fn new_incarnation_rejected_while_session_alive_then_accepted_with_new_epoch() {
     };
     let err = h.logic.heartbeat(&h.image, stale, TIMEOUT + 2).unwrap_err();
     assert!(matches!(err, ControllerError::StaleBrokerEpoch { .. }));
-    assert_eq!(err.code(), crate::error::codes::STALE_BROKER_EPOCH);
+    assert_eq!(err.code(), ResponseError::StaleBrokerEpoch.code());
 }
 
 #[test]
@@ -215,7 +216,7 @@ fn cluster_id_mismatch_is_refused() {
         rack: None,
     };
     let err = h.logic.register_broker(&h.image, req, 0).unwrap_err();
-    assert_eq!(err.code(), crate::error::codes::INCONSISTENT_CLUSTER_ID);
+    assert_eq!(err.code(), ResponseError::InconsistentClusterId.code());
     // Assigning again keeps the first id.
     let (records, id) = h.logic.assign_cluster_id(&h.image, "other").unwrap();
     assert!(records.is_empty());
@@ -489,14 +490,14 @@ fn alter_partition_is_compare_and_set_on_the_partition_epoch() {
             current: state.partition_epoch + 1
         }
     );
-    assert_eq!(err.code(), crate::error::codes::INVALID_UPDATE_VERSION);
+    assert_eq!(err.code(), ResponseError::InvalidUpdateVersion.code());
 
     // Stale leader epoch.
     let mut fenced = expand.clone();
     fenced.partition_epoch = after.partition_epoch;
     fenced.leader_epoch = state.leader_epoch - 1;
     let err = h.logic.alter_partition(&h.image, fenced, 0).unwrap_err();
-    assert_eq!(err.code(), crate::error::codes::FENCED_LEADER_EPOCH);
+    assert_eq!(err.code(), ResponseError::FencedLeaderEpoch.code());
 
     // Not the leader.
     let follower = state
@@ -513,7 +514,7 @@ fn alter_partition_is_compare_and_set_on_the_partition_epoch() {
         .logic
         .alter_partition(&h.image, not_leader, 0)
         .unwrap_err();
-    assert_eq!(err.code(), crate::error::codes::NOT_LEADER_OR_FOLLOWER);
+    assert_eq!(err.code(), ResponseError::NotLeaderOrFollower.code());
 
     // Stale broker epoch.
     let mut stale_broker = expand.clone();
@@ -523,7 +524,7 @@ fn alter_partition_is_compare_and_set_on_the_partition_epoch() {
         .logic
         .alter_partition(&h.image, stale_broker, 0)
         .unwrap_err();
-    assert_eq!(err.code(), crate::error::codes::STALE_BROKER_EPOCH);
+    assert_eq!(err.code(), ResponseError::StaleBrokerEpoch.code());
 
     // ISR without the leader, or with a non-replica.
     let mut bad = expand.clone();
@@ -534,7 +535,7 @@ fn alter_partition_is_compare_and_set_on_the_partition_epoch() {
             .alter_partition(&h.image, bad.clone(), 0)
             .unwrap_err()
             .code(),
-        crate::error::codes::INVALID_REQUEST
+        ResponseError::InvalidRequest.code()
     );
     bad.new_isr = vec![leader, 42];
     assert_eq!(
@@ -542,7 +543,7 @@ fn alter_partition_is_compare_and_set_on_the_partition_epoch() {
             .alter_partition(&h.image, bad, 0)
             .unwrap_err()
             .code(),
-        crate::error::codes::INVALID_REQUEST
+        ResponseError::InvalidRequest.code()
     );
 
     // Adding a fenced replica is refused.
@@ -561,7 +562,7 @@ fn alter_partition_is_compare_and_set_on_the_partition_epoch() {
         .logic
         .alter_partition(&h.image, ineligible, 0)
         .unwrap_err();
-    assert_eq!(err.code(), crate::error::codes::INELIGIBLE_REPLICA);
+    assert_eq!(err.code(), ResponseError::IneligibleReplica.code());
 
     // Unchanged ISR: answered, nothing written.
     let current = h.partition("t", 0);
@@ -585,7 +586,7 @@ fn producer_id_blocks_are_unique_over_many_allocations() {
             broker_id: broker,
             broker_epoch: h.epochs[&broker],
         };
-        let out = h.logic.allocate_producer_ids(&h.image, req, i as u64);
+        let out = h.logic.allocate_producer_ids(&h.image, req, i as i64);
         blocks.push(h.commit(out).unwrap());
         if i == 300 {
             // A snapshot round trip (what a new leader may start from) keeps the counter.
@@ -700,7 +701,7 @@ fn replication_factor_larger_than_active_brokers_is_an_error() {
         .logic
         .create_topic(&h.image, req, Uuid::from_u128(1), 0)
         .unwrap_err();
-    assert_eq!(err.code(), crate::error::codes::INVALID_REPLICATION_FACTOR);
+    assert_eq!(err.code(), ResponseError::InvalidReplicationFactor.code());
 
     // Default: min(3, active brokers).
     h.create_topic("two", 1, None);
@@ -726,7 +727,7 @@ fn replication_factor_larger_than_active_brokers_is_an_error() {
             0,
         )
         .unwrap_err();
-    assert_eq!(err.code(), crate::error::codes::INVALID_REPLICATION_FACTOR);
+    assert_eq!(err.code(), ResponseError::InvalidReplicationFactor.code());
 }
 
 #[test]
@@ -743,7 +744,7 @@ fn topic_validation_deletion_and_partition_growth() {
             .unwrap_err();
         assert_eq!(
             err.code(),
-            crate::error::codes::INVALID_TOPIC_EXCEPTION,
+            ResponseError::InvalidTopicException.code(),
             "{bad:?}"
         );
     }
@@ -759,7 +760,7 @@ fn topic_validation_deletion_and_partition_growth() {
         .logic
         .create_topic(&h.image, bad_config, Uuid::from_u128(10), 0)
         .unwrap_err();
-    assert_eq!(err.code(), crate::error::codes::INVALID_CONFIG);
+    assert_eq!(err.code(), ResponseError::InvalidConfig.code());
 
     let id = h.create_topic("t", 2, Some(2));
     let dup = CreateTopic {
@@ -793,7 +794,7 @@ fn topic_validation_deletion_and_partition_growth() {
             .create_partitions(&h.image, shrink, 0)
             .unwrap_err()
             .code(),
-        crate::error::codes::INVALID_PARTITIONS
+        ResponseError::InvalidPartitions.code()
     );
 
     // Manual assignment: must name registered brokers, without duplicates.
@@ -817,7 +818,7 @@ fn topic_validation_deletion_and_partition_growth() {
             .create_topic(&h.image, dup_broker, Uuid::from_u128(13), 0)
             .unwrap_err()
             .code(),
-        crate::error::codes::INVALID_REPLICA_ASSIGNMENT
+        ResponseError::InvalidReplicaAssignment.code()
     );
 
     let out = h.logic.delete_topic(&h.image, TopicRef::Id(id), 0);
@@ -828,7 +829,7 @@ fn topic_validation_deletion_and_partition_growth() {
             .delete_topic(&h.image, TopicRef::Name("t".into()), 0)
             .unwrap_err()
             .code(),
-        crate::error::codes::UNKNOWN_TOPIC_OR_PARTITION
+        ResponseError::UnknownTopicOrPartition.code()
     );
 }
 

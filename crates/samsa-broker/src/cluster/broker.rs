@@ -1,0 +1,489 @@
+//! The broker half of a cluster node, from opening to shutdown ([`serve`]),
+//! as named steps: follow the controller's image into the broker's view,
+//! open the broker on the quorum-backed stores, start up (register, catch
+//! up, record the cluster id, host partitions), start replication and the
+//! coordinators, wait to be unfenced, then serve Kafka until shutdown or a
+//! fatal heartbeat error.
+//!
+//! Invariants: Kafka connections are accepted only once this broker is
+//! registered, caught up to its registration and unfenced; every later view
+//! is applied to the hosted partitions in order; `/readyz` says ready only
+//! while unfenced; every start-up wait is bounded by
+//! `controller_startup_timeout_ms`; whatever way it stops, the partitions are
+//! closed cleanly (except when start-up itself fails) and every task spawned
+//! here is stopped or aborted.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
+
+use samsa_controller::client::{ControllerClient, MetadataFollower};
+use samsa_controller::node::ControllerNode;
+use samsa_controller::records::BrokerEndpoint;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{error, info, warn, Instrument};
+
+use super::identity::DataDirIdentity;
+use super::lifecycle::Lifecycle;
+use super::producer_ids::ControllerProducerIdBlockSource;
+use super::settings::config_error;
+use super::store::QuorumMetadataStore;
+use super::view::metadata_view;
+use super::{ClusterSettings, LISTENER};
+use crate::error::BrokerError;
+use crate::metadata::{MetadataStore, MetadataView};
+use crate::replication::fetcher::spawn_fetchers;
+use crate::replication::isr::{isr_loop, IsrProposal};
+use crate::replication::service::{ReplicationGrpc, ReplicationHub};
+use crate::{maintenance_loop, server, Broker, BrokerConfig};
+
+/// The broker-to-broker gRPC services, served from start-up and attached to
+/// the broker once it is open.
+pub(super) struct BrokerServices {
+    pub(super) replication: ReplicationGrpc,
+    pub(super) txn: crate::coordinator::txn::grpc::TxnGrpc,
+    /// What `/metrics` and `/readyz` read (the HTTP server runs from start-up).
+    pub(super) http: Arc<crate::http::HttpState>,
+}
+
+/// Aborts the tasks it holds when dropped (start-up failures included).
+#[derive(Default)]
+struct Tasks(Vec<JoinHandle<()>>);
+
+impl Tasks {
+    fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
+        self.0.push(tokio::spawn(task.in_current_span()));
+    }
+
+    fn push(&mut self, task: JoinHandle<()>) {
+        self.0.push(task);
+    }
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// The broker once open, and what its later steps share.
+struct OpenBroker {
+    broker: Arc<Broker>,
+    lifecycle: Arc<Lifecycle>,
+    /// The controller's fenced / unfenced answers (fenced until the first).
+    fenced: watch::Receiver<bool>,
+}
+
+/// What the ISR loop takes over: its `AlterPartition` client and the ISR
+/// expansions the replication service proposes.
+struct IsrChannel {
+    client: ControllerClient,
+    proposals: mpsc::UnboundedReceiver<IsrProposal>,
+}
+
+/// How waiting to be unfenced ended.
+enum Unfencing {
+    Unfenced,
+    /// Shutdown was asked for meanwhile.
+    Stopped,
+    Failed(BrokerError),
+}
+
+/// Runs the broker of this cluster node until `shutdown` resolves (after a
+/// controlled shutdown) or a fatal error. Each step is a function below, in
+/// this order; the early exits stay here so the teardown order is in one
+/// place.
+pub(super) async fn serve(
+    config: BrokerConfig,
+    settings: ClusterSettings,
+    mut identity: DataDirIdentity,
+    controller: &ControllerNode,
+    services: BrokerServices,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), BrokerError> {
+    let me = config.node_id;
+    let mut tasks = Tasks::default();
+    let follower = MetadataFollower::spawn(
+        ControllerClient::new(settings.endpoints(), settings.request_timeout),
+        me,
+    );
+    let views = follow_views(&mut tasks, &follower, controller, me);
+    let configured_cluster_id = config.cluster_id.clone();
+    let stored_cluster_id = identity.cluster_id.clone();
+    let (mut open, isr) = open_broker(
+        config,
+        &settings,
+        stored_cluster_id,
+        views.clone(),
+        &services,
+    )
+    .await?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut shutdown = std::pin::pin!(shutdown);
+
+    let startup = start_up(
+        &open,
+        &follower,
+        &settings,
+        &mut identity,
+        configured_cluster_id.as_deref(),
+    );
+    tokio::select! {
+        result = startup => result?,
+        _ = &mut shutdown => {
+            info!("stopped during start-up");
+            close_partitions(&open.broker).await;
+            return Ok(());
+        }
+    }
+    start_replication(&mut tasks, &open, &settings, &services, isr, &stop_rx);
+    tasks.spawn(apply_views(Arc::clone(&open.broker), views));
+    let mut heartbeats = tokio::spawn(
+        Arc::clone(&open.lifecycle)
+            .heartbeat_loop(follower.watch(), stop_rx.clone())
+            .in_current_span(),
+    );
+    match wait_unfenced(
+        &mut open.fenced,
+        &mut heartbeats,
+        shutdown.as_mut(),
+        &settings,
+    )
+    .await
+    {
+        Unfencing::Unfenced => {}
+        Unfencing::Stopped => {
+            heartbeats.abort();
+            open.lifecycle.controlled_shutdown().await;
+            close_partitions(&open.broker).await;
+            return Ok(());
+        }
+        Unfencing::Failed(e) => {
+            heartbeats.abort();
+            close_partitions(&open.broker).await;
+            return Err(e);
+        }
+    }
+
+    let outcome = serve_kafka(
+        &open, &services, listener, stop_tx, &mut tasks, heartbeats, shutdown,
+    )
+    .await;
+    drop(tasks);
+    drop(follower);
+    close_partitions(&open.broker).await;
+    if let Err(e) = &outcome {
+        error!(error = %e, "broker stopped");
+    } else {
+        info!("shutdown complete");
+    }
+    outcome
+}
+
+/// The broker's view of every controller image the follower receives, and
+/// again whenever the Raft leader changes (the view reports it as the Kafka
+/// controller), published on the returned watch.
+fn follow_views(
+    tasks: &mut Tasks,
+    follower: &MetadataFollower,
+    controller: &ControllerNode,
+    me: i32,
+) -> watch::Receiver<Arc<MetadataView>> {
+    let (views_tx, views_rx) = watch::channel(Arc::new(MetadataView::default()));
+    let mut images = follower.watch();
+    let mut metrics = controller.raft().metrics();
+    tasks.spawn(async move {
+        let mut leader = metrics.borrow_and_update().current_leader;
+        loop {
+            let image = Arc::clone(&images.borrow_and_update());
+            views_tx.send_replace(Arc::new(metadata_view(&image, leader, me)));
+            loop {
+                tokio::select! {
+                    changed = images.changed() => {
+                        if changed.is_err() { return; }
+                        break;
+                    }
+                    changed = metrics.changed() => {
+                        if changed.is_err() { return; }
+                        let now = metrics.borrow_and_update().current_leader;
+                        if now != leader {
+                            leader = now;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    views_rx
+}
+
+/// Opens the broker on the quorum-backed metadata store and producer-id
+/// source (hosting nothing yet), and attaches it to the gRPC services and
+/// `/metrics`.
+async fn open_broker(
+    config: BrokerConfig,
+    settings: &ClusterSettings,
+    cluster_id: Option<String>,
+    views: watch::Receiver<Arc<MetadataView>>,
+    services: &BrokerServices,
+) -> Result<(OpenBroker, IsrChannel), BrokerError> {
+    let admin_client = ControllerClient::new(settings.endpoints(), settings.request_timeout);
+    let store: Arc<dyn MetadataStore> = Arc::new(QuorumMetadataStore::new(
+        admin_client.clone(),
+        views,
+        settings,
+    ));
+    let epoch = Arc::new(AtomicI64::new(-1));
+    let ids = ControllerProducerIdBlockSource::new(
+        admin_client.clone(),
+        config.node_id,
+        Arc::clone(&epoch),
+    );
+    let endpoint = kafka_endpoint(&config)?;
+    let broker =
+        tokio::task::spawn_blocking(move || Broker::open_with(config, store, Box::new(ids)))
+            .await
+            .map_err(|e| BrokerError::Cluster(format!("opening the broker failed: {e}")))??;
+    let broker = Arc::new(broker);
+    services.http.attach(Arc::clone(&broker));
+    let (isr_tx, isr_rx) = mpsc::unbounded_channel();
+    services.replication.attach(Arc::new(ReplicationHub {
+        broker: Arc::clone(&broker),
+        isr_proposals: isr_tx,
+    }));
+    let (fenced_tx, fenced_rx) = watch::channel(true);
+    let lifecycle = Arc::new(Lifecycle::new(
+        settings, endpoint, cluster_id, epoch, fenced_tx,
+    ));
+    let open = OpenBroker {
+        broker,
+        lifecycle,
+        fenced: fenced_rx,
+    };
+    let isr = IsrChannel {
+        client: admin_client,
+        proposals: isr_rx,
+    };
+    Ok((open, isr))
+}
+
+/// The Kafka endpoint this broker registers (its advertised host and port).
+fn kafka_endpoint(config: &BrokerConfig) -> Result<BrokerEndpoint, BrokerError> {
+    let (host, port) = config.advertised_host_port();
+    Ok(BrokerEndpoint {
+        name: LISTENER.into(),
+        host,
+        port: u16::try_from(port)
+            .map_err(|_| config_error(format!("advertised port {port} is not a TCP port")))?,
+        security_protocol: LISTENER.into(),
+    })
+}
+
+/// Start-up steps 4–6 of the module docs, up to hosting partitions:
+/// register, wait (bounded) until the followed image holds the registration
+/// and a cluster id, check and record that id, apply the current view.
+async fn start_up(
+    open: &OpenBroker,
+    follower: &MetadataFollower,
+    settings: &ClusterSettings,
+    identity: &mut DataDirIdentity,
+    configured_cluster_id: Option<&str>,
+) -> Result<(), BrokerError> {
+    let deadline = Instant::now() + settings.startup_timeout;
+    let broker_epoch = open.lifecycle.register(deadline).await?;
+    let me = open.broker.config.node_id;
+    let mut images = follower.watch();
+    // The watch guard must not live across an await (the future is Send).
+    let caught_up = async {
+        let image = images
+            .wait_for(|image| {
+                image.cluster_id().is_some()
+                    && image
+                        .broker(me)
+                        .is_some_and(|b| b.broker_epoch == broker_epoch)
+            })
+            .await
+            .ok()?;
+        image.cluster_id().map(str::to_owned)
+    };
+    let Ok(Some(cluster_id)) = tokio::time::timeout_at(deadline, caught_up).await else {
+        return Err(BrokerError::Cluster(format!(
+            "registered with the controller quorum but did not receive the metadata up to \
+             the registration within {:?}",
+            settings.startup_timeout
+        )));
+    };
+    identity.check_and_record(&cluster_id, configured_cluster_id)?;
+    match apply_view(&open.broker, open.broker.metadata.image()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => warn!(error = %e, "some partitions could not be opened; will retry"),
+        Err(e) => warn!(error = %e, "applying metadata failed; will retry"),
+    }
+    Ok(())
+}
+
+/// Replication and the coordinators: follow the leaders of the partitions
+/// this broker follows, keep the ISRs of those it leads, and start the
+/// transaction and group coordinators (markers and verification reach other
+/// brokers at the same gRPC addresses).
+fn start_replication(
+    tasks: &mut Tasks,
+    open: &OpenBroker,
+    settings: &ClusterSettings,
+    services: &BrokerServices,
+    isr: IsrChannel,
+    stop: &watch::Receiver<bool>,
+) {
+    let broker = &open.broker;
+    let peers: Vec<(i32, String)> = settings
+        .voters
+        .iter()
+        .filter_map(|(id, addr)| Some((i32::try_from(*id).ok()?, addr.clone())))
+        .collect();
+    for fetcher in spawn_fetchers(broker, &peers, stop) {
+        tasks.push(fetcher);
+    }
+    services.txn.attach(Arc::clone(broker));
+    tasks.push(crate::coordinator::txn::TxnRuntime::start_with_peers(
+        broker,
+        Some(peers.iter().cloned().collect()),
+        stop.clone(),
+    ));
+    tasks.push(crate::coordinator::group::GroupRuntime::start(broker, stop.clone()));
+    tasks.spawn(
+        isr_loop(
+            Arc::clone(broker),
+            isr.client,
+            Arc::clone(&open.lifecycle.epoch),
+            isr.proposals,
+            stop.clone(),
+        )
+        .in_current_span(),
+    );
+}
+
+/// Keeps the hosted partitions in line with every later view, in order.
+async fn apply_views(broker: Arc<Broker>, mut views: watch::Receiver<Arc<MetadataView>>) {
+    while views.changed().await.is_ok() {
+        let view = Arc::clone(&views.borrow_and_update());
+        match apply_view(&broker, view).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                warn!(error = %e, "applying metadata: some partitions could not be opened")
+            }
+            Err(e) => error!(error = %e, "applying metadata panicked"),
+        }
+    }
+}
+
+/// `Broker::apply_image` off the async workers (it opens and recovers logs).
+async fn apply_view(
+    broker: &Arc<Broker>,
+    view: Arc<MetadataView>,
+) -> Result<Result<(), BrokerError>, tokio::task::JoinError> {
+    let applying = Arc::clone(broker);
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || span.in_scope(|| applying.apply_image(&view))).await
+}
+
+/// Waits (bounded by `controller_startup_timeout_ms`) until the controller
+/// unfences this broker; a heartbeat failure or a shutdown ends the wait.
+async fn wait_unfenced<S: Future<Output = ()>>(
+    fenced: &mut watch::Receiver<bool>,
+    heartbeats: &mut JoinHandle<Option<BrokerError>>,
+    shutdown: Pin<&mut S>,
+    settings: &ClusterSettings,
+) -> Unfencing {
+    let unfenced = tokio::time::timeout_at(Instant::now() + settings.startup_timeout, async {
+        fenced.wait_for(|fenced| !*fenced).await.is_ok()
+    });
+    tokio::select! {
+        result = unfenced => match result {
+            Ok(true) => Unfencing::Unfenced,
+            _ => Unfencing::Failed(BrokerError::Cluster(format!(
+                "registered, but the controller did not unfence this broker within {:?}",
+                settings.startup_timeout
+            ))),
+        },
+        result = heartbeats => Unfencing::Failed(result.ok().flatten().unwrap_or_else(|| {
+            BrokerError::Cluster("heartbeats stopped during start-up".into())
+        })),
+        _ = shutdown => Unfencing::Stopped,
+    }
+}
+
+/// Accepts Kafka connections and runs maintenance until `shutdown` (after a
+/// controlled shutdown) or a fatal heartbeat error, then stops every loop
+/// that reads `stop` and waits for the listener and maintenance to end.
+async fn serve_kafka<S: Future<Output = ()>>(
+    open: &OpenBroker,
+    services: &BrokerServices,
+    listener: tokio::net::TcpListener,
+    stop: watch::Sender<bool>,
+    tasks: &mut Tasks,
+    mut heartbeats: JoinHandle<Option<BrokerError>>,
+    shutdown: Pin<&mut S>,
+) -> Result<(), BrokerError> {
+    let broker = &open.broker;
+    let accept = tokio::spawn(
+        server::accept_loop(listener, Arc::clone(broker), stop.subscribe()).in_current_span(),
+    );
+    let maintenance =
+        tokio::spawn(maintenance_loop(Arc::clone(broker), stop.subscribe()).in_current_span());
+    tasks.spawn(report_readiness(
+        Arc::clone(&services.http),
+        open.fenced.clone(),
+        stop.subscribe(),
+    ));
+    let (host, port) = broker.config.advertised_host_port();
+    info!(listen = %broker.config.listen, advertised = %format!("{host}:{port}"), "broker started (cluster mode)");
+    let outcome = tokio::select! {
+        _ = shutdown => {
+            info!("shutting down");
+            open.lifecycle.controlled_shutdown().await;
+            Ok(())
+        }
+        result = &mut heartbeats => Err(result.ok().flatten().unwrap_or_else(|| {
+            BrokerError::Cluster("heartbeats stopped unexpectedly".into())
+        })),
+    };
+    services.http.set_ready(false);
+    let _ = stop.send(true);
+    heartbeats.abort();
+    let _ = accept.await;
+    let _ = maintenance.await;
+    outcome
+}
+
+/// `/readyz` follows the fenced state until stop: a fenced broker leads
+/// nothing and clients should go elsewhere.
+async fn report_readiness(
+    http: Arc<crate::http::HttpState>,
+    mut fenced: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        http.set_ready(!*fenced.borrow_and_update());
+        tokio::select! {
+            changed = fenced.changed() => if changed.is_err() { break },
+            _ = stop.changed() => break,
+        }
+    }
+    http.set_ready(false);
+}
+
+/// Closes every hosted log cleanly (flush, snapshots, checkpoints), off the
+/// async workers.
+async fn close_partitions(broker: &Arc<Broker>) {
+    let closing = Arc::clone(broker);
+    let span = tracing::Span::current();
+    let _ =
+        tokio::task::spawn_blocking(move || span.in_scope(|| closing.replicas.close_all())).await;
+}

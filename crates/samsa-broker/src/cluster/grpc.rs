@@ -1,0 +1,68 @@
+//! The node's one gRPC port (`controller_listen`): the controller's
+//! services, replication between brokers and the transaction service, served
+//! from start-up until the node stops.
+//!
+//! Invariants: the port is bound before the broker opens (a conflict fails
+//! start-up with the address in the message); replication frames and windows
+//! are sized for whole fetch answers, and answers leave without Nagle delay.
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{error, info, Instrument};
+
+use samsa_proto::replication::replication_service_server::ReplicationServiceServer;
+
+use crate::error::BrokerError;
+use crate::replication::service::ReplicationGrpc;
+
+/// Serves the controller's services and the replication service on this
+/// node's controller address until `stop` turns true.
+pub(super) async fn serve_grpc(
+    listen: std::net::SocketAddr,
+    routes: tonic::service::Routes,
+    replication: ReplicationGrpc,
+    txn: crate::coordinator::txn::grpc::TxnGrpc,
+    mut stop: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, BrokerError> {
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
+        BrokerError::Cluster(format!(
+            "cannot bind the controller/replication gRPC address {listen}: {e}"
+        ))
+    })?;
+    let routes = routes.add_service(
+        ReplicationServiceServer::new(replication)
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024),
+    );
+    let routes = routes.add_service(samsa_proto::txn::txn_service_server::TxnServiceServer::new(
+        txn,
+    ));
+    info!(%listen, "gRPC listening (controller, replication, transactions)");
+    Ok(tokio::spawn(
+        async move {
+            let served = tonic::transport::Server::builder()
+                .initial_stream_window_size(Some(crate::replication::REPLICATION_WINDOW_BYTES))
+                .initial_connection_window_size(Some(
+                    2 * crate::replication::REPLICATION_WINDOW_BYTES,
+                ))
+                .max_frame_size(Some(crate::replication::REPLICATION_MAX_FRAME_BYTES))
+                .add_routes(routes)
+                .serve_with_incoming_shutdown(
+                    // Nagle on the answering side holds the last frames of
+                    // each fetch answer until the peer's delayed ACK (~40 ms
+                    // on Linux), and acks=all waits for that round trip. The
+                    // builder's tcp_nodelay does not reach connections from a
+                    // caller-supplied listener, so it is set here.
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                    async move {
+                        let _ = stop.wait_for(|stopped| *stopped).await;
+                    },
+                )
+                .await;
+            if let Err(e) = served {
+                error!(error = %e, "gRPC server failed");
+            }
+        }
+        .in_current_span(),
+    ))
+}

@@ -1,0 +1,99 @@
+//! [`run`]: one cluster node from start to stop — the checks before anything
+//! starts, the embedded controller, the gRPC and HTTP servers around the
+//! broker, and their shutdown in order once the broker stops.
+//!
+//! Invariants: nothing is bound or started before the settings and the data
+//! directory are checked; the Kafka and HTTP ports are bound before the
+//! controller starts (a conflict fails fast); whatever way the broker stops,
+//! the controller is shut down, then the gRPC and HTTP servers, and the
+//! broker's outcome is what `run` returns.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tracing::{info, warn, Instrument};
+
+use super::broker::{serve, BrokerServices};
+use super::controller::{probe_duplicate, start_controller};
+use super::grpc::serve_grpc;
+use super::identity::DataDirIdentity;
+use super::ClusterSettings;
+use crate::error::BrokerError;
+use crate::replication::service::ReplicationGrpc;
+use crate::{server, BrokerConfig};
+
+/// Runs a cluster node (controller + broker) until `shutdown` resolves or a
+/// fatal error; see the module docs for the start-up sequence.
+pub async fn run(
+    config: BrokerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), BrokerError> {
+    let node_id = config.node_id;
+    run_node(config, shutdown)
+        .instrument(tracing::info_span!("node", node_id))
+        .await
+}
+
+async fn run_node(
+    config: BrokerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), BrokerError> {
+    let settings = ClusterSettings::from_config(&config)?;
+    let identity = DataDirIdentity::load(&config.data_dir, config.node_id)?;
+    identity.check_configured(config.cluster_id.as_deref(), &config.data_dir)?;
+    probe_duplicate(&settings).await?;
+    let listener = server::bind(config.listen).await?;
+    let http_listener = crate::http::bind(config.http_listen).await?;
+    let http_state = Arc::new(crate::http::HttpState::default());
+    let cluster_id = config.cluster_id.clone().or(identity.cluster_id.clone());
+    let (controller, routes) = start_controller(&config, &settings, cluster_id).await?;
+    let replication = ReplicationGrpc::new();
+    let txn_grpc = crate::coordinator::txn::grpc::TxnGrpc::new();
+    let (grpc_stop_tx, grpc_stop_rx) = watch::channel(false);
+    let grpc = match serve_grpc(
+        config.controller_listen,
+        routes,
+        replication.clone(),
+        txn_grpc.clone(),
+        grpc_stop_rx.clone(),
+    )
+    .await
+    {
+        Ok(grpc) => grpc,
+        Err(e) => {
+            let _ = controller.shutdown().await;
+            return Err(e);
+        }
+    };
+    info!(
+        voters = %settings.voters_text(),
+        controller_listen = %config.controller_listen,
+        "controller started"
+    );
+    let http = tokio::spawn(
+        crate::http::serve(http_listener, Arc::clone(&http_state), grpc_stop_rx.clone())
+            .in_current_span(),
+    );
+    let result = serve(
+        config,
+        settings,
+        identity,
+        &controller,
+        BrokerServices {
+            replication,
+            txn: txn_grpc,
+            http: http_state,
+        },
+        listener,
+        shutdown,
+    )
+    .await;
+    if let Err(e) = controller.shutdown().await {
+        warn!(error = %e, "controller did not stop cleanly");
+    }
+    let _ = grpc_stop_tx.send(true);
+    let _ = grpc.await;
+    let _ = http.await;
+    result
+}

@@ -1,0 +1,240 @@
+//! [`ClusterSettings`]: the cluster part of a [`BrokerConfig`], validated
+//! once at start-up.
+//!
+//! Invariants a `ClusterSettings` keeps (so later code never checks them
+//! again): this node is one of the static voters and its `controller_listen`
+//! uses the port of its voter address; every timing is positive; the broker
+//! session outlives several heartbeats and the Raft election timeout several
+//! Raft heartbeats. Every refusal names the key and what would fix it.
+
+use std::time::Duration;
+
+use samsa_controller::node::parse_voters;
+use samsa_controller::NodeId;
+
+use crate::error::BrokerError;
+use crate::BrokerConfig;
+
+/// The cluster part of a [`BrokerConfig`], validated.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    pub node_id: i32,
+    /// Static voter set, by node id.
+    pub voters: Vec<(NodeId, String)>,
+    /// This node's controller address in the voter set.
+    pub own_address: String,
+    pub heartbeat_interval: Duration,
+    pub session_timeout: Duration,
+    pub request_timeout: Duration,
+    pub startup_timeout: Duration,
+}
+
+pub(super) fn config_error(message: String) -> BrokerError {
+    BrokerError::Config(message)
+}
+
+fn port_of(addr: &str) -> Option<u16> {
+    addr.rsplit_once(':').and_then(|(_, p)| p.parse().ok())
+}
+
+/// The broker and Raft timings of a [`ClusterSettings`].
+struct Timings {
+    heartbeat_interval: Duration,
+    session_timeout: Duration,
+    request_timeout: Duration,
+    startup_timeout: Duration,
+}
+
+impl ClusterSettings {
+    /// Validates the cluster settings of `config`; every error names the key
+    /// and what would fix it.
+    pub fn from_config(config: &BrokerConfig) -> Result<Self, BrokerError> {
+        let (voters, own_address) = own_voter(config)?;
+        let timings = timings(config)?;
+        if config.producer_id_block_size <= 0 {
+            return Err(config_error(
+                "producer_id_block_size must be positive".into(),
+            ));
+        }
+        if config.metadata_snapshot_interval_entries == 0 {
+            return Err(config_error(
+                "metadata_snapshot_interval_entries must be positive".into(),
+            ));
+        }
+        Ok(Self {
+            node_id: config.node_id,
+            voters,
+            own_address,
+            heartbeat_interval: timings.heartbeat_interval,
+            session_timeout: timings.session_timeout,
+            request_timeout: timings.request_timeout,
+            startup_timeout: timings.startup_timeout,
+        })
+    }
+
+    /// Controller addresses, this node's own first (it is always up to date
+    /// with what this node committed, and local).
+    pub fn endpoints(&self) -> Vec<String> {
+        let mut endpoints = vec![self.own_address.clone()];
+        endpoints.extend(
+            self.voters
+                .iter()
+                .filter(|(_, addr)| *addr != self.own_address)
+                .map(|(_, addr)| addr.clone()),
+        );
+        endpoints
+    }
+
+    pub(super) fn voters_text(&self) -> String {
+        self.voters
+            .iter()
+            .map(|(id, addr)| format!("{id}@{addr}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub(super) fn majority(&self) -> usize {
+        self.voters.len() / 2 + 1
+    }
+}
+
+/// The voter set and this node's address in it: this node must be a voter
+/// (combined mode) and listen on its voter address's port.
+fn own_voter(config: &BrokerConfig) -> Result<(Vec<(NodeId, String)>, String), BrokerError> {
+    let text = config
+        .controller_quorum_voters
+        .as_deref()
+        .ok_or_else(|| config_error("controller_quorum_voters is not set".into()))?;
+    let voters =
+        parse_voters(text).map_err(|e| config_error(format!("controller_quorum_voters: {e}")))?;
+    let node = NodeId::try_from(config.node_id)
+        .map_err(|_| config_error(format!("node_id {} is negative", config.node_id)))?;
+    let own_address = voters
+        .iter()
+        .find(|(id, _)| *id == node)
+        .map(|(_, addr)| addr.clone())
+        .ok_or_else(|| {
+            config_error(format!(
+                "node_id {} is not in controller_quorum_voters {text:?}: every cluster node \
+                 runs a controller (combined mode), so its node_id must be one of the voters",
+                config.node_id
+            ))
+        })?;
+    if port_of(&own_address) != Some(config.controller_listen.port()) {
+        return Err(config_error(format!(
+            "controller_listen {} does not use the port of this node's voter address \
+             {own_address}; other controllers reach node {} there, so set controller_listen \
+             to that port",
+            config.controller_listen, config.node_id
+        )));
+    }
+    Ok((voters, own_address))
+}
+
+/// The broker and Raft timings: all positive, a session longer than a
+/// heartbeat, an election timeout longer than a Raft heartbeat.
+fn timings(config: &BrokerConfig) -> Result<Timings, BrokerError> {
+    let positive = |key: &str, value: u64| {
+        if value == 0 {
+            Err(config_error(format!("{key} must be positive")))
+        } else {
+            Ok(Duration::from_millis(value))
+        }
+    };
+    let timings = Timings {
+        heartbeat_interval: positive(
+            "broker_heartbeat_interval_ms",
+            config.broker_heartbeat_interval_ms,
+        )?,
+        session_timeout: positive(
+            "broker_session_timeout_ms",
+            config.broker_session_timeout_ms,
+        )?,
+        request_timeout: positive(
+            "controller_request_timeout_ms",
+            config.controller_request_timeout_ms,
+        )?,
+        startup_timeout: positive(
+            "controller_startup_timeout_ms",
+            config.controller_startup_timeout_ms,
+        )?,
+    };
+    positive(
+        "controller_quorum_election_timeout_ms",
+        config.controller_quorum_election_timeout_ms,
+    )?;
+    positive(
+        "controller_quorum_heartbeat_interval_ms",
+        config.controller_quorum_heartbeat_interval_ms,
+    )?;
+    if timings.session_timeout <= timings.heartbeat_interval {
+        return Err(config_error(format!(
+            "broker_session_timeout_ms ({}) must be larger than broker_heartbeat_interval_ms ({})",
+            config.broker_session_timeout_ms, config.broker_heartbeat_interval_ms
+        )));
+    }
+    if config.controller_quorum_heartbeat_interval_ms
+        >= config.controller_quorum_election_timeout_ms
+    {
+        return Err(config_error(format!(
+            "controller_quorum_heartbeat_interval_ms ({}) must be smaller than \
+             controller_quorum_election_timeout_ms ({})",
+            config.controller_quorum_heartbeat_interval_ms,
+            config.controller_quorum_election_timeout_ms
+        )));
+    }
+    Ok(timings)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn config(voters: &str, node_id: i32, port: u16) -> BrokerConfig {
+        BrokerConfig {
+            node_id,
+            controller_quorum_voters: Some(voters.into()),
+            controller_listen: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            ..BrokerConfig::default()
+        }
+    }
+
+    #[test]
+    fn settings_reject_bad_voter_lists() {
+        let ok = ClusterSettings::from_config(&config(
+            "1@127.0.0.1:9093,2@127.0.0.1:9193,3@127.0.0.1:9293",
+            2,
+            9193,
+        ))
+        .unwrap();
+        assert_eq!(ok.own_address, "127.0.0.1:9193");
+        assert_eq!(ok.endpoints()[0], "127.0.0.1:9193");
+        assert_eq!(ok.majority(), 2);
+
+        let not_a_voter =
+            ClusterSettings::from_config(&config("1@h:9093,2@h:9193", 3, 9093)).unwrap_err();
+        assert!(
+            not_a_voter
+                .to_string()
+                .contains("not in controller_quorum_voters"),
+            "{not_a_voter}"
+        );
+        let duplicate =
+            ClusterSettings::from_config(&config("1@h:9093,1@h:9193", 1, 9093)).unwrap_err();
+        assert!(
+            duplicate.to_string().contains("appears twice"),
+            "{duplicate}"
+        );
+        let wrong_port =
+            ClusterSettings::from_config(&config("1@h:9093,2@h:9193", 2, 9093)).unwrap_err();
+        assert!(
+            wrong_port.to_string().contains("controller_listen"),
+            "{wrong_port}"
+        );
+        let mut bad_timing = config("1@h:9093", 1, 9093);
+        bad_timing.broker_session_timeout_ms = 1_000;
+        bad_timing.broker_heartbeat_interval_ms = 2_000;
+        assert!(ClusterSettings::from_config(&bad_timing).is_err());
+    }
+}

@@ -1,0 +1,228 @@
+//! [`QuorumMetadataStore`]: the [`MetadataStore`] of cluster mode. Reads come
+//! from the followed image; topic changes go to the active controller.
+//!
+//! Invariants: a change answered as successful was committed by the quorum
+//! and — unless the bounded wait for it (`controller_request_timeout_ms`)
+//! ran out, which is logged — is visible in this broker's image when the
+//! call returns; no wait here is unbounded; DescribeQuorum is answered from
+//! the Raft leader's view, as a Kafka broker forwards it to the controller.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use samsa_controller::client::ControllerClient;
+use samsa_controller::logic::{CreatePartitions, CreateTopic, TopicRef};
+use samsa_controller::ControllerError;
+use tokio::sync::watch;
+use tracing::warn;
+
+use super::ClusterSettings;
+use crate::error::{controller_error, MetadataError};
+use crate::metadata::{
+    MetadataStore, MetadataView, NewTopic, QuorumDescription, QuorumVoter, TopicMetadata,
+};
+
+/// [`MetadataStore`] backed by the controller quorum: reads come from the
+/// followed image, changes go to the active controller and return once this
+/// broker's image shows them (or after `request_timeout`, trusting the
+/// controller's answer).
+pub struct QuorumMetadataStore {
+    client: ControllerClient,
+    image: watch::Receiver<Arc<MetadataView>>,
+    request_timeout: Duration,
+    voters: String,
+}
+
+impl QuorumMetadataStore {
+    pub fn new(
+        client: ControllerClient,
+        image: watch::Receiver<Arc<MetadataView>>,
+        settings: &ClusterSettings,
+    ) -> Self {
+        Self {
+            client,
+            image,
+            request_timeout: settings.request_timeout,
+            voters: settings.voters_text(),
+        }
+    }
+
+    /// Waits (bounded) until the image satisfies `done`.
+    async fn visible(
+        &self,
+        done: impl FnMut(&Arc<MetadataView>) -> bool,
+    ) -> Option<Arc<MetadataView>> {
+        let mut rx = self.image.clone();
+        tokio::time::timeout(self.request_timeout, async move {
+            rx.wait_for(done).await.map(|image| Arc::clone(&image)).ok()
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    /// A refused or failed change to `topic`, as the broker answers it
+    /// (the translation is the error edge's, [`controller_error`]).
+    fn error(&self, e: ControllerError, topic: &str) -> MetadataError {
+        controller_error(e, topic, &self.voters, self.request_timeout)
+    }
+}
+
+impl MetadataStore for QuorumMetadataStore {
+    fn image(&self) -> Arc<MetadataView> {
+        Arc::clone(&self.image.borrow())
+    }
+
+    fn create_topic(
+        &self,
+        topic: NewTopic,
+    ) -> BoxFuture<'_, Result<Arc<TopicMetadata>, MetadataError>> {
+        Box::pin(async move {
+            let request = CreateTopic {
+                name: topic.name.clone(),
+                num_partitions: Some(topic.partitions),
+                replication_factor: Some(i32::from(topic.replication_factor)),
+                assignments: topic.assignments.clone(),
+                configs: topic.configs.clone(),
+            };
+            let reply = self
+                .client
+                .create_topic(&request, false)
+                .await
+                .map_err(|e| self.error(e, &topic.name))?;
+            let id = reply.topic_id;
+            let name = topic.name.clone();
+            let shown = self
+                .visible(|image| image.topic(&name).is_some_and(|t| t.topic_id == id))
+                .await
+                .and_then(|image| image.topic(&topic.name).cloned());
+            Ok(shown.unwrap_or_else(|| {
+                warn!(topic = %topic.name, "topic created but not yet visible here");
+                Arc::new(TopicMetadata {
+                    name: topic.name,
+                    topic_id: id,
+                    partitions: reply.num_partitions,
+                    replication_factor: i16::try_from(reply.replication_factor).unwrap_or(-1),
+                    configs: topic.configs,
+                    partition_states: Vec::new(),
+                })
+            }))
+        })
+    }
+
+    fn delete_topic(
+        &self,
+        name: String,
+    ) -> BoxFuture<'_, Result<Arc<TopicMetadata>, MetadataError>> {
+        Box::pin(async move {
+            let before = self.image().topic(&name).cloned();
+            let reply = self
+                .client
+                .delete_topic(&TopicRef::Name(name.clone()))
+                .await
+                .map_err(|e| self.error(e, &name))?;
+            let id = reply.topic_id;
+            if self
+                .visible(|image| image.topics.values().all(|t| t.topic_id != id))
+                .await
+                .is_none()
+            {
+                warn!(topic = %name, "topic deleted but still visible here");
+            }
+            Ok(before.filter(|t| t.topic_id == id).unwrap_or_else(|| {
+                Arc::new(TopicMetadata {
+                    name: reply.name,
+                    topic_id: id,
+                    partitions: 0,
+                    replication_factor: 0,
+                    configs: Default::default(),
+                    partition_states: Vec::new(),
+                })
+            }))
+        })
+    }
+
+    fn create_partitions(
+        &self,
+        name: String,
+        new_count: i32,
+        assignments: Option<Vec<Vec<i32>>>,
+    ) -> BoxFuture<'_, Result<Arc<TopicMetadata>, MetadataError>> {
+        Box::pin(async move {
+            let request = CreatePartitions {
+                topic: name.clone(),
+                new_total_count: new_count,
+                assignments,
+            };
+            let reply = self
+                .client
+                .create_partitions(&request, false)
+                .await
+                .map_err(|e| self.error(e, &name))?;
+            let id = reply.topic_id;
+            let shown = self
+                .visible(|image| {
+                    image
+                        .topic(&name)
+                        .is_some_and(|t| t.topic_id == id && t.partitions >= new_count)
+                })
+                .await
+                .and_then(|image| image.topic(&name).cloned());
+            shown
+                .or_else(|| self.image().topic(&name).cloned())
+                .ok_or(MetadataError::UnknownTopic(name))
+        })
+    }
+
+    /// Asked of the active controller, as a Kafka broker forwards
+    /// DescribeQuorum to it; the answer is the Raft leader's own view.
+    fn describe_quorum(&self) -> BoxFuture<'_, Result<QuorumDescription, MetadataError>> {
+        Box::pin(async move {
+            let answer = self.client.describe_quorum_leader().await.map_err(|e| {
+                MetadataError::ControllerUnavailable(format!(
+                    "no active controller of {} described the quorum within {:?}: {e}",
+                    self.voters, self.request_timeout
+                ))
+            })?;
+            quorum_description(answer)
+        })
+    }
+}
+
+/// Kafka's DescribeQuorum view of a leader's `DescribeQuorum` gRPC answer.
+fn quorum_description(
+    answer: samsa_proto::controller::DescribeQuorumResponse,
+) -> Result<QuorumDescription, MetadataError> {
+    let unavailable = |why: &str| MetadataError::ControllerUnavailable(why.to_owned());
+    let replication = answer
+        .replication
+        .ok_or_else(|| unavailable("the controller that answered is no longer the leader"))?;
+    let node_id = |id: u64| {
+        i32::try_from(id).map_err(|_| unavailable(&format!("controller id {id} is not a node id")))
+    };
+    let endpoint = |id: u64| {
+        let address = &answer.voters.iter().find(|v| v.node_id == id)?.address;
+        let (host, port) = address.rsplit_once(':')?;
+        Some((host.to_owned(), port.parse().ok()?))
+    };
+    let voters = replication
+        .voters
+        .iter()
+        .map(|v| {
+            Ok(QuorumVoter {
+                node_id: node_id(v.node_id)?,
+                log_end_offset: v.log_end_offset,
+                last_fetch_timestamp: v.last_fetch_timestamp,
+                last_caught_up_timestamp: v.last_caught_up_timestamp,
+                endpoint: endpoint(v.node_id),
+            })
+        })
+        .collect::<Result<Vec<_>, MetadataError>>()?;
+    Ok(QuorumDescription {
+        leader_id: node_id(answer.node_id)?,
+        leader_epoch: i32::try_from(replication.term).unwrap_or(i32::MAX),
+        high_watermark: replication.high_watermark,
+        voters,
+    })
+}
