@@ -356,7 +356,10 @@ fn start_replication(
         Some(peers.iter().cloned().collect()),
         stop.clone(),
     ));
-    tasks.push(crate::coordinator::group::GroupRuntime::start(broker, stop.clone()));
+    tasks.push(crate::coordinator::group::GroupRuntime::start(
+        broker,
+        stop.clone(),
+    ));
     tasks.spawn(
         isr_loop(
             Arc::clone(broker),

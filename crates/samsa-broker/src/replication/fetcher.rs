@@ -10,6 +10,7 @@
 //! it back to the leader's log end. Other errors wait for the metadata to
 //! catch up.
 
+use kafka_protocol::error::ResponseError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +26,6 @@ use crate::{now_ms, Broker};
 /// Pause when there is nothing to follow at this peer, or after a failure.
 const IDLE: Duration = Duration::from_millis(100);
 const RETRY: Duration = Duration::from_millis(250);
-const OFFSET_OUT_OF_RANGE: i32 = 1;
 
 /// HTTP/2 flow-control window for replication streams.
 pub const REPLICATION_WINDOW_BYTES: u32 = 16 * 1024 * 1024;
@@ -211,7 +211,7 @@ fn apply(
             )?;
             Ok(true)
         }
-        OFFSET_OUT_OF_RANGE => {
+        code if code == i32::from(ResponseError::OffsetOutOfRange.code()) => {
             if fetch_offset < data.log_start_offset {
                 partition.restart_at(epoch, data.log_start_offset, now)?;
             } else if fetch_offset > data.log_end_offset {

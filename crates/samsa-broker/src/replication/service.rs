@@ -5,6 +5,7 @@
 //! (long poll) until one of those happens or `max_wait_ms` passes. Watches
 //! are subscribed before reading, so no wake-up is lost.
 
+use kafka_protocol::error::ResponseError;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -85,7 +86,7 @@ impl ReplicationService for ReplicationGrpc {
                     ..PartitionData::default()
                 };
                 let Some(partition) = partition else {
-                    data.error_code = 6; // NOT_LEADER_OR_FOLLOWER
+                    data.error_code = i32::from(ResponseError::NotLeaderOrFollower.code());
                     ready = true;
                     out.push(data);
                     continue;

@@ -11,6 +11,7 @@
 //!
 //! Lock order: the partition's log mutex first, then [`ReplicaState`]'s.
 
+use kafka_protocol::error::ResponseError;
 use std::collections::HashMap;
 
 use bytes::Bytes;
@@ -189,11 +190,6 @@ pub struct IsrShrink {
     pub context: AlterContext,
 }
 
-const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-const OFFSET_OUT_OF_RANGE: i16 = 1;
-const FENCED_LEADER_EPOCH: i16 = 74;
-const UNKNOWN_LEADER_EPOCH: i16 = 75;
-
 impl Partition {
     pub(crate) fn with_log_and_state<T>(
         &self,
@@ -358,15 +354,15 @@ impl Partition {
                 ..ReplicaFetchAnswer::default()
             };
             if !leadership.is_leader || !state.replicas.contains(&req.replica_id) {
-                answer.error_code = NOT_LEADER_OR_FOLLOWER;
+                answer.error_code = ResponseError::NotLeaderOrFollower.code();
                 return Ok(answer);
             }
             if req.current_leader_epoch < leadership.leader_epoch {
-                answer.error_code = FENCED_LEADER_EPOCH;
+                answer.error_code = ResponseError::FencedLeaderEpoch.code();
                 return Ok(answer);
             }
             if req.current_leader_epoch > leadership.leader_epoch {
-                answer.error_code = UNKNOWN_LEADER_EPOCH;
+                answer.error_code = ResponseError::UnknownLeaderEpoch.code();
                 return Ok(answer);
             }
             let leo = log.log_end_offset();
@@ -381,7 +377,7 @@ impl Partition {
                 }
             }
             if req.fetch_offset < log.log_start_offset() || req.fetch_offset > leo {
-                answer.error_code = OFFSET_OUT_OF_RANGE;
+                answer.error_code = ResponseError::OffsetOutOfRange.code();
                 return Ok(answer);
             }
             let progress = state
@@ -435,7 +431,7 @@ impl Partition {
                         PartitionError::Storage(ref s) => {
                             crate::error::storage_error_code(s).code()
                         }
-                        _ => NOT_LEADER_OR_FOLLOWER,
+                        _ => ResponseError::NotLeaderOrFollower.code(),
                     },
                     ..ReplicaFetchAnswer::default()
                 }
