@@ -3,9 +3,9 @@
 //! other subcommands, which live in the `samsa_tools` crate (Kafka client
 //! tools, benchmarks, demos, the pipeline stage, the offline segment dumper).
 //! This file owns the shape of the command line and how errors become exit
-//! codes.
+//! codes; the process allocator is the broker's guard
+//! ([`samsa_broker::alloc_guard`]).
 
-mod alloc_guard;
 mod config;
 mod server;
 
@@ -13,6 +13,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use samsa_broker::alloc_guard;
 use samsa_tools::{bench, cluster, consume, demo, dump_log, pipeline, produce, topic, txn};
 use tracing_subscriber::EnvFilter;
 
