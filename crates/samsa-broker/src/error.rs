@@ -92,8 +92,14 @@ pub enum MetadataError {
     },
 }
 
-/// Kafka error code for a storage error.
+/// Kafka error code for a storage error. A broken storage invariant (a bug,
+/// see [`StorageError::is_invariant_violation`]) is answered
+/// UNKNOWN_SERVER_ERROR, as Kafka answers an illegal state, and logged here
+/// at error level, so that no such answer goes unseen.
 pub fn storage_error_code(error: &StorageError) -> ResponseError {
+    if error.is_invariant_violation() {
+        tracing::error!(error = %error, "storage invariant violated; answering UNKNOWN_SERVER_ERROR");
+    }
     match error {
         StorageError::CorruptRecord(_) => ResponseError::CorruptMessage,
         StorageError::InvalidRecord(_) => ResponseError::InvalidRecord,
@@ -108,8 +114,9 @@ pub fn storage_error_code(error: &StorageError) -> ResponseError {
         }
         StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         StorageError::Io { .. } | StorageError::Corrupt(..) => ResponseError::KafkaStorageError,
-        #[allow(unreachable_patterns)]
-        _ => ResponseError::UnknownServerError,
+        StorageError::HighWatermarkBeyondLogEnd { .. }
+        | StorageError::OffsetsOutOfOrder { .. }
+        | StorageError::OffsetsInconsistent { .. } => ResponseError::UnknownServerError,
     }
 }
 
@@ -454,5 +461,42 @@ mod tests {
             Some(E::InvalidProducerIdMapping)
         );
         assert_eq!(txn_offset_commit_error(None, 3), None);
+    }
+
+    #[test]
+    fn broken_storage_invariants_are_unknown_server_errors() {
+        let dir = std::path::PathBuf::from("/data/t-0");
+        for error in [
+            StorageError::HighWatermarkBeyondLogEnd {
+                dir: dir.clone(),
+                high_watermark: 10,
+                log_end_offset: 5,
+            },
+            StorageError::OffsetsOutOfOrder {
+                path: dir.join("00000000000000000000.log"),
+                base_offset: 7,
+                last_offset: 8,
+                expected: 5,
+            },
+            StorageError::OffsetsInconsistent {
+                dir: dir.clone(),
+                reason: "the active segment ends at 4, the LEO is 5".into(),
+            },
+        ] {
+            assert!(error.is_invariant_violation(), "{error}");
+            assert_eq!(
+                storage_error_code(&error),
+                ResponseError::UnknownServerError,
+                "{error}"
+            );
+        }
+        // A corrupt file stays a storage error (the replica is unusable, the
+        // client tries elsewhere), not a bug.
+        let corrupt = StorageError::Corrupt(dir, "crc mismatch".into());
+        assert!(!corrupt.is_invariant_violation());
+        assert_eq!(
+            storage_error_code(&corrupt),
+            ResponseError::KafkaStorageError
+        );
     }
 }

@@ -28,11 +28,14 @@
 //! - [`cluster`]: cluster mode — the embedded controller, registration,
 //!   heartbeats and the metadata stream from the controller quorum;
 //! - [`error`]: the one mapping from internal errors to Kafka error codes;
-//! - [`http`]: `/metrics`, `/healthz`, `/readyz` on `http_listen`.
+//! - [`http`]: `/metrics`, `/healthz`, `/readyz` on `http_listen`;
+//! - [`alloc_guard`]: the process allocator every binary running a broker
+//!   installs (absurd wire-length reservations cost address space, not an abort).
 //!
 //! [`run`] wires them together: for a single node (no
 //! `controller_quorum_voters`), or as a cluster node ([`cluster::run`]).
 
+pub mod alloc_guard;
 pub mod apis;
 mod apply;
 pub mod cluster;
@@ -51,6 +54,13 @@ pub mod replica;
 pub mod replication;
 mod server;
 pub mod topic_partition;
+
+// The unit tests run brokers in-process: they get the allocator the `samsa`
+// binary runs a broker with, so malformed-request tests exercise the same
+// promise (see `alloc_guard`).
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: alloc_guard::LazyHugeAllocator = alloc_guard::LazyHugeAllocator;
 
 use std::sync::Arc;
 use std::time::Duration;

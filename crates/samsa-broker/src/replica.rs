@@ -614,7 +614,12 @@ impl ReplicaManager {
         // stands until the ISR moves it.
         let log_end_offset = log.log_end_offset();
         if topic.replication_factor <= 1 {
-            log.set_high_watermark(log_end_offset);
+            log.set_high_watermark(log_end_offset).map_err(|source| {
+                BrokerError::OpenPartition {
+                    partition: name.clone(),
+                    source,
+                }
+            })?;
         }
         info!(partition = %name, log_end_offset, ?leadership, recovery = ?report, "partition opened");
         let partition = Arc::new(Partition::new(topic.name.clone(), index, log, leadership));

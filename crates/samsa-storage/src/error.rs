@@ -71,6 +71,48 @@ pub enum StorageError {
     /// way recovery did not (or could not) repair.
     #[error("log directory {0} is corrupt: {1}")]
     Corrupt(PathBuf, String),
+    /// Kafka `UNKNOWN_SERVER_ERROR` (-1), what Kafka answers for an illegal
+    /// state: a high watermark above the log end offset, which no replica can
+    /// have committed. Refused, not clamped: it is the caller's bug.
+    #[error(
+        "high watermark {high_watermark} is beyond the log end offset {log_end_offset} of {dir}"
+    )]
+    HighWatermarkBeyondLogEnd {
+        dir: PathBuf,
+        high_watermark: i64,
+        log_end_offset: i64,
+    },
+    /// Kafka `UNKNOWN_SERVER_ERROR` (-1), as Kafka answers an append at an
+    /// invalid offset: batches that do not continue the segment's offsets
+    /// (a gap, an overlap, or a last offset before the base). Nothing is written.
+    #[error(
+        "append of offsets {base_offset}..={last_offset} to {path}, which continues at {expected}"
+    )]
+    OffsetsOutOfOrder {
+        path: PathBuf,
+        base_offset: i64,
+        last_offset: i64,
+        expected: i64,
+    },
+    /// Kafka `UNKNOWN_SERVER_ERROR` (-1): the log's offsets broke one of the
+    /// orderings its module docs promise (log start <= LSO <= HW <= LEO,
+    /// recovery point <= LEO, the active segment ending at the LEO) after an
+    /// operation; the operation reports it instead of leaving it unseen.
+    #[error("offsets of {dir} are inconsistent: {reason}")]
+    OffsetsInconsistent { dir: PathBuf, reason: String },
+}
+
+impl StorageError {
+    /// Whether the error says the log broke its own invariants (a bug), as
+    /// opposed to bad input, a refused request or a failing disk.
+    pub fn is_invariant_violation(&self) -> bool {
+        matches!(
+            self,
+            StorageError::HighWatermarkBeyondLogEnd { .. }
+                | StorageError::OffsetsOutOfOrder { .. }
+                | StorageError::OffsetsInconsistent { .. }
+        )
+    }
 }
 
 /// Attaches the path an I/O error happened on.

@@ -199,14 +199,16 @@ impl IndexFile<OffsetEntry> {
     /// Position of the last indexed batch whose base offset is <= `relative_offset`
     /// (0 if none): where a scan for that offset starts.
     pub fn lookup(&self, relative_offset: i64) -> u64 {
+        self.lookup_entry(relative_offset)
+            .map_or(0, |e| u64::from(e.position))
+    }
+
+    /// The last entry whose relative offset is <= `relative_offset`, if any.
+    pub fn lookup_entry(&self, relative_offset: i64) -> Option<OffsetEntry> {
         let idx = self
             .entries
             .partition_point(|e| i64::from(e.relative_offset) <= relative_offset);
-        if idx == 0 {
-            0
-        } else {
-            u64::from(self.entries[idx - 1].position)
-        }
+        idx.checked_sub(1).map(|i| self.entries[i])
     }
 }
 

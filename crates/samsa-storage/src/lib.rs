@@ -11,9 +11,9 @@
 //! Module map: [`batch`] (v2 framing, CRC, transaction markers),
 //! [`compression`] (codecs and the topic's `compression.type`), [`config`],
 //! [`log`] (the log and recovery), [`producer_state`] (idempotence and
-//! ongoing transactions), and private `segment`, `index`, `txn_index` (aborted
-//! transactions per segment), `scan` (sequential batch scanning) and `fsutil`
-//! (atomic file replacement).
+//! ongoing transactions), [`txn_index`] (aborted transactions per segment;
+//! public for its file reader), and private `segment`, `index`, `scan`
+//! (sequential batch scanning) and `fsutil` (atomic file replacement).
 
 pub mod batch;
 pub mod compression;
@@ -27,7 +27,7 @@ mod scan;
 mod segment;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-mod txn_index;
+pub mod txn_index;
 
 pub use batch::{BatchError, BatchHeader, EndTxnMarker};
 pub use compression::CompressionType;

@@ -16,9 +16,15 @@
 //! - segments are keyed by base offset; each starts where the previous one
 //!   ends, so offsets are contiguous from `log_start_offset` (the first
 //!   segment's base, or inside the first segment after DeleteRecords) to
-//!   `log_end_offset - 1`; the last segment is the active one;
-//! - `log_start_offset <= high_watermark <= log_end_offset` and
-//!   `recovery_point <= log_end_offset`;
+//!   `log_end_offset - 1`; the last segment is the active one. Every write
+//!   checks that its batches continue the active segment (`Segment::append`,
+//!   `OffsetsOutOfOrder`), and a read checks that each batch has the offsets
+//!   and CRC it was written with (`Corrupt`);
+//! - `log_start_offset <= last_stable_offset <= high_watermark <=
+//!   log_end_offset` and `recovery_point <= log_end_offset`: every operation
+//!   that moves an offset ends with [`PartitionLog::check_offsets`]
+//!   (`OffsetsInconsistent`), and [`PartitionLog::set_high_watermark`]
+//!   refuses a HW beyond the log end (`HighWatermarkBeyondLogEnd`);
 //! - everything below `recovery_point` is fsynced, and so are the directory
 //!   entries and the indexes of every segment wholly below it; the checkpointed
 //!   recovery point is never ahead of the real one, so after a crash only the
@@ -594,6 +600,7 @@ impl PartitionLog {
             placements: Vec::new(),
             staged: StagedProducers::default(),
         };
+        log.check_offsets()?;
         log.write_checkpoint()?;
         Ok((log, report))
     }
@@ -813,6 +820,7 @@ impl PartitionLog {
 
         self.producers.commit(staged);
         self.log_end_offset = last.last_offset + 1;
+        self.check_offsets()?;
         Ok(AppendInfo {
             base_offset: first.base_offset,
             last_offset: last.last_offset,
@@ -872,6 +880,7 @@ impl PartitionLog {
         if let Some(done) = self.producers.apply_marker(marker, offset, now_ms) {
             self.index_completed_txn(&done)?;
         }
+        self.check_offsets()?;
         Ok(AppendInfo {
             base_offset: offset,
             last_offset: offset,
@@ -983,6 +992,7 @@ impl PartitionLog {
                 self.index_completed_txn(&done)?;
             }
         }
+        self.check_offsets()?;
         Ok(AppendInfo {
             base_offset: first.base_offset,
             last_offset: last.last_offset,
@@ -1146,8 +1156,10 @@ impl PartitionLog {
                     reached_limit = true;
                     break;
                 }
-                if let Some(expected) = expected_base {
-                    if header.base_offset != expected {
+                // The batch must be the one located (the first) or continue
+                // the previous one: the offsets it was written with.
+                match expected_base {
+                    Some(expected) if header.base_offset != expected => {
                         return Err(segment.corrupt(
                             start + accepted as u64,
                             &format!(
@@ -1156,6 +1168,19 @@ impl PartitionLog {
                             ),
                         ));
                     }
+                    None if first.is_some_and(|located| {
+                        located.base_offset != header.base_offset || located.crc != header.crc
+                    }) =>
+                    {
+                        return Err(segment.corrupt(
+                            start,
+                            &format!(
+                                "the batch read back (base offset {}, crc {}) is not the one located there",
+                                header.base_offset, header.crc
+                            ),
+                        ));
+                    }
+                    _ => {}
                 }
                 verify_crc(bytes)
                     .map_err(|e| segment.corrupt(start + accepted as u64, &e.to_string()))?;
@@ -1190,12 +1215,65 @@ impl PartitionLog {
         self.high_watermark
     }
 
-    /// Moves the HW forward; never backwards, never above the log end offset.
-    pub fn set_high_watermark(&mut self, hw: i64) {
-        let hw = hw.min(self.log_end_offset);
+    /// Moves the HW forward to `hw`.
+    ///
+    /// A value above the log end offset is refused
+    /// (`HighWatermarkBeyondLogEnd`, the HW unchanged): nothing can be
+    /// committed that this log does not hold, so such a value is a caller's
+    /// bug; a follower holding its leader's HW caps it at its own LEO first.
+    /// A value at or below the current HW changes nothing: replication
+    /// legitimately presents lower ones (a follower hears the HW of a new
+    /// leader that has not caught up with the old one's; a leader's bound
+    /// over its ISR drops when a member reports a shorter log after losing an
+    /// unflushed tail), and only truncation moves the HW back.
+    pub fn set_high_watermark(&mut self, hw: i64) -> Result<(), StorageError> {
+        if hw > self.log_end_offset {
+            return Err(StorageError::HighWatermarkBeyondLogEnd {
+                dir: self.dir.clone(),
+                high_watermark: hw,
+                log_end_offset: self.log_end_offset,
+            });
+        }
         if hw > self.high_watermark {
             self.high_watermark = hw;
         }
+        Ok(())
+    }
+
+    /// The orderings of the module docs: log start <= LSO <= HW <= LEO,
+    /// recovery point <= LEO, and the active segment ending at the LEO.
+    /// Every operation that moves an offset ends with this check, so a
+    /// broken ordering stops that operation with `OffsetsInconsistent`
+    /// (and every later one, until the partition is reopened and recovered)
+    /// instead of being served. A handful of comparisons.
+    pub fn check_offsets(&self) -> Result<(), StorageError> {
+        let lso = self.last_stable_offset();
+        let active_end = self.active()?.next_offset();
+        let reason = if !(self.log_start_offset <= lso
+            && lso <= self.high_watermark
+            && self.high_watermark <= self.log_end_offset)
+        {
+            format!(
+                "log start {} <= LSO {lso} <= HW {} <= LEO {} does not hold",
+                self.log_start_offset, self.high_watermark, self.log_end_offset
+            )
+        } else if self.recovery_point > self.log_end_offset {
+            format!(
+                "recovery point {} is beyond the LEO {}",
+                self.recovery_point, self.log_end_offset
+            )
+        } else if active_end != self.log_end_offset {
+            format!(
+                "the active segment ends at {active_end}, the LEO is {}",
+                self.log_end_offset
+            )
+        } else {
+            return Ok(());
+        };
+        Err(StorageError::OffsetsInconsistent {
+            dir: self.dir.clone(),
+            reason,
+        })
     }
 
     /// First offset of the oldest ongoing transaction, raised to the log start
@@ -1208,7 +1286,7 @@ impl PartitionLog {
     }
 
     /// min(first unstable offset, HW): what a `read_committed` fetch may read
-    /// up to. Between log start and HW.
+    /// up to. Between log start and HW ([`PartitionLog::check_offsets`]).
     pub fn last_stable_offset(&self) -> i64 {
         self.first_unstable_offset()
             .map_or(self.high_watermark, |first| first.min(self.high_watermark))
@@ -1484,6 +1562,7 @@ impl PartitionLog {
                 fsutil::remove_if_exists(&producer_state::snapshot_path(&self.dir, offset))?;
             }
         }
+        self.check_offsets()?;
         self.write_checkpoint()
     }
 
@@ -1555,6 +1634,7 @@ impl PartitionLog {
             fsutil::remove_if_exists(&producer_state::snapshot_path(&self.dir, snapshot))?;
         }
         self.producers.clear();
+        self.check_offsets()?;
         self.write_checkpoint()
     }
 
@@ -1572,6 +1652,7 @@ impl PartitionLog {
         producers.expire(now_ms);
         self.producers = producers;
         fsync_dir(&self.dir)?;
+        self.check_offsets()?;
         self.write_checkpoint()
     }
 

@@ -591,7 +591,7 @@ fn retention_by_size_deletes_oldest_segments_and_moves_log_start() {
         0,
         "nothing below the HW yet"
     );
-    log.set_high_watermark(log.log_end_offset());
+    log.set_high_watermark(log.log_end_offset()).unwrap();
     let deleted = log.enforce_retention(NOW).unwrap();
     assert!(deleted > 0);
     assert_eq!(log.segment_count(), segments - deleted);
@@ -632,7 +632,7 @@ fn delete_records_moves_log_start_inside_a_segment_and_survives_reopen() {
         ),
         "above the high watermark"
     );
-    log.set_high_watermark(end);
+    log.set_high_watermark(end).unwrap();
     // Inside the third segment: the two before it go, it stays.
     let target = bases[2] + 1;
     assert_eq!(log.delete_records_before(target).unwrap(), target);
@@ -652,7 +652,7 @@ fn delete_records_moves_log_start_inside_a_segment_and_survives_reopen() {
     assert_eq!(log.log_start_offset(), target);
     assert_eq!(log.log_end_offset(), end);
     // Up to the log end: everything is gone but the active segment.
-    log.set_high_watermark(end);
+    log.set_high_watermark(end).unwrap();
     assert_eq!(log.delete_records_before(end).unwrap(), end);
     assert_eq!(log.segment_count(), 1);
     assert!(log.read(end, 100, i64::MAX).unwrap().records.is_empty());
@@ -675,7 +675,7 @@ fn retention_by_time_uses_the_newest_timestamp_of_each_segment() {
             .unwrap();
     }
     assert_eq!(log.segment_count(), 4);
-    log.set_high_watermark(log.log_end_offset());
+    log.set_high_watermark(log.log_end_offset()).unwrap();
     assert_eq!(log.enforce_retention(11_000).unwrap(), 0);
     assert_eq!(log.enforce_retention(12_001).unwrap(), 2);
     assert_eq!(log.log_start_offset(), 4);
@@ -698,7 +698,7 @@ fn retention_stops_at_the_high_watermark() {
             .unwrap();
     }
     let bases = log.segment_base_offsets();
-    log.set_high_watermark(bases[2]);
+    log.set_high_watermark(bases[2]).unwrap();
     assert_eq!(log.enforce_retention(NOW).unwrap(), 2);
     assert_eq!(log.log_start_offset(), bases[2]);
 }
@@ -1022,11 +1022,26 @@ fn high_watermark_moves_forward_only_and_persists() {
     let config = small_config();
     let mut log = open(dir.path(), &config);
     log.append_as_leader(&simple_batch(5, 1), 0, NOW).unwrap();
-    log.set_high_watermark(3);
+    log.set_high_watermark(3).unwrap();
     assert_eq!(log.high_watermark(), 3);
-    log.set_high_watermark(2);
+    log.set_high_watermark(2).unwrap();
+    assert_eq!(log.high_watermark(), 3, "a lower HW changes nothing");
+    // Beyond the log end: refused with its own error, not clamped.
+    let refused = log.set_high_watermark(100).unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            StorageError::HighWatermarkBeyondLogEnd {
+                high_watermark: 100,
+                log_end_offset: 5,
+                ..
+            }
+        ),
+        "{refused}"
+    );
+    assert!(refused.is_invariant_violation());
     assert_eq!(log.high_watermark(), 3);
-    log.set_high_watermark(100);
+    log.set_high_watermark(5).unwrap();
     assert_eq!(log.high_watermark(), 5);
     assert_eq!(log.last_stable_offset(), 5);
     log.close().unwrap();
@@ -1057,7 +1072,7 @@ fn clean_reopen_trusts_indexes_and_finds_everything() {
         (active.max_timestamp(), active.offset_of_max_timestamp())
     };
     let leo = log.log_end_offset();
-    log.set_high_watermark(leo);
+    log.set_high_watermark(leo).unwrap();
     log.close().unwrap();
     assert!(dir.path().join("clean_shutdown").exists());
     let (log, report) = open_report(dir.path(), &config);
@@ -1240,7 +1255,7 @@ fn truncate_to_removes_the_containing_batch_and_rebuilds_state() {
     let mut log = open(dir.path(), &config);
     idempotent_history(&mut log);
     let leo = log.log_end_offset();
-    log.set_high_watermark(leo);
+    log.set_high_watermark(leo).unwrap();
     let bases = log.segment_base_offsets();
     // Offset 43 is inside a batch of producer 2 (offsets 42..44, sequences 21..23).
     let target = 43;
@@ -1569,21 +1584,21 @@ fn last_stable_offset_follows_transactions_and_the_high_watermark() {
     let mut log = open(dir.path(), &small_config());
     let mut model = TxnModel::default();
     log.append_as_leader(&simple_batch(2, NOW), 0, NOW).unwrap();
-    log.set_high_watermark(log.log_end_offset());
+    log.set_high_watermark(log.log_end_offset()).unwrap();
     assert_eq!(
         (log.first_unstable_offset(), log.last_stable_offset()),
         (None, 2)
     );
 
     assert_eq!(model.data(&mut log, 1).base_offset, 2);
-    log.set_high_watermark(log.log_end_offset());
+    log.set_high_watermark(log.log_end_offset()).unwrap();
     assert_eq!(log.first_unstable_offset(), Some(2));
     assert_eq!(log.last_stable_offset(), 2);
     // Another producer's plain records after it stay unstable too.
     log.append_as_leader(&simple_batch(1, NOW), 0, NOW).unwrap();
     assert_eq!(model.data(&mut log, 2).base_offset, 6);
     model.data(&mut log, 1);
-    log.set_high_watermark(log.log_end_offset());
+    log.set_high_watermark(log.log_end_offset()).unwrap();
     assert_eq!(log.last_stable_offset(), 2);
 
     let commit = model.end(&mut log, 1, true);
@@ -1592,7 +1607,7 @@ fn last_stable_offset_follows_transactions_and_the_high_watermark() {
     assert_eq!(log.log_end_offset(), 13);
     // The HW has not covered the marker yet; the LSO is bounded by both.
     assert_eq!(log.last_stable_offset(), 6);
-    log.set_high_watermark(13);
+    log.set_high_watermark(13).unwrap();
     assert_eq!(log.last_stable_offset(), 6);
     model.end(&mut log, 2, false);
     assert_eq!(log.first_unstable_offset(), None);
@@ -1601,7 +1616,7 @@ fn last_stable_offset_follows_transactions_and_the_high_watermark() {
         13,
         "the HW, until it covers the marker"
     );
-    log.set_high_watermark(14);
+    log.set_high_watermark(14).unwrap();
     assert_eq!(log.last_stable_offset(), 14);
     model.check(&log);
 
@@ -1623,7 +1638,7 @@ fn last_stable_offset_follows_transactions_and_the_high_watermark() {
         .append_as_leader(&simple_batch(3, NOW), 0, NOW)
         .unwrap();
     TxnModel::default().data(&mut lagging, 1);
-    lagging.set_high_watermark(1);
+    lagging.set_high_watermark(1).unwrap();
     assert_eq!(lagging.last_stable_offset(), 1);
 }
 
@@ -1942,7 +1957,7 @@ fn truncation_drops_aborted_entries_and_reopens_transactions() {
     model.data(&mut log, 7);
     model.end(&mut log, 7, false);
     model.check(&log);
-    log.set_high_watermark(log.log_end_offset());
+    log.set_high_watermark(log.log_end_offset()).unwrap();
 
     log.truncate_to(abort.base_offset, NOW).unwrap();
     assert_eq!(log.log_end_offset(), abort.base_offset);
@@ -2026,7 +2041,7 @@ fn retention_deletes_transaction_indexes_and_bounds_the_first_unstable_offset() 
         log.append_as_leader(&batch_with(2, 100, NOW), 0, NOW)
             .unwrap();
     }
-    log.set_high_watermark(log.log_end_offset());
+    log.set_high_watermark(log.log_end_offset()).unwrap();
     assert!(log.enforce_retention(NOW).unwrap() > 0);
     assert!(!txn_index_path(dir.path(), first_base).exists());
     assert!(log.log_start_offset() > 0);
@@ -2211,4 +2226,133 @@ fn followers_store_the_leaders_bytes_whatever_their_codec() {
     let request = [&plain[..], &lz4_at_2[..]].concat();
     follower.append_as_follower(&request, NOW).unwrap();
     assert_eq!(read_all(&follower), vec![plain, lz4_at_2]);
+}
+
+// Assertions at the storage boundary: an impossible value stops the
+// operation with its own error instead of being clamped or served.
+
+#[test]
+fn an_append_that_does_not_continue_the_segment_is_refused_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    log.append_as_leader(&simple_batch(3, NOW), 0, NOW).unwrap();
+    let size = log.size_bytes();
+    let mut batch = simple_batch(2, NOW);
+    for (base, last) in [(5, 6), (2, 3), (3, 2)] {
+        set_base_offset(&mut batch, base);
+        let placement = BatchPlacement {
+            offset_in_buffer: 0,
+            size: batch.len(),
+            base_offset: base,
+            last_offset: last,
+            max_timestamp: NOW,
+        };
+        let refused = log
+            .active_mut()
+            .unwrap()
+            .append(&batch, &[placement], 1, NOW)
+            .unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                StorageError::OffsetsOutOfOrder {
+                    base_offset,
+                    last_offset,
+                    expected: 3,
+                    ..
+                } if (base_offset, last_offset) == (base, last)
+            ),
+            "{base}..={last}: {refused}"
+        );
+        assert!(refused.is_invariant_violation());
+    }
+    assert_eq!(log.size_bytes(), size, "nothing written");
+    assert_eq!(read_all(&log).len(), 1);
+}
+
+#[test]
+fn broken_offset_orderings_stop_the_next_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path(), &small_config());
+    log.append_as_leader(&simple_batch(3, NOW), 0, NOW).unwrap();
+    log.check_offsets().unwrap();
+
+    // HW beyond the LEO (a bug elsewhere in the log): the next append says so.
+    log.high_watermark = 10;
+    let refused = log
+        .append_as_leader(&simple_batch(1, NOW), 0, NOW)
+        .unwrap_err();
+    assert!(
+        matches!(&refused, StorageError::OffsetsInconsistent { reason, .. } if reason.contains("HW 10")),
+        "{refused}"
+    );
+    assert!(refused.is_invariant_violation());
+    log.high_watermark = 3;
+
+    // A recovery point beyond the LEO, and an active segment that does not
+    // end at the LEO, are caught the same way.
+    let leo = log.log_end_offset();
+    log.recovery_point = leo + 1;
+    assert!(matches!(
+        log.check_offsets(),
+        Err(StorageError::OffsetsInconsistent { ref reason, .. }) if reason.contains("recovery point")
+    ));
+    log.recovery_point = leo;
+    log.log_end_offset = leo + 1;
+    log.high_watermark = leo;
+    assert!(matches!(
+        log.check_offsets(),
+        Err(StorageError::OffsetsInconsistent { ref reason, .. }) if reason.contains("active segment")
+    ));
+    log.log_end_offset = leo;
+    log.check_offsets().unwrap();
+    // LSO <= HW holds by construction; an open transaction below the HW is the LSO.
+    TxnModel::default().data(&mut log, 1);
+    log.set_high_watermark(log.log_end_offset()).unwrap();
+    assert_eq!(log.last_stable_offset(), leo);
+    log.check_offsets().unwrap();
+}
+
+#[test]
+fn an_index_entry_naming_another_batch_is_corruption_not_a_wrong_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        index_interval_bytes: 1,
+        ..small_config()
+    };
+    let mut log = open(dir.path(), &config);
+    for _ in 0..5 {
+        log.append_as_leader(&simple_batch(2, NOW), 0, NOW).unwrap();
+    }
+    // Batches at 0, 2, 4, 6, 8; the first is not indexed (nothing before it).
+    let entries = log.segments[&0].offset_index_entries().to_vec();
+    assert_eq!(
+        entries
+            .iter()
+            .map(|e| e.relative_offset)
+            .collect::<Vec<_>>(),
+        [2, 4, 6, 8]
+    );
+    log.close().unwrap();
+
+    // A well-formed index (increasing, inside the file, a correct last
+    // entry: it passes the open's sanity check) whose second entry says
+    // offset 3 is where the batch of offsets 4..=5 starts. Scanning from
+    // there would answer a read of 3 with offsets 4 and 5.
+    let index = dir.path().join("00000000000000000000.index");
+    let mut bytes = std::fs::read(&index).unwrap();
+    bytes[8..12].copy_from_slice(&3u32.to_be_bytes());
+    std::fs::write(&index, &bytes).unwrap();
+    let (log, report) = open_report(dir.path(), &config);
+    assert!(report.clean_shutdown);
+    let refused = log.read(3, 1000, i64::MAX).unwrap_err();
+    assert!(
+        matches!(&refused, StorageError::Corrupt(_, reason) if reason.contains("the offset index puts offset 3 here")),
+        "{refused}"
+    );
+    // Offsets the damaged entry does not cover still read.
+    assert_eq!(
+        log.read(0, 1000, i64::MAX).unwrap().first_batch_offset,
+        Some(0)
+    );
 }

@@ -269,6 +269,10 @@ impl Segment {
 
     /// Writes `bytes` (whole batches, already validated and carrying their
     /// final offsets) at the end of the segment with one positioned write.
+    /// The placements must continue the segment's offsets without a gap or
+    /// an overlap (`OffsetsOutOfOrder`, nothing written): every write path
+    /// of the log comes through here, so this is where "offsets are
+    /// contiguous and increasing" is checked.
     pub fn append(
         &mut self,
         bytes: &[u8],
@@ -276,6 +280,18 @@ impl Segment {
         index_interval: u32,
         now_ms: i64,
     ) -> Result<(), StorageError> {
+        let mut expected = self.next_offset;
+        for p in placements {
+            if p.base_offset != expected || p.last_offset < p.base_offset {
+                return Err(StorageError::OffsetsOutOfOrder {
+                    path: self.log_path.clone(),
+                    base_offset: p.base_offset,
+                    last_offset: p.last_offset,
+                    expected,
+                });
+            }
+            expected = p.last_offset + 1;
+        }
         let start = self.size;
         if let Err(source) = self.log.write_all_at(bytes, start) {
             // Cut a partial write so the file never ends in a torn batch while
@@ -543,20 +559,41 @@ impl Segment {
 
     /// Position and header of the batch containing `offset` (or the first batch
     /// after it), found through the offset index and a header scan. `None`: the
-    /// segment ends before `offset`.
+    /// segment ends before `offset`. The batch where the scan starts must have
+    /// the base offset the index recorded for that position (the segment's
+    /// base at position 0), else the index and the file disagree (`Corrupt`).
     pub fn locate(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>, StorageError> {
-        self.locate_from(self.offset_index.lookup(offset - self.base_offset), offset)
+        let (start, indexed_base) = match self.offset_index.lookup_entry(offset - self.base_offset)
+        {
+            Some(e) => (
+                u64::from(e.position),
+                self.base_offset + i64::from(e.relative_offset),
+            ),
+            None => (0, self.base_offset),
+        };
+        self.locate_from(start, indexed_base, offset)
     }
 
     fn locate_from(
         &self,
         start: u64,
+        indexed_base: i64,
         offset: i64,
     ) -> Result<Option<(u64, BatchHeader)>, StorageError> {
         let mut scanner = BatchScanner::new(&self.log, start, self.size, HEADER_SCAN_CHUNK);
+        let mut first = true;
         while let Some(item) = scanner.next_header().at(&self.log_path)? {
             let (position, header) =
                 item.map_err(|f| self.corrupt(f.position, &f.error.to_string()))?;
+            if std::mem::take(&mut first) && header.base_offset != indexed_base {
+                return Err(self.corrupt(
+                    position,
+                    &format!(
+                        "the offset index puts offset {indexed_base} here, but the batch starts at {}",
+                        header.base_offset
+                    ),
+                ));
+            }
             if header.last_offset() >= offset {
                 return Ok(Some((position, header)));
             }

@@ -29,11 +29,16 @@
 //!   lie in an earlier segment): the log rebuilds it from a replay of producer
 //!   state. A file that is missing, torn, fails a CRC or contradicts its
 //!   segment is therefore reported, not repaired, here.
+//!
+//! This module is the one owner of the layout: tools that read `.txnindex`
+//! files (`samsa dump-log`) go through [`TxnIndexEntries`], which yields the
+//! entries as stored (version included) before the log's own checks.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::slice::ChunksExact;
 
 pub(crate) const TXN_INDEX_EXTENSION: &str = "txnindex";
 const ENTRY_VERSION: i16 = 0;
@@ -60,10 +65,82 @@ pub(crate) struct AbortedTxnEntry {
     pub last_stable_offset: i64,
 }
 
+/// An entry as the file stores it: CRC checked, nothing else (the version,
+/// and the entry against its segment, are the log's checks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredTxnIndexEntry {
+    pub version: i16,
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// Offset of the ABORT marker.
+    pub last_offset: i64,
+    /// First unstable offset right after the marker (see the module docs).
+    pub last_stable_offset: i64,
+}
+
+/// An entry whose stored CRC-32C is not the one of its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("crc mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+pub struct TxnIndexCrcMismatch {
+    pub stored: u32,
+    pub computed: u32,
+}
+
+/// The entries of a transaction index file's bytes, in file order, each
+/// checked against its CRC. A tail shorter than an entry (a torn write) is
+/// not yielded: [`TxnIndexEntries::trailing_bytes`] says how long it is.
+pub struct TxnIndexEntries<'a> {
+    chunks: ChunksExact<'a, u8>,
+}
+
+impl<'a> TxnIndexEntries<'a> {
+    pub fn new(bytes: &'a [u8]) -> Self {
+        TxnIndexEntries {
+            chunks: bytes.chunks_exact(ENTRY_SIZE),
+        }
+    }
+
+    /// Bytes after the last whole entry.
+    pub fn trailing_bytes(&self) -> usize {
+        self.chunks.remainder().len()
+    }
+}
+
+impl Iterator for TxnIndexEntries<'_> {
+    type Item = Result<StoredTxnIndexEntry, TxnIndexCrcMismatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.chunks.next().map(StoredTxnIndexEntry::decode)
+    }
+}
+
 fn be_i64(bytes: &[u8], at: usize) -> i64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&bytes[at..at + 8]);
     i64::from_be_bytes(b)
+}
+
+impl StoredTxnIndexEntry {
+    /// `bytes` is exactly one entry ([`ENTRY_SIZE`] bytes).
+    fn decode(bytes: &[u8]) -> Result<Self, TxnIndexCrcMismatch> {
+        let stored = u32::from_be_bytes([
+            bytes[ENTRY_CRC_AT],
+            bytes[ENTRY_CRC_AT + 1],
+            bytes[ENTRY_CRC_AT + 2],
+            bytes[ENTRY_CRC_AT + 3],
+        ]);
+        let computed = crc32c::crc32c(&bytes[..ENTRY_CRC_AT]);
+        if stored != computed {
+            return Err(TxnIndexCrcMismatch { stored, computed });
+        }
+        Ok(StoredTxnIndexEntry {
+            version: i16::from_be_bytes([bytes[0], bytes[1]]),
+            producer_id: be_i64(bytes, 2),
+            first_offset: be_i64(bytes, 10),
+            last_offset: be_i64(bytes, 18),
+            last_stable_offset: be_i64(bytes, 26),
+        })
+    }
 }
 
 impl AbortedTxnEntry {
@@ -78,29 +155,16 @@ impl AbortedTxnEntry {
         out.extend_from_slice(&crc.to_be_bytes());
     }
 
-    /// `bytes` is exactly one entry.
-    fn decode(bytes: &[u8]) -> Result<Self, String> {
-        let stored = u32::from_be_bytes([
-            bytes[ENTRY_CRC_AT],
-            bytes[ENTRY_CRC_AT + 1],
-            bytes[ENTRY_CRC_AT + 2],
-            bytes[ENTRY_CRC_AT + 3],
-        ]);
-        let actual = crc32c::crc32c(&bytes[..ENTRY_CRC_AT]);
-        if stored != actual {
-            return Err(format!(
-                "crc mismatch: stored {stored:#010x}, computed {actual:#010x}"
-            ));
-        }
-        let version = i16::from_be_bytes([bytes[0], bytes[1]]);
-        if version != ENTRY_VERSION {
-            return Err(format!("unsupported entry version {version}"));
+    /// An entry read back, if this version of samsa writes its version.
+    fn from_stored(stored: StoredTxnIndexEntry) -> Result<Self, String> {
+        if stored.version != ENTRY_VERSION {
+            return Err(format!("unsupported entry version {}", stored.version));
         }
         Ok(AbortedTxnEntry {
-            producer_id: be_i64(bytes, 2),
-            first_offset: be_i64(bytes, 10),
-            last_offset: be_i64(bytes, 18),
-            last_stable_offset: be_i64(bytes, 26),
+            producer_id: stored.producer_id,
+            first_offset: stored.first_offset,
+            last_offset: stored.last_offset,
+            last_stable_offset: stored.last_stable_offset,
         })
     }
 }
@@ -161,10 +225,13 @@ impl TxnIndex {
         } else {
             let mut raw = vec![0u8; len as usize];
             index.file.read_exact_at(&mut raw, 0)?;
-            raw.chunks_exact(ENTRY_SIZE)
+            TxnIndexEntries::new(&raw)
                 .enumerate()
-                .map(|(i, bytes)| {
-                    AbortedTxnEntry::decode(bytes).map_err(|reason| format!("entry {i}: {reason}"))
+                .map(|(i, stored)| {
+                    stored
+                        .map_err(|crc| crc.to_string())
+                        .and_then(AbortedTxnEntry::from_stored)
+                        .map_err(|reason| format!("entry {i}: {reason}"))
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map(|entries| {
@@ -337,6 +404,42 @@ mod tests {
             assert!(problem.is_err(), "flip at {at} undetected");
             assert!(index.entries().is_empty());
         }
+    }
+
+    #[test]
+    fn the_reader_yields_entries_as_stored_and_reports_crc_and_torn_tails() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.txnindex");
+        let mut index = TxnIndex::create(&path).unwrap();
+        index.push(entry(7, 3, 10, 5));
+        index.push(entry(8, 5, 12, 13));
+        let bytes = std::fs::read(&path).unwrap();
+        let read: Vec<_> = TxnIndexEntries::new(&bytes).map(Result::unwrap).collect();
+        let stored = |e: &AbortedTxnEntry| StoredTxnIndexEntry {
+            version: ENTRY_VERSION,
+            producer_id: e.producer_id,
+            first_offset: e.first_offset,
+            last_offset: e.last_offset,
+            last_stable_offset: e.last_stable_offset,
+        };
+        assert_eq!(read, index.entries().iter().map(stored).collect::<Vec<_>>());
+        assert_eq!(TxnIndexEntries::new(&bytes).trailing_bytes(), 0);
+
+        let torn = &bytes[..ENTRY_SIZE + 5];
+        let mut entries = TxnIndexEntries::new(torn);
+        assert_eq!(entries.by_ref().count(), 1);
+        assert_eq!(entries.trailing_bytes(), 5);
+
+        let mut bad = bytes.clone();
+        bad[ENTRY_SIZE + 3] ^= 0x10;
+        let mut entries = TxnIndexEntries::new(&bad);
+        assert!(entries.next().unwrap().is_ok());
+        let mismatch = entries.next().unwrap().unwrap_err();
+        assert_eq!(
+            mismatch.stored,
+            u32::from_be_bytes(bad[2 * ENTRY_SIZE - 4..2 * ENTRY_SIZE].try_into().unwrap())
+        );
+        assert_ne!(mismatch.stored, mismatch.computed);
     }
 
     #[test]

@@ -1,28 +1,20 @@
-//! The `samsa` binary: command-line parsing, logging setup and dispatch to the
-//! subcommands (broker processes, Kafka client tools, benchmarks and the
-//! offline segment dumper). Each subcommand lives in its own module; this file
-//! only owns the shape of the command line and how errors become exit codes.
+//! The `samsa` binary: command-line parsing, logging setup, the broker
+//! processes (`server`, `dev`: [`server`], [`config`]) and dispatch to the
+//! other subcommands, which live in the `samsa_tools` crate (Kafka client
+//! tools, benchmarks, demos, the pipeline stage, the offline segment dumper).
+//! This file owns the shape of the command line and how errors become exit
+//! codes; the process allocator is the broker's guard
+//! ([`samsa_broker::alloc_guard`]).
 
-mod alloc_guard;
-mod bench;
-mod client;
-mod cluster;
 mod config;
-mod consume;
-mod demo;
-mod dump_log;
-mod pipeline;
-mod produce;
 mod server;
-mod signals;
-mod topic;
-mod txn;
-mod wire;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use samsa_broker::alloc_guard;
+use samsa_tools::{bench, cluster, consume, demo, dump_log, pipeline, produce, topic, txn};
 use tracing_subscriber::EnvFilter;
 
 #[global_allocator]

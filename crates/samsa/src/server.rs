@@ -12,8 +12,9 @@ use std::process::ExitCode;
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
 use samsa_broker::BrokerConfig;
+use samsa_tools::signals;
 
-use crate::{config, signals};
+use crate::config;
 
 #[derive(Debug, Args)]
 pub struct ServerArgs {

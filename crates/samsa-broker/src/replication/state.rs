@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 use samsa_storage::{AppendInfo, PartitionLog};
-use tracing::{debug, info};
+use tracing::{debug, error, info};
 use uuid::Uuid;
 
 use super::epoch_cache::{EpochEnd, LeaderEpochCache};
@@ -261,7 +261,7 @@ impl Partition {
             };
             let leo = log.log_end_offset();
             if let Some(bound) = state.hw_bound(leo) {
-                log.set_high_watermark(bound);
+                log.set_high_watermark(bound)?;
             }
             Ok(Some(Ok((
                 info,
@@ -336,7 +336,11 @@ impl Partition {
             state.isr = isr;
             let leo = log.log_end_offset();
             if let Some(bound) = state.hw_bound(leo) {
-                log.set_high_watermark(bound);
+                // Nobody waits on this answer: the refusal (a bug) is logged
+                // here, and the HW stays where it was.
+                if let Err(e) = log.set_high_watermark(bound) {
+                    error!(partition = %self.name(), error = %e, "ISR change: high watermark refused");
+                }
             }
             (log.high_watermark(), leo)
         };
@@ -393,7 +397,7 @@ impl Partition {
             progress.prev_fetch_leader_leo = leo;
             progress.prev_fetch_ms = now_ms;
             if let Some(bound) = state.hw_bound(leo) {
-                log.set_high_watermark(bound);
+                log.set_high_watermark(bound)?;
             }
             let hw = log.high_watermark();
             answer.high_watermark = hw;
@@ -476,7 +480,9 @@ impl Partition {
                 state.epochs.observe_batches(records);
                 log.append_as_follower(records, now_ms)?;
             }
-            log.set_high_watermark(leader_hw);
+            // The leader's HW may be ahead of what this replica has fetched
+            // yet: what is committed here is at most what it holds.
+            log.set_high_watermark(leader_hw.min(log.log_end_offset()))?;
             // Records the leader deleted (DeleteRecords) go here too, as far
             // as this replica's high watermark.
             let start = leader_log_start.min(log.high_watermark());

@@ -10,6 +10,16 @@
 //! mapped with `MAP_NORESERVE`: it costs address space, not memory, because
 //! decoding touches at most as many elements as the frame holds and then
 //! fails cleanly ("malformed request" → the connection is closed).
+//!
+//! The promise "nothing a peer sends can panic (or abort) the broker" holds
+//! only in a process whose `#[global_allocator]` is [`LazyHugeAllocator`], so
+//! every binary that runs a broker declares it: the `samsa` binary
+//! (`crates/samsa/src/main.rs`) and this crate's unit tests (`lib.rs`, under
+//! `cfg(test)`). A new binary or test target that constructs a broker must do
+//! the same.
+//!
+//! The only `unsafe` code of the broker is here (the workspace denies it
+//! elsewhere): the allocator interface and the libc calls it wraps.
 #![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -18,6 +28,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 const HUGE: usize = 1 << 30;
 const PAGE: usize = 4096;
 
+/// The system allocator, with reservations of [`HUGE`] bytes or more served
+/// by lazily committed anonymous mappings (see the module docs).
 pub struct LazyHugeAllocator;
 
 fn is_huge(layout: &Layout) -> bool {
