@@ -13,8 +13,6 @@ use kafka_protocol::error::ResponseError;
 use samsa_controller::ControllerError;
 use samsa_storage::StorageError;
 
-use crate::replica::PartitionError;
-
 /// Errors that stop the broker process.
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -96,6 +94,36 @@ pub enum MetadataError {
 /// see [`StorageError::is_invariant_violation`]) is answered
 /// UNKNOWN_SERVER_ERROR, as Kafka answers an illegal state, and logged here
 /// at error level, so that no such answer goes unseen.
+/// Why an operation on a partition failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    /// The partition was closed (topic deleted or broker shutting down).
+    #[error("partition {0} is closed")]
+    Closed(String),
+    /// The replica's role changed under the caller: a leader append after
+    /// losing leadership (or the epoch it was admitted under), or a follower
+    /// applying a fetch answer of an epoch it no longer follows.
+    #[error("partition {partition} is no longer {role} in leader epoch {leader_epoch}")]
+    RoleChanged {
+        partition: String,
+        role: &'static str,
+        leader_epoch: i32,
+    },
+    #[error("{0}")]
+    Storage(#[from] StorageError),
+    #[error("fsync failed: {0}")]
+    Flush(std::io::Error),
+    /// A transactional batch of a producer whose transaction on this
+    /// partition was not verified with its coordinator (KIP-890), or whose
+    /// verification was used up by a marker meanwhile.
+    #[error("partition {partition}: producer {producer_id} epoch {producer_epoch} has no verified transaction here")]
+    TxnNotVerified {
+        partition: String,
+        producer_id: i64,
+        producer_epoch: i16,
+    },
+}
+
 pub fn storage_error_code(error: &StorageError) -> ResponseError {
     if error.is_invariant_violation() {
         tracing::error!(error = %error, "storage invariant violated; answering UNKNOWN_SERVER_ERROR");

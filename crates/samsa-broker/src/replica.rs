@@ -29,6 +29,7 @@
 //!   share one fsync (group commit), and fsync runs outside the log mutex so
 //!   appends continue while the disk works.
 
+use crate::error::PartitionError;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -44,36 +45,6 @@ use tracing::{info, warn};
 use crate::error::BrokerError;
 use crate::metadata::{topic_log_config, TopicMetadata};
 use crate::replication::{LeaderEpochCache, ReplicaState};
-
-/// Why an operation on a partition failed.
-#[derive(Debug, thiserror::Error)]
-pub enum PartitionError {
-    /// The partition was closed (topic deleted or broker shutting down).
-    #[error("partition {0} is closed")]
-    Closed(String),
-    /// The replica's role changed under the caller: a leader append after
-    /// losing leadership (or the epoch it was admitted under), or a follower
-    /// applying a fetch answer of an epoch it no longer follows.
-    #[error("partition {partition} is no longer {role} in leader epoch {leader_epoch}")]
-    RoleChanged {
-        partition: String,
-        role: &'static str,
-        leader_epoch: i32,
-    },
-    #[error("{0}")]
-    Storage(#[from] StorageError),
-    #[error("fsync failed: {0}")]
-    Flush(std::io::Error),
-    /// A transactional batch of a producer whose transaction on this
-    /// partition was not verified with its coordinator (KIP-890), or whose
-    /// verification was used up by a marker meanwhile.
-    #[error("partition {partition}: producer {producer_id} epoch {producer_epoch} has no verified transaction here")]
-    TxnNotVerified {
-        partition: String,
-        producer_id: i64,
-        producer_epoch: i16,
-    },
-}
 
 /// What a fetch saw of a partition.
 pub struct PartitionRead {

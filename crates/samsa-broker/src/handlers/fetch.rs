@@ -37,7 +37,7 @@ use tracing::warn;
 
 use super::str_bytes;
 use crate::error::storage_error_code;
-use crate::replica::PartitionError;
+use crate::error::PartitionError;
 use crate::Broker;
 
 /// The first version that names topics by id.

@@ -12,7 +12,8 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use crate::error::storage_error_code;
-use crate::replica::{Partition, PartitionError};
+use crate::error::PartitionError;
+use crate::replica::Partition;
 use crate::Broker;
 
 const LATEST: i64 = -1;

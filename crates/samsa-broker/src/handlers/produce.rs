@@ -41,9 +41,10 @@ use tracing::{debug, info, warn, Instrument};
 
 use super::str_bytes;
 use crate::coordinator::txn::verify::verify_partitions;
+use crate::error::PartitionError;
 use crate::error::{partition_error_code, produce_verification_error, storage_error_code};
 use crate::produce_order::AppendTurn;
-use crate::replica::{Partition, PartitionError};
+use crate::replica::Partition;
 use crate::topic_partition::TopicPartition;
 use crate::{now_ms, Broker};
 

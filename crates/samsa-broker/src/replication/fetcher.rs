@@ -183,7 +183,7 @@ fn apply(
     epoch: i32,
     fetch_offset: i64,
     data: &PartitionData,
-) -> Result<bool, crate::replica::PartitionError> {
+) -> Result<bool, crate::error::PartitionError> {
     let now = now_ms();
     if let Some(diverging) = &data.diverging_epoch {
         let own_end = partition.own_epoch_end(diverging.epoch)?;

@@ -20,8 +20,9 @@ use tracing::{debug, error, info};
 use uuid::Uuid;
 
 use super::epoch_cache::{EpochEnd, LeaderEpochCache};
+use crate::error::PartitionError;
 use crate::metadata::PartitionState;
-use crate::replica::{Partition, PartitionError};
+use crate::replica::Partition;
 
 /// What the leader knows of one follower.
 #[derive(Debug, Clone, Copy)]
