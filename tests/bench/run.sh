@@ -33,6 +33,8 @@
 #                                  transactional (see the mode below); one node
 #                                  and a three-node cluster
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
+#   SINGLE_QUICK=1 tests/bench/run.sh   (a)-(c) only: no dd, no 5 GiB (d)
+#                                  (for before/after pairs of one run)
 #   SAMSA_BIN=/path/to/samsa tests/bench/run.sh txn   use that binary, no build
 #   SAMSA_SERVER_BIN=/path/to/old/samsa tests/bench/run.sh txn
 #                                  brokers from that binary, clients from this build
@@ -326,10 +328,12 @@ fi
 echo "## samsa benchmark run $(date -u +%Y-%m-%dT%H:%MZ), $records records of $size bytes"
 echo
 mkdir -p "$bench_dir"
-dd_out=$(dd if=/dev/zero of="$bench_dir/dd" bs=1M count=2048 conv=fdatasync 2>&1 | tail -1)
-rm -f "$bench_dir/dd"
-echo "- disk, durable sequential write (dd bs=1M count=2048 conv=fdatasync): ${dd_out##*, }"
-echo
+if [ -z "${SINGLE_QUICK:-}" ]; then
+    dd_out=$(dd if=/dev/zero of="$bench_dir/dd" bs=1M count=2048 conv=fdatasync 2>&1 | tail -1)
+    rm -f "$bench_dir/dd"
+    echo "- disk, durable sequential write (dd bs=1M count=2048 conv=fdatasync): ${dd_out##*, }"
+    echo
+fi
 echo "| scenario | partitions | records/s | broker peak RSS |"
 echo "|---|---|---|---|"
 for partitions in 1 8; do
@@ -349,15 +353,17 @@ for partitions in 1 8; do
 done
 stop_broker
 echo
-# (d) memory: 5 GiB through one broker; records must live on disk and in the
-# page cache, not on the broker's heap.
-big=$((5 * 1024 * 1024 * 1024 / size))
-start_broker '"every-ack"'
-records=$big produce 8 -a -1 -X enable.idempotence=true >/dev/null
-records=$big consume 8 >/dev/null
-echo "- (d) memory: $big records of $size bytes (5 GiB) produced (acks=all, idempotent, 8 partitions) and consumed: broker peak RSS $(rss_peak_mib) MiB"
-stop_broker
-echo
+if [ -z "${SINGLE_QUICK:-}" ]; then
+    # (d) memory: 5 GiB through one broker; records must live on disk and in the
+    # page cache, not on the broker's heap.
+    big=$((5 * 1024 * 1024 * 1024 / size))
+    start_broker '"every-ack"'
+    records=$big produce 8 -a -1 -X enable.idempotence=true >/dev/null
+    records=$big consume 8 >/dev/null
+    echo "- (d) memory: $big records of $size bytes (5 GiB) produced (acks=all, idempotent, 8 partitions) and consumed: broker peak RSS $(rss_peak_mib) MiB"
+    stop_broker
+    echo
+fi
 echo "samsa bench (same machine, same run):"
 start_broker '"every-ack"'
 "$samsa" bench produce --bootstrap-server "127.0.0.1:$port" --topic sb --records "$records" \
