@@ -29,6 +29,7 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::CreateTopicsRequest;
 use nix::sys::signal::Signal;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::Producer;
 use rdkafka::{Offset, TopicPartitionList};
@@ -37,7 +38,7 @@ use samsa_tests::client::{produce_request, topic_name};
 use samsa_tests::cluster::{median_and_max, SamsaCluster};
 use samsa_tests::rdk;
 use samsa_tests::wait::try_wait_until;
-use samsa_tests::{unique_topic, wait_until, BatchBuilder, EosChecker, KafkaClient};
+use samsa_tests::{codes, unique_topic, wait_until, BatchBuilder, EosChecker, KafkaClient};
 
 use crate::replication::{create_assigned_topic, signal, stored_batches, ACKS_ALL};
 
@@ -137,7 +138,9 @@ fn wait_full_isr(
 /// Produces one probe record with acks=all to the current leader of
 /// `partition` (as a running node other than `victim` reports it) until one
 /// is acknowledged; every attempt is recorded in the checker as producer
-/// "probe". Returns when the partition took a write again.
+/// "probe". Returns when the partition took a write again. A transport
+/// error or an error code a producer retries while leadership moves is
+/// tried again; any other code fails the test.
 fn probe_until_available(
     cluster: &mut SamsaCluster,
     topic: &str,
@@ -171,8 +174,19 @@ fn probe_until_available(
             )
             .with_timeout_ms(2_000);
             let resp = client.call(&req).ok()?;
-            let r = resp.responses.first()?.partition_responses.first()?;
+            let r = resp
+                .responses
+                .first()
+                .and_then(|t| t.partition_responses.first())
+                .unwrap_or_else(|| panic!("a Produce answer without the partition: {resp:?}"));
             if r.error_code != 0 {
+                assert!(
+                    codes::produce_retriable_during_failover(r.error_code),
+                    "probe of partition {partition} on node {leader} answered error code {} \
+                     ({:?}), which no producer retries",
+                    r.error_code,
+                    r.error_message
+                );
                 return None;
             }
             checker
@@ -278,7 +292,9 @@ fn leader_kills_lose_no_acknowledged_record() {
     };
     // A reader following the topic for the whole run: what it sees at each
     // offset goes to the checker, so a record later replaced by another at
-    // the same offset is an offset conflict.
+    // the same offset is an offset conflict. Lost connections to killed
+    // nodes are what librdkafka reports while it moves to the new leaders;
+    // any other consumer error ends the reader and fails the test.
     let live_reads = Arc::new(AtomicU64::new(0));
     let reader = {
         let (checker, stop, topic, reads) = (
@@ -288,24 +304,31 @@ fn leader_kills_lose_no_acknowledged_record() {
             Arc::clone(&live_reads),
         );
         let config = rdk::assign_consumer_config(&cluster.bootstrap());
-        std::thread::spawn(move || {
-            let consumer: BaseConsumer = config.create().expect("consumer");
+        std::thread::spawn(move || -> anyhow::Result<()> {
+            let consumer: BaseConsumer = config.create()?;
             let mut tpl = TopicPartitionList::new();
             for p in 0..PARTITIONS {
-                tpl.add_partition_offset(&topic, p, Offset::Beginning)
-                    .unwrap();
+                tpl.add_partition_offset(&topic, p, Offset::Beginning)?;
             }
-            consumer.assign(&tpl).unwrap();
+            consumer.assign(&tpl)?;
             while !stop.load(Ordering::Relaxed) {
-                if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
-                    checker.lock().unwrap().read(
-                        m.partition(),
-                        m.offset(),
-                        m.payload().unwrap_or_default(),
-                    );
-                    reads.fetch_add(1, Ordering::Relaxed);
+                match consumer.poll(Duration::from_millis(100)) {
+                    None => {}
+                    Some(Ok(m)) => {
+                        checker.lock().unwrap().read(
+                            m.partition(),
+                            m.offset(),
+                            m.payload().unwrap_or_default(),
+                        );
+                        reads.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some(Err(KafkaError::MessageConsumption(
+                        RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown,
+                    ))) => {}
+                    Some(Err(e)) => anyhow::bail!("live reader: consumer error {e}"),
                 }
             }
+            Ok(())
         })
     };
     wait_until(
@@ -313,6 +336,8 @@ fn leader_kills_lose_no_acknowledged_record() {
         Duration::from_secs(30),
         || (rdk::acked_count(&producer) > 100).then_some(()),
     );
+    // The live reader has the whole run to read at least these.
+    let acked_before_kills = rdk::acked_count(&producer);
 
     let mut unavailable = Vec::new();
     let mut controller_kills = 0;
@@ -393,7 +418,7 @@ fn leader_kills_lose_no_acknowledged_record() {
     // Stop writing; everything sent must be acknowledged.
     stop.store(true, Ordering::Relaxed);
     let sent = writer.join().unwrap().expect("the producer failed");
-    reader.join().unwrap();
+    reader.join().unwrap().expect("the live reader failed");
     producer
         .flush(Duration::from_secs(120))
         .expect("flush the producer");
@@ -432,6 +457,12 @@ fn leader_kills_lose_no_acknowledged_record() {
     );
     report.assert_ok();
     assert_eq!(report.failed, 0, "deliveries failed: {report}");
+    let live = live_reads.load(Ordering::Relaxed);
+    assert!(
+        live >= acked_before_kills,
+        "the live reader read {live} records over the whole run, fewer than the \
+         {acked_before_kills} acknowledged before the first kill"
+    );
     assert!(
         controller_kills > 0,
         "no round killed the controller leader"
@@ -516,14 +547,24 @@ fn follower_truncates_an_unreplicated_suffix() {
             "acks=all on the new leader",
             Duration::from_secs(30),
             || {
-                let r = lc
-                    .produce(
-                        &topic,
-                        0,
-                        BatchBuilder::new().values([value.as_str()]).build(),
-                        ACKS_ALL,
-                    )
-                    .ok()?;
+                let produced = lc.produce(
+                    &topic,
+                    0,
+                    BatchBuilder::new().values([value.as_str()]).build(),
+                    ACKS_ALL,
+                );
+                // A transport error (the answer later than the client's read
+                // timeout): a fresh connection, and again.
+                let Ok(r) = produced else {
+                    lc = cluster.client(leader);
+                    return None;
+                };
+                assert!(
+                    r.error_code == 0 || codes::produce_retriable_during_failover(r.error_code),
+                    "the new leader answered error code {} ({:?}), which no producer retries",
+                    r.error_code,
+                    r.error_message
+                );
                 (r.error_code == 0).then_some(r)
             },
         );

@@ -16,6 +16,14 @@
 //! hit a pipeline in full flow. `SAMSA_TEST_SEED` replays a run's choice of
 //! victims; `SAMSA_TEST_KEEP_LOGS=<dir>` keeps node and stage logs of a
 //! failed run.
+//!
+//! The faults are counted: every round kills exactly one process (a round
+//! that cannot find its victim fails the test), and no stage process may
+//! exit by itself — the test never runs two processes of a slot at once,
+//! so a stage giving up (fenced, a transactional call failing past its
+//! retries, a hung call) is a wrong answer it got, not chaos it was meant
+//! to survive. Such a stage is restarted so the run can finish and report,
+//! and the test then fails with its status and the end of its log.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -26,7 +34,9 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use samsa_tests::client::KafkaClient;
 use samsa_tests::cluster::SamsaCluster;
-use samsa_tests::codes::NONE;
+use samsa_tests::codes::{
+    COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NONE, NOT_COORDINATOR,
+};
 use samsa_tests::pipeline::{
     committed_offsets, high_watermarks, read_keyed, stable_end_offsets, CommittedCounter, Stage,
     StageProcesses,
@@ -48,6 +58,9 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 /// Session timeout of the stage processes' consumers: how soon a killed
 /// member's partitions move (Kafka's lowest allowed by default).
 const SESSION_TIMEOUT_MS: &str = "6000";
+/// How long a round may look for its victim (a coordinator or leader that
+/// moved with the last kill is named again within seconds).
+const FIND_VICTIM_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a chaos round kills.
 #[derive(Debug, Clone, Copy)]
@@ -155,24 +168,29 @@ impl Chaos {
         self.started.elapsed().as_secs_f64()
     }
 
+    /// Restarts stage processes that exited by themselves (each stays in
+    /// `procs.exits`, which the test asserts empty at the end).
+    fn restart_exited(&mut self) {
+        for exit in self.procs.restart_exited() {
+            self.note(format!(
+                "UNEXPECTED: {}/{} exited by itself ({}); restarted",
+                exit.stage, exit.slot, exit.status
+            ));
+        }
+    }
+
     /// Waits until `step` more records are committed to the final topic
     /// (or all of them are), restarting stage processes that exited by
     /// themselves meanwhile.
     fn wait_progress(&mut self, step: u64, why: &str) {
         let from = self.progress.poll(Duration::ZERO);
         let target = (from + step).min(RECORDS);
-        let mut exited = Vec::new();
         let mut last = from;
         let ok = try_wait_until(PROGRESS_TIMEOUT, || {
-            exited.extend(self.procs.restart_exited());
+            self.restart_exited();
             last = self.progress.poll(Duration::from_millis(200));
             (last >= target).then_some(())
         });
-        for (stage, slot, status) in exited {
-            self.note(format!(
-                "{stage}/{slot} exited by itself ({status}); restarted"
-            ));
-        }
         assert!(
             ok.is_some(),
             "no progress {why}: committed records in the final topic went from {from} to {last} \
@@ -183,6 +201,10 @@ impl Chaos {
     }
 
     fn kill_broker(&mut self, node: i32, why: &str, step: u64) {
+        assert!(
+            self.cluster.running().contains(&node),
+            "round victim broker {node} ({why}) is not running"
+        );
         self.note(format!("SIGKILL broker {node} ({why})"));
         self.cluster.sigkill(node);
         *self.kills.entry("brokers").or_default() += 1;
@@ -205,9 +227,16 @@ impl Chaos {
                     "SIGKILL stage process {}/{slot} ({victim:?})",
                     stage.name
                 ));
-                // (If it had just exited by itself, this only reaps it.)
-                self.procs.sigkill(&stage.name, slot);
-                *self.kills.entry("stage processes").or_default() += 1;
+                // A process that had just exited by itself is only reaped
+                // (and recorded as an exit): that round injected nothing.
+                if self.procs.sigkill(&stage.name, slot) {
+                    *self.kills.entry("stage processes").or_default() += 1;
+                } else {
+                    self.note(format!(
+                        "{}/{slot} was not running: nothing killed",
+                        stage.name
+                    ));
+                }
                 if matches!(victim, Victim::StageProcessLate) {
                     self.wait_progress(step / 2, "with a stage process down");
                 }
@@ -215,48 +244,78 @@ impl Chaos {
             }
             Victim::GroupCoordinator => {
                 let stage = self.random_stage();
-                let Some(node) = self.group_coordinator(&stage.group) else {
-                    self.note(format!("no coordinator found for group {}", stage.group));
-                    return;
-                };
-                self.kill_broker(node, &format!("group coordinator of {}", stage.group), step);
+                let what = format!("group coordinator of {}", stage.group);
+                let node = self.find_victim(&what, |c| {
+                    coordinator_answer(c.find_coordinator(0, &stage.group))
+                });
+                self.kill_broker(node, &what, step);
             }
             Victim::TransactionCoordinator => {
                 let stage = self.random_stage();
                 let slot = self.rng.gen_range(0..stage.processes);
                 let id = stage.transactional_id(slot);
-                let node = quick_client(&mut self.cluster)
-                    .and_then(|mut c| transaction_state_leader(&mut c, &id));
-                let Some(node) = node else {
-                    self.note(format!("no transaction coordinator found for {id}"));
-                    return;
-                };
-                self.kill_broker(node, &format!("transaction coordinator of {id}"), step);
+                let what = format!("transaction coordinator of {id}");
+                // The leader of the id's __transaction_state partition (a
+                // partition still electing its leader: ask again).
+                let node = self.find_victim(&what, |c| Ok(transaction_state_leader(c, &id)));
+                self.kill_broker(node, &what, step);
             }
             Victim::DataLeader => {
                 let topic = self.stages[0].output.clone();
                 let p = self.rng.gen_range(0..PARTITIONS);
-                let node = quick_client(&mut self.cluster)
-                    .and_then(|mut c| partition_leaders(&mut c, &topic))
-                    .and_then(|l| l.get(&p).copied());
-                let Some(node) = node else {
-                    self.note(format!("no leader found for {topic}[{p}]"));
-                    return;
-                };
-                self.kill_broker(node, &format!("leader of {topic}[{p}]"), step);
+                let what = format!("leader of {topic}[{p}]");
+                let node = self.find_victim(&what, |c| {
+                    Ok(partition_leaders(c, &topic).and_then(|l| l.get(&p).copied()))
+                });
+                self.kill_broker(node, &what, step);
             }
         }
     }
 
-    /// The broker FindCoordinator (key type GROUP) names for `group`.
-    fn group_coordinator(&mut self, group: &str) -> Option<i32> {
-        let mut c = quick_client(&mut self.cluster)?;
-        try_wait_until(Duration::from_secs(30), || {
-            match c.find_coordinator(0, group) {
-                Ok((NONE, node)) => Some(node),
-                _ => None,
+    /// The running broker `ask` names (`Ok(None)`: not yet, ask again, as a
+    /// client would; `Err`: a wrong answer), asked through any running
+    /// node until one answers; panics after [`FIND_VICTIM_TIMEOUT`], so a
+    /// round never passes without a fault.
+    fn find_victim(
+        &mut self,
+        what: &str,
+        mut ask: impl FnMut(&mut KafkaClient) -> Result<Option<i32>, String>,
+    ) -> i32 {
+        let mut last = String::from("no node answered");
+        let found = try_wait_until(FIND_VICTIM_TIMEOUT, || {
+            let mut c = quick_client(&mut self.cluster)?;
+            match ask(&mut c) {
+                Ok(Some(node)) if self.cluster.running().contains(&node) => Some(node),
+                Ok(Some(node)) => {
+                    last = format!("named node {node}, which is down");
+                    None
+                }
+                Ok(None) => {
+                    last = "no answer yet".into();
+                    None
+                }
+                Err(wrong) => panic!("looking for the {what}: {wrong}"),
             }
+        });
+        found.unwrap_or_else(|| {
+            panic!(
+                "round found no {what} to kill within {FIND_VICTIM_TIMEOUT:?} ({last})\n\
+                 chaos so far: {:#?}",
+                self.log
+            )
         })
+    }
+}
+
+/// A FindCoordinator answer as [`Chaos::find_victim`] takes it: the node,
+/// `None` for what a client retries (a transport error while a node
+/// restarts, or a coordinator not ready), an error for any other code.
+fn coordinator_answer(answer: anyhow::Result<(i16, i32)>) -> Result<Option<i32>, String> {
+    match answer {
+        Ok((NONE, node)) => Ok(Some(node)),
+        Ok((COORDINATOR_NOT_AVAILABLE | COORDINATOR_LOAD_IN_PROGRESS | NOT_COORDINATOR, _))
+        | Err(_) => Ok(None),
+        Ok((code, _)) => Err(format!("FindCoordinator answered error code {code}")),
     }
 }
 
@@ -322,6 +381,7 @@ fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
         chaos.round(victim, step);
         chaos.wait_progress(step, &format!("after round {round} ({victim:?})"));
     }
+    let faults: u32 = chaos.kills.values().sum();
     chaos.note("chaos over; waiting for the input and the pipeline to drain".into());
     input_producer.join().expect("input producer");
     let input_ends = stable_end_offsets(&bootstrap, &input, PARTITIONS).unwrap();
@@ -335,11 +395,7 @@ fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
     // end and nothing is open on the mid and final topics (LSO = HW).
     let mut last = String::new();
     let drained = try_wait_until(DRAIN_TIMEOUT, || {
-        for (stage, slot, status) in chaos.procs.restart_exited() {
-            chaos.note(format!(
-                "{stage}/{slot} exited by itself ({status}); restarted"
-            ));
-        }
+        chaos.restart_exited();
         let result = (|| -> anyhow::Result<Option<String>> {
             for s in &stages {
                 let ends = stable_end_offsets(&bootstrap, &s.input, PARTITIONS)?;
@@ -425,11 +481,10 @@ fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
     .unwrap()
     .len();
     eprintln!(
-        "PIPELINE: {RECORDS} records, 2 stages (3 + 2 processes), {} kills ({:?}), \
-         {} stage process starts, {} exits by themselves, pipeline {pipeline_secs:.1} s, \
-         test {:.1} s; read_committed {} records, duplicates {}, missing {}; \
-         read_uncommitted {uncommitted} (aborted attempts included)",
-        chaos.kills.values().sum::<u32>(),
+        "PIPELINE: {RECORDS} records, 2 stages (3 + 2 processes), {faults} kills in {ROUNDS} \
+         rounds ({:?}), {} stage process starts, {} exits by themselves, pipeline \
+         {pipeline_secs:.1} s, test {:.1} s; read_committed {} records, duplicates {}, \
+         missing {}; read_uncommitted {uncommitted} (aborted attempts included)",
         chaos.kills,
         chaos.procs.starts,
         chaos.procs.exits.len(),
@@ -438,7 +493,15 @@ fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
         report.duplicates.len(),
         report.missing.len()
     );
+    let exits = chaos
+        .procs
+        .exits
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>();
     let failed = drained.is_none()
+        || faults != ROUNDS
+        || !exits.is_empty()
         || !offset_mismatches.is_empty()
         || !untagged.is_empty()
         || !report.is_ok()
@@ -462,4 +525,15 @@ fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
     );
     report.assert_ok();
     assert_eq!(records.len(), keys.len(), "{report}");
+    assert_eq!(
+        faults, ROUNDS,
+        "every round must kill one process: {:?}\nchaos: {:#?}",
+        chaos.kills, chaos.log
+    );
+    assert!(
+        exits.is_empty(),
+        "{} stage process(es) exited by themselves:\n{}",
+        exits.len(),
+        exits.join("\n")
+    );
 }

@@ -4,27 +4,35 @@
 //! The group's offset of the input partition is first committed (stable)
 //! at `STABLE`, then a second transaction commits `PENDING` and stays open,
 //! so OffsetFetch answers UNSTABLE_OFFSET_COMMIT. A stage is started on the
-//! group, and other members join and leave while the transaction is open,
-//! re-assigning the partition to the stage again and again. Once the
-//! transaction commits, the stage must read from `PENDING`: nothing before
-//! it may reach the output. (librdkafka's own fetch of the committed
-//! offsets takes a late UNSTABLE_OFFSET_COMMIT answer, offset -1, as "no
-//! offset" after such a re-assignment and starts at the log start.)
+//! group and, once it has been assigned the partition, other members join
+//! (each until the coordinator lists it) and leave while the transaction is
+//! open, so a stage that did not wait would have the partition re-assigned
+//! again and again. Nothing may reach the output while the offset is
+//! unstable; once the transaction commits, the stage must read from
+//! `PENDING`: nothing before it may reach the output. (librdkafka's own
+//! fetch of the committed offsets takes a late UNSTABLE_OFFSET_COMMIT
+//! answer, offset -1, as "no offset" after such a re-assignment and starts
+//! at the log start.)
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
-use samsa_tests::pipeline::{read_keyed, Stage, StageProcesses};
+use samsa_tests::pipeline::{high_watermarks, read_keyed, Stage, StageProcesses};
 use samsa_tests::rdk::{create_topic_admin, idempotent_producer_config};
-use samsa_tests::wait::try_wait_until;
+use samsa_tests::wait::{try_wait_until, wait_until};
 use samsa_tests::{unique_topic, SamsaNode};
 
 const RECORDS: i64 = 200;
 const STABLE: i64 = 50;
 const PENDING: i64 = 120;
+/// Members that join and leave while the offset is unstable (each takes
+/// about 5 s: the member's close waits on its pending join).
+const REBALANCES: u32 = 3;
+/// How long a state the test waits for may take to show.
+const STATE_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn offsets(topic: &str, offset: i64) -> TopicPartitionList {
     let mut tpl = TopicPartitionList::new();
@@ -33,14 +41,22 @@ fn offsets(topic: &str, offset: i64) -> TopicPartitionList {
     tpl
 }
 
-/// A member that joins `group`, takes part in one rebalance and leaves.
-fn join_and_leave(bootstrap: &str, group: &str, topic: &str, stay: Duration) {
+/// A member (client id `client_id`) that joins `group`, stays until the
+/// coordinator lists it among the group's members (its join reached the
+/// coordinator and started a rebalance) as `observer` asks, and leaves.
+fn join_and_leave(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    client_id: &str,
+    observer: &BaseConsumer,
+) {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", group)
         // Sorts after the stage's member id: the range assignor keeps
         // giving the one partition to the stage.
-        .set("client.id", "zz-rebalancer")
+        .set("client.id", client_id)
         .set("session.timeout.ms", "6000")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
@@ -48,10 +64,22 @@ fn join_and_leave(bootstrap: &str, group: &str, topic: &str, stay: Duration) {
         .create()
         .unwrap();
     consumer.subscribe(&[topic]).unwrap();
-    let until = Instant::now() + stay;
-    while Instant::now() < until {
-        let _ = consumer.poll(Duration::from_millis(50));
-    }
+    wait_until(
+        &format!("member {client_id} to be listed in group {group}"),
+        STATE_TIMEOUT,
+        || {
+            let _ = consumer.poll(Duration::from_millis(50));
+            let groups = observer
+                .fetch_group_list(Some(group), Duration::from_secs(5))
+                .ok()?;
+            groups
+                .groups()
+                .iter()
+                .flat_map(|g| g.members())
+                .any(|m| m.client_id() == client_id)
+                .then_some(())
+        },
+    );
     consumer.unsubscribe();
 }
 
@@ -106,11 +134,35 @@ fn stage_waits_for_an_open_transactions_offset_instead_of_rereading_from_the_sta
         output: output.clone(),
         processes: 1,
     });
+    // The stage joined and was given the partition: it now reads where to
+    // start, which stays unstable until the commit below.
+    wait_until(
+        "the stage to be assigned the input partition",
+        STATE_TIMEOUT,
+        || {
+            procs
+                .log("mid", 0)
+                .contains("partitions assigned")
+                .then_some(())
+        },
+    );
     // Re-assignments while the offset is unstable.
-    let rebalancing_until = Instant::now() + Duration::from_secs(8);
-    while Instant::now() < rebalancing_until {
-        join_and_leave(&bootstrap, &group, &input, Duration::from_millis(1500));
+    for n in 0..REBALANCES {
+        join_and_leave(
+            &bootstrap,
+            &group,
+            &input,
+            &format!("zz-rebalancer-{n}"),
+            &group_handle,
+        );
     }
+    let written = high_watermarks(&bootstrap, &output, 1).unwrap();
+    assert_eq!(
+        written[&0],
+        0,
+        "the stage wrote output while its start offset was unstable\n{}",
+        procs.log_tails(40)
+    );
     txn.commit_transaction(t).unwrap();
 
     // The stage's committed output reaches the input's end.

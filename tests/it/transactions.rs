@@ -695,41 +695,57 @@ fn seed6_second_producer_fences_the_first() {
 // ---------------------------------------------------------------------------
 
 /// A producer that begins a transaction and stalls is aborted by the
-/// coordinator after its `transaction.timeout.ms`: the LSO moves on and a
-/// read_committed reader gets the records written after the stalled one.
-/// The stalled producer cannot commit afterwards; a new producer with the
-/// same id works.
+/// coordinator after its `transaction.timeout.ms`: until then the open
+/// transaction pins the LSO, then the LSO moves on and a read_committed
+/// reader gets the records written after the stalled one. The stalled
+/// producer cannot commit afterwards; a new producer with the same id works.
 #[test]
 fn stalled_transaction_is_aborted_after_its_timeout() {
     let node =
         SamsaNode::start_with(&["transaction_abort_timed_out_transaction_cleanup_interval_ms=500"]);
     let bootstrap = node.bootstrap();
     let mut c = node.client();
-    let t = unique_topic("timeout");
-    c.create_topic(&t, 1).unwrap();
-    let id = unique_topic("timeout-txn");
 
-    let mut config = transactional_producer_config(&bootstrap, &id);
-    config.set("transaction.timeout.ms", "2000");
-    let stalled = TxnProducer::new(&config);
-    stalled.init().unwrap();
-    stalled.begin().unwrap();
-    let began = Instant::now();
-    assert_eq!(stalled.send_ok(&t, Some(0), "stalled"), (0, 0));
-    let plain = TxnProducer::new(&plain_producer_config(&bootstrap));
-    assert_eq!(plain.send_ok(&t, Some(0), "later"), (0, 1));
-    let lso = c.last_stable_offset(&t, 0).unwrap();
-    if began.elapsed() < Duration::from_millis(1500) {
-        assert_eq!(lso, 0, "the open transaction pins the LSO");
-    }
+    // The pinned LSO is checked while the transaction is provably open: the
+    // abort writes its marker at offset 2, so a log still ending at 2 after
+    // the LSO was read means no abort had happened when it was read. A
+    // machine so slow that the abort came first gets a fresh topic and id
+    // with a longer timeout, so the check always runs.
+    let mut timeout_ms = 2_000u64;
+    let (t, id, stalled, began) = loop {
+        let t = unique_topic("timeout");
+        c.create_topic(&t, 1).unwrap();
+        let id = unique_topic("timeout-txn");
+        let mut config = transactional_producer_config(&bootstrap, &id);
+        config.set("transaction.timeout.ms", timeout_ms.to_string());
+        let stalled = TxnProducer::new(&config);
+        stalled.init().unwrap();
+        stalled.begin().unwrap();
+        let began = Instant::now();
+        assert_eq!(stalled.send_ok(&t, Some(0), "stalled"), (0, 0));
+        let plain = TxnProducer::new(&plain_producer_config(&bootstrap));
+        assert_eq!(plain.send_ok(&t, Some(0), "later"), (0, 1));
+        let lso = c.last_stable_offset(&t, 0).unwrap();
+        if c.log_end_offset(&t, 0).unwrap() == 2 {
+            assert_eq!(lso, 0, "the open transaction pins the LSO");
+            break (t, id, stalled, began);
+        }
+        assert!(
+            timeout_ms < 20_000,
+            "the coordinator aborted every stalled transaction (timeouts up to {timeout_ms} ms) \
+             before its LSO could be read"
+        );
+        eprintln!("aborted before the LSO was read with a {timeout_ms} ms timeout; again, longer");
+        timeout_ms *= 4;
+    };
 
     // The producer does nothing more. The coordinator aborts it.
     let settled = wait_settled(&mut c, &t, 0);
     let aborted_after = began.elapsed();
     assert_eq!(settled, 3, "stalled, later, ABORT marker");
     assert!(
-        aborted_after >= Duration::from_millis(2000),
-        "aborted after {aborted_after:?}, before the 2 s timeout"
+        aborted_after >= Duration::from_millis(timeout_ms),
+        "aborted after {aborted_after:?}, before the {timeout_ms} ms timeout"
     );
     assert_eq!(
         read_values(&bootstrap, &t, 1, ReadCommitted).unwrap(),

@@ -37,12 +37,15 @@ pub mod codes {
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
     pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const LEADER_NOT_AVAILABLE: i16 = 5;
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     pub const REQUEST_TIMED_OUT: i16 = 7;
     pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const NOT_COORDINATOR: i16 = 16;
     pub const NOT_ENOUGH_REPLICAS: i16 = 19;
+    pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
+    pub const NOT_CONTROLLER: i16 = 41;
     pub const INVALID_TXN_STATE: i16 = 48;
     pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
     pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
@@ -58,6 +61,20 @@ pub mod codes {
     pub const FENCED_INSTANCE_ID: i16 = 82;
     pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
     pub const GROUP_ID_NOT_FOUND: i16 = 69;
+
+    /// Whether a client retries a Produce answered `code` while partition
+    /// leadership moves (a new leader not serving yet, an ISR that still
+    /// holds a dead replica): the codes Kafka's producer retries there.
+    pub fn produce_retriable_during_failover(code: i16) -> bool {
+        matches!(
+            code,
+            LEADER_NOT_AVAILABLE
+                | NOT_LEADER_OR_FOLLOWER
+                | REQUEST_TIMED_OUT
+                | NOT_ENOUGH_REPLICAS
+                | NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        )
+    }
 }
 
 /// A topic name unique within this process (tests in one binary may share a

@@ -52,8 +52,39 @@ pub struct StageProcesses {
     running: BTreeMap<(String, u32), Child>,
     /// Processes started, restarts included.
     pub starts: u32,
-    /// Processes that exited by themselves (and were restarted).
-    pub exits: Vec<String>,
+    /// Processes that exited by themselves, whatever their status: the test
+    /// only ever SIGKILLs a stage process, so each of these is a stage that
+    /// gave up (see [`StageExit`]).
+    pub exits: Vec<StageExit>,
+}
+
+/// A stage process that ended without being killed by the test.
+///
+/// What its status means (`samsa pipeline stage`): 0 — it stopped cleanly
+/// on SIGTERM/SIGINT, which no test sends; 1 — a fatal error (its producer
+/// fenced, a transactional call failed past its retries, recovery after an
+/// abort failed), the last log line says which; 3 — its watchdog ended a
+/// transactional call that hung past its own timeout; killed by a signal —
+/// it crashed. A test that never runs two processes of one slot at once
+/// expects none of them.
+#[derive(Debug, Clone)]
+pub struct StageExit {
+    pub stage: String,
+    pub slot: u32,
+    pub status: ExitStatus,
+    /// The end of its log when the exit was seen (before a restart
+    /// appends to the same file).
+    pub log_tail: String,
+}
+
+impl std::fmt::Display for StageExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{} exited by itself ({}); its log ended with:\n{}",
+            self.stage, self.slot, self.status, self.log_tail
+        )
+    }
 }
 
 impl StageProcesses {
@@ -75,6 +106,11 @@ impl StageProcesses {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The whole log of (stage, slot) so far, every start of it included.
+    pub fn log(&self, stage: &str, slot: u32) -> String {
+        std::fs::read_to_string(self.log_path(stage, slot)).unwrap_or_default()
     }
 
     fn log_path(&self, stage: &str, slot: u32) -> PathBuf {
@@ -143,22 +179,37 @@ impl StageProcesses {
         self.running.insert(key, child);
     }
 
-    /// SIGKILLs (stage, slot) and reaps it; false if it was not running.
+    /// SIGKILLs (stage, slot) and reaps it. Returns false if it was not
+    /// running, or had already exited by itself (then recorded in
+    /// [`Self::exits`]): the kill did nothing.
     pub fn sigkill(&mut self, stage: &str, slot: u32) -> bool {
-        match self.running.remove(&(stage.to_string(), slot)) {
-            Some(mut c) => {
-                let _ = c.kill();
-                let _ = c.wait();
-                true
-            }
-            None => false,
+        let Some(mut c) = self.running.remove(&(stage.to_string(), slot)) else {
+            return false;
+        };
+        if let Ok(Some(status)) = c.try_wait() {
+            self.record_exit(stage, slot, status);
+            return false;
         }
+        let _ = c.kill();
+        let _ = c.wait();
+        true
     }
 
-    /// Restarts every process that exited by itself (a stage exits non-zero
-    /// when its producer is fenced or it cannot recover: the restart is what
-    /// it expects). Returns what exited.
-    pub fn restart_exited(&mut self) -> Vec<(String, u32, ExitStatus)> {
+    fn record_exit(&mut self, stage: &str, slot: u32, status: ExitStatus) -> StageExit {
+        let exit = StageExit {
+            stage: stage.to_string(),
+            slot,
+            status,
+            log_tail: tail(&self.log_path(stage, slot), 20),
+        };
+        self.exits.push(exit.clone());
+        exit
+    }
+
+    /// Restarts every process that exited by itself, so that the pipeline
+    /// can go on (and a test can report everything before it fails on the
+    /// exits). Returns what exited; [`Self::exits`] keeps them all.
+    pub fn restart_exited(&mut self) -> Vec<StageExit> {
         let exited: Vec<(String, u32, ExitStatus)> = self
             .running
             .iter_mut()
@@ -169,17 +220,23 @@ impl StageProcesses {
                     .map(|st| (stage.clone(), *slot, st))
             })
             .collect();
-        for (stage, slot, status) in &exited {
-            self.running.remove(&(stage.clone(), *slot));
-            self.exits.push(format!("{stage}/{slot}: {status}"));
-            self.start(stage, *slot);
+        let mut out = Vec::new();
+        for (stage, slot, status) in exited {
+            self.running.remove(&(stage.clone(), slot));
+            out.push(self.record_exit(&stage, slot, status));
+            self.start(&stage, slot);
         }
-        exited
+        out
     }
 
-    /// SIGKILLs every process.
+    /// SIGKILLs every process (one that had exited by itself is recorded
+    /// in [`Self::exits`]).
     pub fn kill_all(&mut self) {
-        for (_, mut c) in std::mem::take(&mut self.running) {
+        for ((stage, slot), mut c) in std::mem::take(&mut self.running) {
+            if let Ok(Some(status)) = c.try_wait() {
+                self.record_exit(&stage, slot, status);
+                continue;
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
