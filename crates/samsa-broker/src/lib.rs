@@ -10,21 +10,16 @@
 //! - [`replica`]: the partitions this broker hosts (logs, HW watch, group commit);
 //! - [`replication`]: follower fetch loops, the leader's replication service,
 //!   HW over the ISR, ISR changes, the leader-epoch cache;
-//! - [`metadata`]: the broker's metadata image behind the [`metadata::MetadataStore`] boundary;
+//! - [`metadata`]: the broker's view of the cluster ([`metadata::MetadataView`]) behind the [`metadata::MetadataStore`] boundary;
 //! - `apply`: makes the hosted partitions and their leadership match an image;
 //! - [`producer_ids`]: producer id blocks behind [`producer_ids::ProducerIdBlockSource`];
-//! - [`txn`]: the transaction coordinator, a sans-IO state machine over
-//!   `__transaction_state`;
-//! - [`transactions`]: its IO shell (state topic, loading, acks=all state
-//!   writes, markers, KIP-890 verification, timers, the `TxnService` gRPC);
-//! - [`group`]: the group coordinator, a sans-IO state machine over
-//!   `__consumer_offsets` (classic groups, committed offsets, offsets in
-//!   transactions);
-//! - [`groups`]: its IO shell (offsets topic, loading, acks=all writes,
-//!   waiting requests, timers);
-//! - [`coordination`]: what both coordinator shells share (internal topic
-//!   creation, ownership of the partitions this broker leads, replay,
-//!   acks=all writes);
+//! - [`coordinator`]: the transaction and group coordinators — sans-IO
+//!   state machines over `__transaction_state` and `__consumer_offsets`
+//!   (`coordinator::txn`, `coordinator::group`) driven by one runtime
+//!   (`coordinator::runtime`: state topic, loading, acks=all state writes,
+//!   timers), with what only one of them needs in its `service` (markers,
+//!   KIP-890 verification and the `TxnService` gRPC; parked requests);
+//! - [`topic_partition`]: a partition named by its topic;
 //! - [`cluster`]: cluster mode — the embedded controller, registration,
 //!   heartbeats and the metadata stream from the controller quorum;
 //! - [`error`]: the one mapping from internal errors to Kafka error codes;
@@ -116,9 +111,9 @@ pub struct Broker {
     applied: std::sync::Mutex<Arc<MetadataView>>,
     /// Single-node mode (local metadata file).
     single_node: bool,
-    /// The transaction coordinator and its IO shell.
+    /// The transaction coordinator and its runtime.
     pub txn: coordinator::txn::TxnRuntime,
-    /// The group coordinator and its IO shell.
+    /// The group coordinator and its runtime.
     pub groups: coordinator::group::GroupRuntime,
     /// How much clients pipeline produce requests (`/metrics`).
     pub pipelining: produce_order::PipeliningStats,

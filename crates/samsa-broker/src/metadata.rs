@@ -559,7 +559,7 @@ pub fn validate_topic_config(key: &str, value: &str) -> Result<(), MetadataError
 /// The coordinators' topics do not take the broker's default
 /// `compression.type`: their loaders read records uncompressed, and they are
 /// created with `producer` / `uncompressed` as Kafka does (see
-/// `coordination`), which an older one may not have recorded.
+/// `coordinator::state_topic`), which an older one may not have recorded.
 pub fn topic_log_config(defaults: &LogConfig, topic: &TopicMetadata) -> LogConfig {
     let mut config = defaults.clone();
     if topic.name == CONSUMER_OFFSETS_TOPIC || topic.name == TRANSACTION_STATE_TOPIC {

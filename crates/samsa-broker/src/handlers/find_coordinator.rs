@@ -2,12 +2,12 @@
 //!
 //! Key type TRANSACTION (1): the live leader of `__transaction_state`
 //! partition `coordinator_partition(T, N)` — the same placement every
-//! other path uses ([`crate::coordinator::txn::TxnShell::coordinator_node`]).
+//! other path uses ([`crate::coordinator::runtime::Runtime::coordinator_node`]).
 //! The first request creates the topic; until it exists and has a leader
 //! the answer is COORDINATOR_NOT_AVAILABLE, which clients retry.
 //!
 //! Key type GROUP (0): the live leader of `__consumer_offsets` partition
-//! `coordinator_partition(G, N)` ([`crate::coordinator::group::GroupShell::coordinator_node`]),
+//! `coordinator_partition(G, N)` ([`crate::coordinator::runtime::Runtime::coordinator_node`]),
 //! created on first use the same way. Any other key type is INVALID_REQUEST.
 //!
 //! Messages as Kafka sends them: v4+ leaves each coordinator's

@@ -4,7 +4,7 @@
 //! [`super::offsets`].
 //!
 //! Each handler converts the `kafka-protocol` message, runs the coordinator
-//! through [`crate::coordinator::group::GroupShell`] (waiting for the reply delivered to
+//! through [`crate::coordinator::group::GroupRuntime`] (waiting for the reply delivered to
 //! the request's token where the coordinator parks it), and converts back
 //! with only the fields the request's version has. Every call runs in a span
 //! carrying the group id.

@@ -5,7 +5,7 @@
 //!
 //! Each handler converts the `kafka-protocol` message to the coordinator's
 //! [`crate::coordinator::txn::api`] structs, runs the coordinator under its lock, waits
-//! for the write it asks for (`TxnShell::respond`), and converts back.
+//! for the write it asks for (`TxnRuntime::respond`), and converts back.
 //! Every coordinator call runs in a span carrying the transactional id and
 //! producer id.
 //!

@@ -1,6 +1,6 @@
 //! [`GroupCoordinator`]: the classic group protocol, committed offsets and
 //! ownership of `__consumer_offsets` partitions. See the [module docs](super)
-//! for the contract with the shell.
+//! for the contract with the runtime.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -48,7 +48,7 @@ pub struct GroupConfig {
     /// `offset.metadata.max.bytes`.
     pub offset_metadata_max_bytes: usize,
     /// `offsets.retention.minutes` in ms: how long the offsets of a group
-    /// without members outlive it (see [`GroupCoordinator::tick`]).
+    /// without members outlive it (see [`tick`](crate::coordinator::Coordinator::tick)).
     pub offsets_retention_ms: i64,
     /// `offsets.retention.check.interval.ms`.
     pub offsets_retention_check_interval_ms: i64,
@@ -69,7 +69,7 @@ impl Default for GroupConfig {
     }
 }
 
-/// Identifies one waiting request: the shell picks a fresh token per
+/// Identifies one waiting request: the runtime picks a fresh token per
 /// request and delivers to it the [`Reply`] a later [`GroupStep`] names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Token(pub u64);
@@ -93,7 +93,7 @@ pub struct PartitionResult {
     pub error: Option<ResponseError>,
 }
 
-/// What a call asks of the shell: replies to deliver now, writes to persist.
+/// What a call asks of the runtime: replies to deliver now, writes to persist.
 #[derive(Debug, Default, PartialEq)]
 pub struct GroupStep {
     pub deliveries: Vec<(Token, Reply)>,
@@ -505,7 +505,7 @@ struct PendingWrite {
     kind: WriteKind,
 }
 
-/// Writes handed to the shell and not yet reported back.
+/// Writes handed to the runtime and not yet reported back.
 #[derive(Debug, Default)]
 struct Writes {
     ids: WriteIds,
@@ -556,14 +556,14 @@ pub struct GroupCoordinator {
     partitions: BTreeMap<i32, PartitionStatus>,
     groups: BTreeMap<String, Group>,
     writes: Writes,
-    /// Makes member ids unique across coordinators and restarts (the shell
+    /// Makes member ids unique across coordinators and restarts (the runtime
     /// picks it at random; Kafka uses a random UUID per member).
     member_id_seed: u64,
     next_member: u64,
     /// Markers that reached a partition while it was loading.
     markers_while_loading: BTreeMap<i32, Vec<(i64, bool)>>,
     led_by_image: LedByImage,
-    /// When [`Self::tick`] next expires offsets (0: at the first tick,
+    /// When [`tick`](crate::coordinator::Coordinator::tick) next expires offsets (0: at the first tick,
     /// which only schedules the first check an interval later).
     retention_check_at: i64,
 }
@@ -874,7 +874,7 @@ impl Coordinator for GroupCoordinator {
         self.drop_partition(p)
     }
 
-    /// The shell reports a write: `Ok(base offset of its batch)` once
+    /// The runtime reports a write: `Ok(base offset of its batch)` once
     /// durable (acks=all), or the append's error. Only now do committed
     /// offsets become visible, and members get the leader's assignment.
     fn complete_write(&mut self, id: WriteId, result: AppendResult, now_ms: i64) -> GroupStep {
@@ -928,7 +928,7 @@ impl Coordinator for GroupCoordinator {
         }
     }
 
-    /// The earliest time [`Self::tick`] has something to do.
+    /// The earliest time [`tick`](crate::coordinator::Coordinator::tick) has something to do.
     fn next_deadline(&self) -> Option<i64> {
         let mut next: Option<i64> = None;
         let mut consider = |t: i64| next = Some(next.map_or(t, |n| n.min(t)));

@@ -9,22 +9,22 @@
 //! function transactions use. That partition's records ([`records`]) hold
 //! the group's committed offsets and its metadata after each rebalance.
 //!
-//! Nothing here does I/O, reads a clock or spawns a task. The IO shell
-//! ([`crate::groups`]) feeds requests and time in and carries replies and
+//! Nothing here does I/O, reads a clock or spawns a task. The runtime
+//! ([`service`] on the shared [`crate::coordinator::runtime::Runtime`]) feeds requests and time in and carries replies and
 //! writes out:
 //!
 //! ```text
-//!   request + Token ─▶ handler(&mut coordinator, token, request, now_ms) ─▶ Step { deliveries, writes }
-//!   tick(now_ms)    ─▶ Step                       next_deadline() ─▶ when to tick again
+//!   request + Token ─▶ handler(&mut coordinator, token, request, now_ms) ─▶ GroupStep { deliveries, writes }
+//!   tick(now_ms)    ─▶ GroupStep                     next_deadline() ─▶ when to tick again
 //!   each write: append to __consumer_offsets-w.partition (acks=all), then
-//!               complete_write(w.id, result, now_ms) ─▶ Step
+//!               complete_write(w.id, result, now_ms) ─▶ GroupStep
 //!   each delivery (token, reply): answer the request waiting under that token
 //! ```
 //!
 //! A request may wait (parked): a JoinGroup until the join phase completes,
 //! a SyncGroup until the leader's assignment is durable, an OffsetCommit
-//! until its offsets are. The shell gives every request a fresh [`Token`]
-//! and answers it when a [`Step`] delivers a [`Reply`] to that token —
+//! until its offsets are. The runtime gives every request a fresh [`Token`]
+//! and answers it when a [`GroupStep`] delivers a [`Reply`] to that token —
 //! possibly from another request's call or from `tick`.
 //!
 //! # Durability
@@ -38,24 +38,24 @@
 //! ([`GroupCoordinator::complete_transaction`]); replay resolves them by the
 //! markers in the log.
 //!
-//! # The shell's side of the contract
+//! # The runtime's side of the contract
 //!
 //! 1. Calls are serialized (a mutex; every call is short).
-//! 2. Writes: append [`GroupWrite::records`] to the partition as its leader
-//!    at leader epoch [`GroupWrite::coordinator_epoch`], acks=all; a
-//!    [`GroupWrite::transactional`] write as a transactional batch of that
+//! 2. Writes: append [`Write::records`](crate::coordinator::Write) to the partition as its leader
+//!    at leader epoch `coordinator_epoch`, acks=all; a
+//!    `transactional` write as a transactional batch of that
 //!    producer (verified with, or added to, its transaction first). Then
-//!    [`GroupCoordinator::complete_write`].
-//! 3. Timers: call [`GroupCoordinator::tick`] at
-//!    [`GroupCoordinator::next_deadline`] (and after any call, which may
+//!    [`complete_write`](crate::coordinator::Coordinator::complete_write).
+//! 3. Timers: call [`tick`](crate::coordinator::Coordinator::tick) at
+//!    [`next_deadline`](crate::coordinator::Coordinator::next_deadline) (and after any call, which may
 //!    move it).
 //! 4. Leadership: on leading `__consumer_offsets`-`p` at epoch `e`,
-//!    [`GroupCoordinator::begin_loading`], replay the partition from its
+//!    [`begin_loading`](crate::coordinator::Coordinator::begin_loading), replay the partition from its
 //!    start to its log end with [`records::replay`] (data records and
-//!    markers in order), then [`GroupCoordinator::finish_loading`]; on
-//!    losing it, [`GroupCoordinator::unload`]. Meanwhile the groups answer
+//!    markers in order), then [`finish_loading`](crate::coordinator::Coordinator::finish_loading); on
+//!    losing it, [`unload`](crate::coordinator::Coordinator::unload). Meanwhile the groups answer
 //!    COORDINATOR_LOAD_IN_PROGRESS, and NOT_COORDINATOR when not held
-//!    (unless [`GroupCoordinator::set_led_by_image`] says the metadata
+//!    (unless [`set_led_by_image`](crate::coordinator::Coordinator::set_led_by_image) says the metadata
 //!    image has it led here: its load is about to begin, so
 //!    COORDINATOR_LOAD_IN_PROGRESS).
 //! 5. Markers: when a COMMIT/ABORT marker is appended to an offsets

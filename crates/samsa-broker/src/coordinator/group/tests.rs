@@ -1,5 +1,5 @@
 //! Unit tests of the group coordinator: no sockets, no clock, no disk. The
-//! harness plays the shell: it hands out tokens, keeps the replies delivered
+//! harness plays the runtime: it hands out tokens, keeps the replies delivered
 //! to them, "persists" writes into an in-memory log per `__consumer_offsets`
 //! partition, and can rebuild a coordinator from that log as a new leader
 //! would.

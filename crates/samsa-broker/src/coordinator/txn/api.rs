@@ -3,7 +3,7 @@
 //! They carry what the handlers need from the Kafka messages of the same
 //! names (plus the request's API version, which decides the transaction
 //! protocol and some error codes); converting from and to the wire types of
-//! `kafka-protocol` is the shell's job.
+//! `kafka-protocol` is the handlers' job (`crate::handlers::txn`).
 
 use kafka_protocol::error::ResponseError;
 
@@ -11,7 +11,7 @@ use super::state::{ProducerIdAndEpoch, TxnResult, NO_PRODUCER_EPOCH, NO_PRODUCER
 use crate::topic_partition::TopicPartition;
 
 /// A response whose error can be replaced, for when the write it waited for
-/// failed (see [`super::WriteCompletion::response`]).
+/// failed (see [`super::TxnStep::response`]).
 pub trait CoordinatorResponse {
     fn with_error(self, error: ResponseError) -> Self;
 }

@@ -1,6 +1,6 @@
 //! [`TxnCoordinator`]: the handlers, the pending writes, and ownership of
 //! `__transaction_state` partitions. See the [module docs](super) for the
-//! contract with the shell.
+//! contract with the runtime.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -86,7 +86,7 @@ pub struct WriteMarkers {
     pub partitions: Vec<TopicPartition>,
 }
 
-/// Something the shell must do after a write became durable.
+/// Something the runtime must do after a write became durable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
     WriteMarkers(WriteMarkers),
@@ -136,7 +136,7 @@ impl Step for TxnStep {
     }
 }
 
-/// A write handed to the shell and not yet reported.
+/// A write handed to the runtime and not yet reported.
 #[derive(Debug)]
 struct Pending {
     id: WriteId,
@@ -1044,7 +1044,7 @@ impl TxnCoordinator {
     }
 
     /// [`Self::expired_transactions`] then [`Self::abort_expired`] for each:
-    /// the writes to hand to the shell.
+    /// the writes to hand to the runtime.
     pub fn abort_expired_transactions(
         &mut self,
         now_ms: i64,
@@ -1218,7 +1218,7 @@ impl Coordinator for TxnCoordinator {
 
     /// This broker became leader of `partition` at `coordinator_epoch`
     /// (its leader epoch): requests for its ids answer
-    /// COORDINATOR_LOAD_IN_PROGRESS until [`Self::finish_loading`]. Whatever
+    /// COORDINATOR_LOAD_IN_PROGRESS until [`finish_loading`](crate::coordinator::Coordinator::finish_loading). Whatever
     /// was held for the partition before is dropped, with its pending writes.
     /// Returns false (and changes nothing) for an epoch older than the one
     /// held.
@@ -1316,7 +1316,7 @@ impl Coordinator for TxnCoordinator {
 
     /// This broker no longer leads `partition` (at `coordinator_epoch`, if
     /// known; a newer epoch held is kept). Its ids answer NOT_COORDINATOR
-    /// and its pending writes complete with NOT_COORDINATOR; the shell drops
+    /// and its pending writes complete with NOT_COORDINATOR; the runtime drops
     /// the partition's marker sends.
     fn unload(&mut self, partition: i32, coordinator_epoch: Option<i32>) -> TxnStep {
         let stale = match (self.slots.get(&partition), coordinator_epoch) {
@@ -1330,7 +1330,7 @@ impl Coordinator for TxnCoordinator {
         TxnStep::default()
     }
 
-    /// The shell reports the fate of write `id`: `Ok` once it is durable
+    /// The runtime reports the fate of write `id`: `Ok` once it is durable
     /// (acks=all), or the produce path's error. Only now does the state
     /// change (on success); the effects it unlocks are returned.
     ///

@@ -1,13 +1,13 @@
 //! The transaction coordinator, as a sans-IO state machine.
 //!
 //! A transactional id `T` is coordinated by the leader of partition
-//! [`coordinator_partition`]`(T, 50)` of `__transaction_state`
-//! ([`placement`]). That partition's records hold the state of every id it
+//! [`coordinator_partition`](crate::coordinator::placement::coordinator_partition)`(T, 50)` of `__transaction_state`
+//! ([`placement`](crate::coordinator::placement)). That partition's records hold the state of every id it
 //! owns ([`records`]); the coordinator keeps the latest value of each in
 //! memory and decides every transition ([`TxnState`] has the table).
 //!
-//! Nothing here does I/O, reads a clock or spawns a task. The IO shell (the
-//! broker) feeds requests, time and producer ids in, and carries writes and
+//! Nothing here does I/O, reads a clock or spawns a task. The runtime
+//! ([`crate::coordinator::runtime`]) feeds requests, time and producer ids in, and carries writes and
 //! effects out:
 //!
 //! ```text
@@ -17,13 +17,13 @@
 //!         write == Some(w): append w.records to __transaction_state-w.partition (acks=all)
 //!                              │
 //!                              ▼
-//!         complete_write(w.id, Ok(()) | Err(produce error)) ─▶ WriteCompletion { error, effects }
+//!         complete_write(w.id, Ok(base) | Err(produce error), now) ─▶ TxnStep { error, effects, writes }
 //!                              │
 //!         send completion.response(response)   (the handler's response, or the append's error)
 //!         run completion.effects:  WriteMarkers ─▶ WriteTxnMarkers to partition leaders
 //!                                        │ all partitions done
 //!                                        ▼
-//!                              markers_written(&markers, now_ms) ─▶ TxnWrite (Complete*) ─▶ as above
+//!                              markers_written(&markers, now_ms) ─▶ Write (Complete*) ─▶ as above
 //! ```
 //!
 //! # Pending writes: state changes only once durable
@@ -31,7 +31,7 @@
 //! A handler never changes the state it answers from. When a transition
 //! needs a record, the handler registers a *pending write* for the id (its
 //! target value, and the effects it unlocks) and returns the write. Only
-//! [`TxnCoordinator::complete_write`] with `Ok` applies the target and
+//! [`complete_write`](crate::coordinator::Coordinator::complete_write) with `Ok` applies the target and
 //! releases the effects (the markers of a `Prepare*`, for instance); with
 //! an error it drops them and answers with the coordinator's error for it
 //! (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, …), the state untouched. At
@@ -45,16 +45,16 @@
 //! replayed state: the next record of that id replaces it, and nothing it
 //! would have unlocked (markers) was ever started.
 //!
-//! # The shell's side of the contract
+//! # The runtime's side of the contract
 //!
 //! 1. **One at a time.** Calls into a [`TxnCoordinator`] are serialized (a
 //!    mutex around it; every call is short). Writes may be in flight
 //!    concurrently — for different ids.
-//! 2. **Writes.** Append [`TxnWrite::records`] to `__transaction_state`
-//!    partition [`TxnWrite::partition`] as its leader *at leader epoch*
-//!    [`TxnWrite::coordinator_epoch`] (fail with NOT_LEADER_OR_FOLLOWER if
+//! 2. **Writes.** Append [`Write::records`](crate::coordinator::Write) to `__transaction_state`
+//!    partition `partition` as its leader *at leader epoch*
+//!    `coordinator_epoch` (fail with NOT_LEADER_OR_FOLLOWER if
 //!    the epoch moved), with acks=all, then report the result with
-//!    [`TxnCoordinator::complete_write`]. The topic is created with
+//!    [`complete_write`](crate::coordinator::Coordinator::complete_write). The topic is created with
 //!    `transaction.state.log.num.partitions` partitions, replication
 //!    min(3, brokers), `min.insync.replicas` 2 where possible, unclean
 //!    leader election off, and no time or size retention: its records are
@@ -69,20 +69,22 @@
 //!    partitions are done call [`TxnCoordinator::markers_written`] and
 //!    handle its write like any other (if that write fails with a retriable
 //!    error, call `markers_written` again later).
-//! 4. **Timers.** Periodically (Kafka: every 10 s)
-//!    [`TxnCoordinator::abort_expired_transactions`], and (Kafka: hourly)
+//! 4. **Timers.** At `next_deadline`, `tick` (the [`Coordinator`](crate::coordinator::Coordinator)
+//!    contract): every `abort_check_interval_ms` (Kafka: 10 s)
+//!    [`TxnCoordinator::abort_expired_transactions`], and every
+//!    `id_expiry_check_interval_ms` (Kafka: hourly)
 //!    [`TxnCoordinator::expire_transactional_ids`]; both return writes.
 //! 5. **Leadership.** On becoming leader of `__transaction_state`-`p` at
-//!    leader epoch `e`: [`TxnCoordinator::begin_loading`]`(p, e)`, read the
+//!    leader epoch `e`: [`begin_loading`](crate::coordinator::Coordinator::begin_loading)`(p, e)`, read the
 //!    partition from its start to its end, rebuild with
 //!    [`CoordinatorState::replay`], then
-//!    [`TxnCoordinator::finish_loading`] — which returns the markers to
+//!    [`finish_loading`](crate::coordinator::Coordinator::finish_loading) — which returns the markers to
 //!    (re)send for `Prepare*` transactions and the writes that finish
-//!    half-fenced ones. On losing it: [`TxnCoordinator::unload`] and drop
+//!    half-fenced ones. On losing it: [`unload`](crate::coordinator::Coordinator::unload) and drop
 //!    the partition's marker sends. Requests for ids of partitions not held
 //!    answer NOT_COORDINATOR, of partitions loading
 //!    COORDINATOR_LOAD_IN_PROGRESS.
-//! 6. **Producer ids** come from a [`ProducerIdSource`]: answer from a block
+//! 6. **Producer ids** come from a [`ProducerIdSource`](crate::coordinator::ProducerIdSource): answer from a block
 //!    already held; with none ready, return COORDINATOR_LOAD_IN_PROGRESS
 //!    (the client retries) and fetch one.
 //! 7. **Wire.** Convert `kafka-protocol` messages to the [`api`] structs
@@ -94,7 +96,7 @@
 //!    produce maps TRANSACTION_ABORTABLE to INVALID_TXN_STATE and
 //!    PRODUCER_FENCED to INVALID_PRODUCER_EPOCH for producers that predate
 //!    them. `FindCoordinator(TRANSACTION, T)` names the leader of
-//!    [`TxnCoordinator::partition_for`]`(T)`.
+//!    [`partition_for`](crate::coordinator::Coordinator::partition_for)`(T)`.
 //!
 //! # Exactly-once invariants kept here
 //!

@@ -23,7 +23,7 @@ pub fn is_epoch_exhausted(epoch: i16) -> bool {
 /// State of one transactional id at its coordinator.
 ///
 /// Every transition is written to `__transaction_state` before it takes
-/// effect (see the [module docs](super) for how the shell confirms that).
+/// effect (see the [module docs](super) for how the runtime confirms that).
 ///
 /// | from | event | to |
 /// |---|---|---|

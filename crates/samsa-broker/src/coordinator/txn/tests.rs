@@ -1,5 +1,5 @@
 //! Unit tests of the coordinator's handlers: no sockets, no clock, no disk.
-//! The harness plays the shell: it "persists" writes into an in-memory log
+//! The harness plays the runtime: it "persists" writes into an in-memory log
 //! per `__transaction_state` partition, and can rebuild a coordinator from
 //! that log as a new leader would.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -123,7 +123,7 @@ impl H {
         self.reload(id)
     }
 
-    /// The shell's append succeeding: records become durable, then the
+    /// The runtime's append succeeding: records become durable, then the
     /// coordinator is told.
     fn persist_write(&mut self, w: Write) -> TxnStep {
         assert_eq!(w.coordinator_epoch, self.epochs[&w.partition]);
