@@ -121,6 +121,37 @@ pub trait Step: Default + Send + 'static {
     fn is_empty(&self) -> bool;
 }
 
+/// Why bytes are not a valid record of a coordinator's state topic (the
+/// record formats of `txn/records.rs` and `group/records.rs`; decoding is
+/// total: every malformed input is one of these, never a panic).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("record truncated while reading {0}")]
+    Truncated(&'static str),
+    #[error("unknown key version {0}")]
+    UnknownKeyVersion(u16),
+    #[error("unknown value version {0}")]
+    UnknownValueVersion(u16),
+    #[error("{0} is not valid UTF-8")]
+    InvalidUtf8(&'static str),
+    #[error("{0} trailing bytes after the value")]
+    TrailingBytes(usize),
+    #[error("record without a key")]
+    NoKey,
+    #[error("unknown transaction state id {0}")]
+    UnknownState(u8),
+    #[error("unknown transaction version {0}")]
+    UnknownTransactionVersion(u8),
+    #[error("invalid {field} {value}")]
+    Invalid { field: &'static str, value: i64 },
+}
+
+impl From<crate::codec::Truncated> for RecordError {
+    fn from(crate::codec::Truncated(what): crate::codec::Truncated) -> Self {
+        RecordError::Truncated(what)
+    }
+}
+
 /// A log entry of a state partition as the runtime replays it, in log order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogEntry {
@@ -161,6 +192,10 @@ pub trait Coordinator: Send + 'static {
     /// Whether [`Self::tick`] and [`Self::finish_loading`] may need producer
     /// ids (the runtime then makes sure a block is held before calling).
     const USES_PRODUCER_IDS: bool;
+    /// Whether a call may move [`Self::next_deadline`] (a join phase, a
+    /// session), so the runtime's timer must look again after each one;
+    /// false when only `tick` moves it (fixed-interval checks).
+    const DEADLINES_FOLLOW_CALLS: bool;
 
     /// The partition of the state topic that owns `key` (a transactional
     /// id or a group id).

@@ -251,7 +251,9 @@ impl<C: Hosted> Runtime<C> {
         if !step.is_empty() {
             C::carry_out(self, step);
         }
-        self.timer.notify_one();
+        if C::DEADLINES_FOLLOW_CALLS {
+            self.timer.notify_one();
+        }
     }
 
     /// Persists `write` (acks=all on its state partition) and reports it to

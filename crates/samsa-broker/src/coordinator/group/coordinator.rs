@@ -789,6 +789,7 @@ impl Coordinator for GroupCoordinator {
     type Replayed = BTreeMap<String, LoadedGroup>;
     const STATE_TOPIC: &'static str = CONSUMER_OFFSETS_TOPIC;
     const USES_PRODUCER_IDS: bool = false;
+    const DEADLINES_FOLLOW_CALLS: bool = true;
 
     /// The `__consumer_offsets` partition of `group_id`.
     fn partition_for(&self, group_id: &str) -> i32 {

@@ -31,35 +31,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::codec::{put_bytes_u32, put_nullable_bytes, Reader, Truncated};
-use crate::coordinator::{LogEntry, StateRecord};
+use crate::codec::{put_bytes_u32, put_nullable_bytes, Reader};
+use crate::coordinator::{LogEntry, RecordError, StateRecord};
 
 const OFFSET_KEY_VERSION: u16 = 0;
 const GROUP_KEY_VERSION: u16 = 1;
 const VALUE_VERSION: u16 = 0;
-
-/// Why bytes are not a valid `__consumer_offsets` record.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RecordError {
-    #[error("record truncated while reading {0}")]
-    Truncated(&'static str),
-    #[error("unknown key version {0}")]
-    UnknownKeyVersion(u16),
-    #[error("unknown value version {0}")]
-    UnknownValueVersion(u16),
-    #[error("{0} is not valid UTF-8")]
-    InvalidUtf8(&'static str),
-    #[error("{0} trailing bytes")]
-    TrailingBytes(usize),
-    #[error("record without a key")]
-    NoKey,
-}
-
-impl From<Truncated> for RecordError {
-    fn from(Truncated(what): Truncated) -> Self {
-        RecordError::Truncated(what)
-    }
-}
 
 /// A committed offset of one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1078,7 +1078,7 @@ fn records_round_trip_and_garbage_is_an_error() {
     for len in 0..r.key.len() {
         assert!(matches!(
             decode_group_record(&r.key[..len], None),
-            Err(records::RecordError::Truncated(_))
+            Err(crate::coordinator::RecordError::Truncated(_))
         ));
     }
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -1103,7 +1103,7 @@ fn records_round_trip_and_garbage_is_an_error() {
         }]),
         Err(records::ReplayError {
             index: 0,
-            error: records::RecordError::UnknownKeyVersion(9)
+            error: crate::coordinator::RecordError::UnknownKeyVersion(9)
         })
     ));
 }

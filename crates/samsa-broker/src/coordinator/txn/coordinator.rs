@@ -1197,6 +1197,7 @@ impl Coordinator for TxnCoordinator {
     type Replayed = CoordinatorState;
     const STATE_TOPIC: &'static str = TRANSACTION_STATE_TOPIC;
     const USES_PRODUCER_IDS: bool = true;
+    const DEADLINES_FOLLOW_CALLS: bool = false;
 
     /// The `__transaction_state` partition of `transactional_id`.
     fn partition_for(&self, transactional_id: &str) -> i32 {

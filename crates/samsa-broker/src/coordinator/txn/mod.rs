@@ -145,6 +145,6 @@ mod tests;
 
 pub use api::*;
 pub use coordinator::{Effect, Outcome, TxnConfig, TxnCoordinator, TxnStep, WriteMarkers};
-pub use records::{CoordinatorState, RecordError, ReplayError, Unfinished};
+pub use records::{CoordinatorState, ReplayError, Unfinished};
 pub use service::TxnRuntime;
 pub use state::{ProducerIdAndEpoch, TransactionMetadata, TransactionVersion, TxnResult, TxnState};

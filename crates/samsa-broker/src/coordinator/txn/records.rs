@@ -29,45 +29,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::codec::{Reader, Truncated};
+use crate::codec::Reader;
 
 use super::state::{
     TransactionMetadata, TransactionVersion, TxnResult, TxnState, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
 };
-use crate::coordinator::StateRecord;
+use crate::coordinator::{RecordError, StateRecord};
 use crate::topic_partition::TopicPartition;
 
 /// Version of the key layout written by this samsa.
 pub const KEY_VERSION: u16 = 0;
 /// Version of the value layout written by this samsa.
 pub const VALUE_VERSION: u16 = 0;
-
-/// Why bytes are not a valid `__transaction_state` record.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RecordError {
-    #[error("record truncated while reading {0}")]
-    Truncated(&'static str),
-    #[error("unknown key version {0}")]
-    UnknownKeyVersion(u16),
-    #[error("unknown value version {0}")]
-    UnknownValueVersion(u16),
-    #[error("unknown transaction state id {0}")]
-    UnknownState(u8),
-    #[error("unknown transaction version {0}")]
-    UnknownTransactionVersion(u8),
-    #[error("{0} is not valid UTF-8")]
-    InvalidUtf8(&'static str),
-    #[error("{0} trailing bytes after the value")]
-    TrailingBytes(usize),
-    #[error("invalid {field} {value}")]
-    Invalid { field: &'static str, value: i64 },
-}
-
-impl From<Truncated> for RecordError {
-    fn from(Truncated(what): Truncated) -> Self {
-        RecordError::Truncated(what)
-    }
-}
 
 /// A record that cannot be replayed, and where it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
