@@ -46,10 +46,18 @@ pub fn samsa_bin() -> PathBuf {
 /// unless two tests draw the same port at the same moment.
 pub fn free_port() -> u16 {
     use rand::Rng;
+    // A port is handed out once per test process: a cluster asks for all its
+    // ports before any node binds one, so the bind check alone let two
+    // nodes of one cluster get the same port (seen in CI: two controllers
+    // on one address, and openraft's core panicked).
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
     let mut rng = rand::thread_rng();
     for _ in 0..1000 {
         let port = rng.gen_range(20_000..32_000);
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if !handed_out.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.insert(port);
             return port;
         }
     }
