@@ -27,7 +27,7 @@ pub const TRANSACTION_STATE_PARTITIONS: i32 = 50;
 /// Java's `String.hashCode` over UTF-16 code units, wrapping.
 ///
 /// Deliberately written again instead of calling the broker's
-/// `txn::placement`: the tests are an independent oracle for Kafka's
+/// `coordinator::placement`: the tests are an independent oracle for Kafka's
 /// placement (this copy caught the broker's sign-bit-clearing `abs`).
 pub fn java_string_hash(s: &str) -> i32 {
     s.encode_utf16().fold(0i32, |h, unit| {
