@@ -102,6 +102,14 @@ impl PyScript {
         }
     }
 
+    /// Whether the script has exited (or been waited for).
+    pub fn has_exited(&mut self) -> bool {
+        match &mut self.child {
+            Some(child) => !matches!(child.try_wait(), Ok(None)),
+            None => true,
+        }
+    }
+
     /// Waits for the script to exit; kills it and fails after `timeout`.
     pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
         let child = self.child.as_mut().expect("script already waited for");

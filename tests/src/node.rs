@@ -188,6 +188,11 @@ impl SamsaNode {
         }
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Kills the process with SIGKILL and reaps it.
     pub fn sigkill(&mut self) {
         if let Some(mut c) = self.child.take() {
