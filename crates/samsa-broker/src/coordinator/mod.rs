@@ -43,6 +43,32 @@
 //!   bad input, so it is logged at ERROR ([`illegal_transition`]) and the
 //!   request that caused it, if any, is answered UNKNOWN_SERVER_ERROR
 //!   (Kafka's `IllegalStateException`).
+//!
+//! # Two ways of answering, on purpose
+//!
+//! Both coordinators hand the runtime one kind of result, a [`Step`]
+//! (writes, and what else to carry out), but they answer requests
+//! differently, because their requests wait for different things:
+//!
+//! - **A transaction request waits at most for its own write.** Its answer
+//!   is decided when it is handled; only whether its write becomes durable
+//!   is open. So a handler returns the answer with the write
+//!   ([`txn::Outcome`]), and the step that completes that write says
+//!   whether to send it as is or with the append's error
+//!   ([`txn::TxnStep::response`]). Nothing is parked, so nothing can be
+//!   left unanswered when a partition is unloaded: the caller is awaiting
+//!   its own write, which the unload fails.
+//! - **A group request may wait for other requests and for time.** A
+//!   JoinGroup is answered when the last member joins or the rebalance
+//!   timer fires, a follower's SyncGroup when the leader's assignment is
+//!   durable: the answer comes from a call made for someone else. So each
+//!   request is parked under a [`group::Token`] and answered by whichever
+//!   step delivers a reply to it ([`group::GroupStep::deliveries`]), and
+//!   unloading a partition delivers NOT_COORDINATOR to everything parked.
+//!
+//! Giving transactions tokens would add parking (and a way to leak a
+//! parked request) to a coordinator that never needs it; giving groups
+//! outcomes cannot express an answer caused by another member.
 
 pub mod group;
 pub mod placement;
