@@ -11,14 +11,18 @@ use super::state::{ProducerIdAndEpoch, TxnResult, NO_PRODUCER_EPOCH, NO_PRODUCER
 use crate::topic_partition::TopicPartition;
 
 /// A response whose error can be replaced, for when the write it waited for
-/// failed (see [`super::TxnStep::response`]).
+/// failed (see [`super::TxnStep::response`]), or translated for the
+/// request's version.
 pub trait CoordinatorResponse {
     fn with_error(self, error: ResponseError) -> Self;
+    /// Every error of the response passed through `f` (`None` is success).
+    fn map_errors(self, f: impl Fn(Option<ResponseError>) -> Option<ResponseError>) -> Self;
 }
 
 /// Internal writes (markers done, timeouts, expiration, loading) answer no one.
 impl CoordinatorResponse for () {
     fn with_error(self, _error: ResponseError) -> Self {}
+    fn map_errors(self, _f: impl Fn(Option<ResponseError>) -> Option<ResponseError>) -> Self {}
 }
 
 /// `InitProducerId` with a transactional id (without one the broker hands out
@@ -78,6 +82,10 @@ impl CoordinatorResponse for InitProducerIdResponse {
     fn with_error(self, error: ResponseError) -> Self {
         Self::error(error)
     }
+    fn map_errors(mut self, f: impl Fn(Option<ResponseError>) -> Option<ResponseError>) -> Self {
+        self.error = f(self.error);
+        self
+    }
 }
 
 /// One transaction of `AddPartitionsToTxn`: the whole request for v0–v3
@@ -130,6 +138,12 @@ impl CoordinatorResponse for AddPartitionsResponse {
         }
         self
     }
+    fn map_errors(mut self, f: impl Fn(Option<ResponseError>) -> Option<ResponseError>) -> Self {
+        for (_, e) in &mut self.results {
+            *e = f(*e);
+        }
+        self
+    }
 }
 
 /// `AddOffsetsToTxn`: adds the group's `__consumer_offsets` partition.
@@ -150,6 +164,11 @@ pub struct AddOffsetsResponse {
 impl CoordinatorResponse for AddOffsetsResponse {
     fn with_error(self, error: ResponseError) -> Self {
         Self { error: Some(error) }
+    }
+    fn map_errors(self, f: impl Fn(Option<ResponseError>) -> Option<ResponseError>) -> Self {
+        Self {
+            error: f(self.error),
+        }
     }
 }
 
@@ -192,6 +211,10 @@ impl EndTxnResponse {
 impl CoordinatorResponse for EndTxnResponse {
     fn with_error(self, error: ResponseError) -> Self {
         Self::error(error)
+    }
+    fn map_errors(mut self, f: impl Fn(Option<ResponseError>) -> Option<ResponseError>) -> Self {
+        self.error = f(self.error);
+        self
     }
 }
 

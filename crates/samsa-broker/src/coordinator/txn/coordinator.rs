@@ -292,6 +292,27 @@ impl TxnCoordinator {
     // Writes
     // -----------------------------------------------------------------
 
+    /// A request handler's last step: runs its plan (a refusal answered as
+    /// `refused` builds it), with PRODUCER_FENCED answered as
+    /// INVALID_PRODUCER_EPOCH to versions before `fenced_since`, which do
+    /// not know it.
+    fn answer<R: CoordinatorResponse>(
+        &mut self,
+        plan: Result<Plan<R>, ResponseError>,
+        refused: impl FnOnce(ResponseError) -> R,
+        version: i16,
+        fenced_since: i16,
+    ) -> Outcome<R> {
+        let plan = plan.unwrap_or_else(|e| Plan::Reply(refused(e)));
+        let outcome = self.run(plan);
+        Outcome {
+            write: outcome.write,
+            response: outcome
+                .response
+                .map_errors(|e| producer_fenced_for_version(e, version, fenced_since)),
+        }
+    }
+
     fn run<R: CoordinatorResponse>(&mut self, step: Plan<R>) -> Outcome<R> {
         match step {
             Plan::Reply(response) => Outcome {
@@ -366,13 +387,8 @@ impl TxnCoordinator {
         now_ms: i64,
         ids: &mut dyn ProducerIdSource,
     ) -> Outcome<InitProducerIdResponse> {
-        let step = self
-            .plan_init_producer_id(request, now_ms, ids)
-            .unwrap_or_else(|e| Plan::Reply(InitProducerIdResponse::error(e)));
-        let mut outcome = self.run(step);
-        outcome.response.error =
-            producer_fenced_for_version(outcome.response.error, request.version, 4);
-        outcome
+        let plan = self.plan_init_producer_id(request, now_ms, ids);
+        self.answer(plan, InitProducerIdResponse::error, request.version, 4)
     }
 
     /// Long on purpose: one match over the id's state is the decision table
@@ -555,8 +571,8 @@ impl TxnCoordinator {
         request: &AddPartitionsRequest,
         now_ms: i64,
     ) -> Outcome<AddPartitionsResponse> {
-        let step = if request.verify_only {
-            Plan::Reply(self.verify_partitions(request))
+        let plan = if request.verify_only {
+            Ok(Plan::Reply(self.verify_partitions(request)))
         } else {
             let version = if request.version >= 4 {
                 TransactionVersion::V2
@@ -570,19 +586,10 @@ impl TxnCoordinator {
                 version,
                 now_ms,
             )
-            .unwrap_or_else(|e| {
-                Plan::Reply(AddPartitionsResponse::all(
-                    &request.transactional_id,
-                    &request.partitions,
-                    Some(e),
-                ))
-            })
         };
-        let mut outcome = self.run(step);
-        for (_, e) in &mut outcome.response.results {
-            *e = producer_fenced_for_version(*e, request.version, 2);
-        }
-        outcome
+        let refused =
+            |e| AddPartitionsResponse::all(&request.transactional_id, &request.partitions, Some(e));
+        self.answer(plan, refused, request.version, 2)
     }
 
     /// `AddOffsetsToTxn`: adds partition `coordinator_partition(group)` of
@@ -597,25 +604,21 @@ impl TxnCoordinator {
             coordinator_partition(&request.group_id, self.config.consumer_offsets_partitions),
         );
         let partitions = [partition];
-        let step = match self.plan_add_partitions(
+        let plan = self.plan_add_partitions(
             &request.transactional_id,
             ProducerIdAndEpoch::new(request.producer_id, request.producer_epoch),
             &partitions,
             TransactionVersion::V1,
             now_ms,
-        ) {
-            Ok(step) => step,
-            Err(e) => Plan::Reply(AddPartitionsResponse::all(
-                &request.transactional_id,
-                &partitions,
-                Some(e),
-            )),
-        };
-        let outcome = self.run(step);
-        let error = producer_fenced_for_version(outcome.response.error(), request.version, 2);
+        );
+        let refused =
+            |e| AddPartitionsResponse::all(&request.transactional_id, &partitions, Some(e));
+        let outcome = self.answer(plan, refused, request.version, 2);
         Outcome {
             write: outcome.write,
-            response: AddOffsetsResponse { error },
+            response: AddOffsetsResponse {
+                error: outcome.response.error(),
+            },
         }
     }
 
@@ -737,13 +740,8 @@ impl TxnCoordinator {
         now_ms: i64,
         ids: &mut dyn ProducerIdSource,
     ) -> Outcome<EndTxnResponse> {
-        let step = self
-            .plan_end_txn(request, now_ms, ids)
-            .unwrap_or_else(|e| Plan::Reply(EndTxnResponse::error(e)));
-        let mut outcome = self.run(step);
-        outcome.response.error =
-            producer_fenced_for_version(outcome.response.error, request.version, 2);
-        outcome
+        let plan = self.plan_end_txn(request, now_ms, ids);
+        self.answer(plan, EndTxnResponse::error, request.version, 2)
     }
 
     /// Long on purpose: one match over the transaction's state and the
