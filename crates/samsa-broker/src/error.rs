@@ -90,10 +90,6 @@ pub enum MetadataError {
     },
 }
 
-/// Kafka error code for a storage error. A broken storage invariant (a bug,
-/// see [`StorageError::is_invariant_violation`]) is answered
-/// UNKNOWN_SERVER_ERROR, as Kafka answers an illegal state, and logged here
-/// at error level, so that no such answer goes unseen.
 /// Why an operation on a partition failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PartitionError {
@@ -124,6 +120,10 @@ pub enum PartitionError {
     },
 }
 
+/// Kafka error code for a storage error. A broken storage invariant (a bug,
+/// see [`StorageError::is_invariant_violation`]) is answered
+/// UNKNOWN_SERVER_ERROR, as Kafka answers an illegal state, and logged here
+/// at error level, so that no such answer goes unseen.
 pub fn storage_error_code(error: &StorageError) -> ResponseError {
     if error.is_invariant_violation() {
         tracing::error!(error = %error, "storage invariant violated; answering UNKNOWN_SERVER_ERROR");
@@ -157,6 +157,23 @@ pub fn partition_error_code(error: &PartitionError) -> ResponseError {
         }
         PartitionError::Flush(_) => ResponseError::KafkaStorageError,
         PartitionError::TxnNotVerified { .. } => ResponseError::InvalidTxnState,
+    }
+}
+
+/// A partition's answer to a write it refused or could not acknowledge:
+/// the code, and the message for the versions that carry one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub code: ResponseError,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(code: ResponseError, message: impl Into<String>) -> Self {
+        Refusal {
+            code,
+            message: message.into(),
+        }
     }
 }
 

@@ -37,14 +37,21 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
-use samsa_storage::{AppendInfo, FlushPolicy, LogConfig, PartitionLog, ReadResult, StorageError};
+use samsa_storage::{FlushPolicy, LogConfig, PartitionLog, ReadResult, StorageError};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::error::BrokerError;
+use crate::error::{BrokerError, Refusal};
 use crate::metadata::{topic_log_config, TopicMetadata};
-use crate::replication::{LeaderEpochCache, ReplicaState};
+use crate::replication::{LeaderAppend, LeaderEpochCache, ReplicaState};
+
+/// What [`Partition::read_to_log_end`] read, and the log end it read to.
+#[derive(Debug)]
+pub struct ReadToLogEnd {
+    pub read: ReadResult,
+    pub log_end_offset: i64,
+}
 
 /// What a fetch saw of a partition.
 pub struct PartitionRead {
@@ -183,8 +190,7 @@ impl Partition {
 
     /// Appends a produce request's records as leader and advances the HW
     /// as far as the ISR allows (to the LEO when this replica is alone).
-    /// Returns the append outcome and the log start offset after it.
-    pub fn append(&self, records: &[u8], now_ms: i64) -> Result<(AppendInfo, i64), PartitionError> {
+    pub fn append(&self, records: &[u8], now_ms: i64) -> Result<LeaderAppend, PartitionError> {
         let records = self.in_topic_codec(records)?;
         self.append_as_leader_replicated(&records, now_ms)
     }
@@ -218,7 +224,7 @@ impl Partition {
         producer_id: i64,
         producer_epoch: i16,
         now_ms: i64,
-    ) -> Result<(AppendInfo, i64), PartitionError> {
+    ) -> Result<LeaderAppend, PartitionError> {
         let records = self.in_topic_codec(records)?;
         self.leader_append_with(|log, epoch| {
             let mut verified = self.verified_txns.lock().unwrap_or_else(|p| p.into_inner());
@@ -282,7 +288,7 @@ impl Partition {
         &self,
         marker: &samsa_storage::EndTxnMarker,
         now_ms: i64,
-    ) -> Result<(AppendInfo, i64), PartitionError> {
+    ) -> Result<LeaderAppend, PartitionError> {
         self.leader_append_with(|log, epoch| {
             let info = log.append_txn_marker(marker, epoch, now_ms)?;
             self.verified_txns
@@ -302,18 +308,21 @@ impl Partition {
         end_offset: i64,
         leader_epoch: i32,
         deadline: Instant,
-    ) -> Result<(), (ResponseError, String)> {
+    ) -> Result<(), Refusal> {
         if self.flushes_before_ack {
             if let Err(e) = self.wait_durable(end_offset).await {
                 warn!(partition = %self.name(), error = %e, "fsync before acks=all answer failed");
-                return Err((ResponseError::KafkaStorageError, e.to_string()));
+                return Err(Refusal::new(
+                    ResponseError::KafkaStorageError,
+                    e.to_string(),
+                ));
             }
         }
         self.wait_replicated(end_offset, leader_epoch, deadline)
             .await
             .map_err(|code| {
                 info!(partition = %self.name(), end_offset, ?code, "acks=all write appended but not acknowledged");
-                (
+                Refusal::new(
                     code,
                     format!(
                         "{}: the write ending at {end_offset} was not acknowledged by the ISR: {code:?}",
@@ -348,8 +357,7 @@ impl Partition {
                 return Err(ResponseError::NotLeaderOrFollower);
             }
             if covered {
-                let (isr, min) = self.isr_and_min();
-                return if isr < min {
+                return if self.in_sync_replicas().below_min() {
                     Err(ResponseError::NotEnoughReplicasAfterAppend)
                 } else {
                     Ok(())
@@ -451,10 +459,13 @@ impl Partition {
         &self,
         offset: i64,
         max_bytes: usize,
-    ) -> Result<(ReadResult, i64), PartitionError> {
+    ) -> Result<ReadToLogEnd, PartitionError> {
         self.with_log(|log| {
-            let end = log.log_end_offset();
-            Ok((log.read(offset, max_bytes, end)?, end))
+            let log_end_offset = log.log_end_offset();
+            Ok(ReadToLogEnd {
+                read: log.read(offset, max_bytes, log_end_offset)?,
+                log_end_offset,
+            })
         })
     }
 

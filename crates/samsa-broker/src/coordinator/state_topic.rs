@@ -29,7 +29,7 @@ use super::placement::{LedByImage, TRANSACTION_STATE_TOPIC};
 use super::{AppendResult, LogEntry, Write};
 use crate::error::{metadata_error_code, partition_error_code};
 use crate::metadata::{BrokerInfo, NewTopic};
-use crate::replica::Partition;
+use crate::replica::{Partition, ReadToLogEnd};
 use crate::topic_partition::TopicPartition;
 use crate::{now_ms, Broker, MetadataError};
 
@@ -167,7 +167,10 @@ pub fn read_log(broker: &Broker, topic: &str, p: i32) -> Result<Vec<LogEntry>, S
         .log_start_offset;
     let mut entries = Vec::new();
     loop {
-        let (read, end) = partition
+        let ReadToLogEnd {
+            read,
+            log_end_offset,
+        } = partition
             .read_to_log_end(offset, LOAD_READ_BYTES)
             .map_err(|e| e.to_string())?;
         if read.records.is_empty() {
@@ -199,7 +202,7 @@ pub fn read_log(broker: &Broker, topic: &str, p: i32) -> Result<Vec<LogEntry>, S
                 });
             }
         }
-        if offset >= end {
+        if offset >= log_end_offset {
             break;
         }
     }
@@ -218,8 +221,7 @@ pub fn writable_partition(
     if partition.leader_epoch() != epoch {
         return Err(ResponseError::NotLeaderOrFollower);
     }
-    let (isr, min_isr) = partition.isr_and_min();
-    if isr < min_isr {
+    if partition.in_sync_replicas().below_min() {
         return Err(ResponseError::NotEnoughReplicas);
     }
     Ok(partition)
@@ -246,7 +248,7 @@ pub async fn append_durable(broker: &Broker, topic: &str, write: &Write) -> Appe
             partition
                 .append(&batch, now)
                 .map_err(|e| partition_error_code(&e))?
-                .0
+                .info
         }
         Some(t) => {
             let needs = partition
@@ -275,13 +277,13 @@ pub async fn append_durable(broker: &Broker, topic: &str, write: &Write) -> Appe
             partition
                 .append_transactional(&batch, t.producer_id, t.producer_epoch, now)
                 .map_err(|e| partition_error_code(&e))?
-                .0
+                .info
         }
     };
     let deadline = tokio::time::Instant::now() + STATE_WRITE_TIMEOUT;
     partition
         .wait_acks_all(info.last_offset + 1, write.coordinator_epoch, deadline)
         .await
-        .map_err(|(code, _)| code)?;
+        .map_err(|refusal| refusal.code)?;
     Ok(info.base_offset)
 }

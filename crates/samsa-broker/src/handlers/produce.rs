@@ -41,10 +41,12 @@ use tracing::{debug, info, warn, Instrument};
 
 use super::str_bytes;
 use crate::coordinator::txn::verify::verify_partitions;
-use crate::error::PartitionError;
-use crate::error::{partition_error_code, produce_verification_error, storage_error_code};
+use crate::error::{
+    partition_error_code, produce_verification_error, storage_error_code, PartitionError, Refusal,
+};
 use crate::produce_order::AppendTurn;
 use crate::replica::Partition;
+use crate::replication::LeaderAppend;
 use crate::topic_partition::TopicPartition;
 use crate::{now_ms, Broker};
 
@@ -67,8 +69,6 @@ struct Write {
     /// The hosted partition, once looked up.
     target: Option<Arc<Partition>>,
 }
-
-type Refusal = (ResponseError, String);
 
 /// The first version that names topics by id (KIP-516).
 const TOPIC_IDS: i16 = 13;
@@ -168,7 +168,7 @@ fn plan(
                 let message = format!("unknown topic id {topic_id}");
                 refuse(
                     &mut response,
-                    (ResponseError::UnknownTopicId, message),
+                    Refusal::new(ResponseError::UnknownTopicId, message),
                     version,
                 );
                 partitions.push(response);
@@ -218,7 +218,7 @@ fn find_leaders(
                 let message = format!("{why} {}-{}", write.name, write.index);
                 refuse(
                     &mut responses[write.topic].partition_responses[write.partition],
-                    (code, message),
+                    Refusal::new(code, message),
                     version,
                 );
             }
@@ -242,7 +242,14 @@ fn append_all(
         };
         let response = &mut responses[write.topic].partition_responses[write.partition];
         match append(partition, write, acks, now, version) {
-            Ok((info, log_start_offset, leader_epoch)) => {
+            Ok(AppendedBatch {
+                append:
+                    LeaderAppend {
+                        info,
+                        log_start_offset,
+                    },
+                leader_epoch,
+            }) => {
                 response.base_offset = info.base_offset;
                 response.log_append_time_ms = info.log_append_time_ms;
                 response.log_start_offset = log_start_offset;
@@ -322,13 +329,13 @@ fn admissible(
     records: &[u8],
 ) -> Result<Option<(i64, i16)>, Refusal> {
     if untagged_txn {
-        return Err((
+        return Err(Refusal::new(
             ResponseError::TransactionalIdAuthorizationFailed,
             "transactional records without a transactional id".to_string(),
         ));
     }
     if !matches!(acks, -1..=1) {
-        return Err((
+        return Err(Refusal::new(
             ResponseError::InvalidRequiredAcks,
             format!("acks={acks} is not -1, 0 or 1"),
         ));
@@ -342,7 +349,7 @@ fn admissible(
         })
     });
     if unsequenced {
-        return Err((
+        return Err(Refusal::new(
             ResponseError::InvalidRecord,
             "a transactional batch without a sequence number".to_string(),
         ));
@@ -384,7 +391,7 @@ async fn verify_transactions(
             Err(e) => {
                 refuse(
                     &mut responses[write.topic].partition_responses[write.partition],
-                    (partition_error_code(&e), e.to_string()),
+                    Refusal::new(partition_error_code(&e), e.to_string()),
                     version,
                 );
                 write.target = None;
@@ -438,7 +445,7 @@ async fn verify_transactions(
                     );
                     refuse(
                         &mut responses[write.topic].partition_responses[write.partition],
-                        (code, message),
+                        Refusal::new(code, message),
                         version,
                     );
                     write.target = None;
@@ -448,23 +455,28 @@ async fn verify_transactions(
     }
 }
 
-/// Appends one partition's batch as leader: `Ok` with the append, the log
-/// start offset after it and the leader epoch it was written in.
+/// A batch appended as leader, and the leader epoch it was written in.
+struct AppendedBatch {
+    append: LeaderAppend,
+    leader_epoch: i32,
+}
+
+/// Appends one partition's batch as leader.
 fn append(
     partition: &Partition,
     write: &Write,
     acks: i16,
     now: i64,
     version: i16,
-) -> Result<(samsa_storage::AppendInfo, i64, i32), Refusal> {
+) -> Result<AppendedBatch, Refusal> {
     if acks == -1 {
-        let (isr, min_isr) = partition.isr_and_min();
-        if isr < min_isr {
-            return Err((
+        let in_sync = partition.in_sync_replicas();
+        if in_sync.below_min() {
+            return Err(Refusal::new(
                 ResponseError::NotEnoughReplicas,
                 format!(
-                    "{}-{}: {isr} in-sync replicas, min.insync.replicas is {min_isr}",
-                    write.name, write.index
+                    "{}-{}: {} in-sync replicas, min.insync.replicas is {}",
+                    write.name, write.index, in_sync.count, in_sync.min
                 ),
             ));
         }
@@ -477,11 +489,14 @@ fn append(
         None => partition.append(&write.records, now),
     });
     match appended {
-        Ok((info, log_start_offset)) => {
-            if info.duplicate {
-                debug!(partition = %partition.name(), base_offset = info.base_offset, "duplicate batch; answering with original offset");
+        Ok(append) => {
+            if append.info.duplicate {
+                debug!(partition = %partition.name(), base_offset = append.info.base_offset, "duplicate batch; answering with original offset");
             }
-            Ok((info, log_start_offset, leader_epoch))
+            Ok(AppendedBatch {
+                append,
+                leader_epoch,
+            })
         }
         Err(PartitionError::Storage(e)) => {
             let code = storage_error_code(&e);
@@ -497,20 +512,27 @@ fn append(
             } else {
                 debug!(partition = %partition.name(), error = %e, "append rejected");
             }
-            Err((code, e.to_string()))
+            Err(Refusal::new(code, e.to_string()))
         }
-        Err(e @ (PartitionError::Closed(_) | PartitionError::RoleChanged { .. })) => {
-            Err((ResponseError::NotLeaderOrFollower, e.to_string()))
-        }
-        Err(e @ PartitionError::Flush(_)) => Err((ResponseError::KafkaStorageError, e.to_string())),
-        Err(e @ PartitionError::TxnNotVerified { .. }) => Err((
+        Err(e @ (PartitionError::Closed(_) | PartitionError::RoleChanged { .. })) => Err(
+            Refusal::new(ResponseError::NotLeaderOrFollower, e.to_string()),
+        ),
+        Err(e @ PartitionError::Flush(_)) => Err(Refusal::new(
+            ResponseError::KafkaStorageError,
+            e.to_string(),
+        )),
+        Err(e @ PartitionError::TxnNotVerified { .. }) => Err(Refusal::new(
             produce_verification_error(ResponseError::InvalidTxnState, version),
             e.to_string(),
         )),
     }
 }
 
-fn refuse(response: &mut PartitionProduceResponse, (code, message): Refusal, version: i16) {
+fn refuse(
+    response: &mut PartitionProduceResponse,
+    Refusal { code, message }: Refusal,
+    version: i16,
+) {
     response.error_code = code.code();
     response.base_offset = -1;
     if version >= 8 {

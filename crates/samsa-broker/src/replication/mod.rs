@@ -45,4 +45,4 @@ pub mod state;
 
 pub use epoch_cache::LeaderEpochCache;
 pub use fetcher::{REPLICATION_MAX_FRAME_BYTES, REPLICATION_WINDOW_BYTES};
-pub use state::ReplicaState;
+pub use state::{InSyncReplicas, LeaderAppend, ReplicaState};

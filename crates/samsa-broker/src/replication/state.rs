@@ -24,6 +24,28 @@ use crate::error::PartitionError;
 use crate::metadata::PartitionState;
 use crate::replica::Partition;
 
+/// What a leader append wrote, and the log start offset after it (produce
+/// answers carry it).
+#[derive(Debug, Clone)]
+pub struct LeaderAppend {
+    pub info: AppendInfo,
+    pub log_start_offset: i64,
+}
+
+/// The ISR's size against `min.insync.replicas`, as one reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InSyncReplicas {
+    pub count: usize,
+    pub min: usize,
+}
+
+impl InSyncReplicas {
+    /// acks=all cannot be satisfied: NOT_ENOUGH_REPLICAS.
+    pub fn below_min(self) -> bool {
+        self.count < self.min
+    }
+}
+
 /// What the leader knows of one follower.
 #[derive(Debug, Clone, Copy)]
 pub struct FollowerProgress {
@@ -229,7 +251,7 @@ impl Partition {
         &self,
         records: &[u8],
         now_ms: i64,
-    ) -> Result<(AppendInfo, i64), PartitionError> {
+    ) -> Result<LeaderAppend, PartitionError> {
         self.leader_append_with(|log, epoch| Ok(Ok(log.append_as_leader(records, epoch, now_ms)?)))
     }
 
@@ -238,7 +260,6 @@ impl Partition {
     /// leads in the epoch it was admitted under, records the epoch's start,
     /// runs `write` (which may refuse with a [`PartitionError`] of its own
     /// before touching the log), advances the HW and publishes it.
-    /// Returns what `write` appended and the log start offset after it.
     pub(crate) fn leader_append_with(
         &self,
         write: impl FnOnce(
@@ -246,7 +267,7 @@ impl Partition {
             i32,
         )
             -> Result<Result<AppendInfo, PartitionError>, samsa_storage::StorageError>,
-    ) -> Result<(AppendInfo, i64), PartitionError> {
+    ) -> Result<LeaderAppend, PartitionError> {
         let epoch = self.leader_epoch();
         let appended = self.with_log_and_state(|log, state| {
             // Checked under the log lock: the metadata may have moved
@@ -282,7 +303,10 @@ impl Partition {
             Some(result) => result?,
         };
         self.publish(hw, leo);
-        Ok((info, log_start_offset))
+        Ok(LeaderAppend {
+            info,
+            log_start_offset,
+        })
     }
 
     /// Applies the partition's leader/replicas/ISR from a metadata image.
@@ -580,10 +604,14 @@ impl Partition {
             .pending_isr = None;
     }
 
-    /// `(ISR size, min.insync.replicas)` for acks=all checks.
-    pub(crate) fn isr_and_min(&self) -> (usize, usize) {
+    /// The ISR's size and `min.insync.replicas`, read together, for
+    /// acks=all checks.
+    pub(crate) fn in_sync_replicas(&self) -> InSyncReplicas {
         let state = self.replication.lock().unwrap_or_else(|p| p.into_inner());
-        (state.isr_size(), state.min_insync_replicas)
+        InSyncReplicas {
+            count: state.isr_size(),
+            min: state.min_insync_replicas,
+        }
     }
 
     /// What the controller must see to accept an ISR change from this leader.

@@ -57,12 +57,11 @@ pub async fn write_markers(
     let results = join_all(partitions.iter().map(|tp| async move {
         let outcome: Result<(), ResponseError> = async {
             let partition = broker.leader_partition(&tp.topic, tp.partition)?;
-            let (isr, min_isr) = partition.isr_and_min();
-            if isr < min_isr {
+            if partition.in_sync_replicas().below_min() {
                 return Err(ResponseError::NotEnoughReplicas);
             }
             let leader_epoch = partition.leader_epoch();
-            let (info, _) = partition.append_marker(&marker, now_ms()).map_err(|e| {
+            let appended = partition.append_marker(&marker, now_ms()).map_err(|e| {
                 let code = partition_error_code(&e);
                 if code != ResponseError::NotLeaderOrFollower {
                     info!(partition = %partition.name(), error = %e, "transaction marker refused");
@@ -71,9 +70,9 @@ pub async fn write_markers(
             })?;
             let deadline = tokio::time::Instant::now() + MARKER_ACK_TIMEOUT;
             partition
-                .wait_acks_all(info.last_offset + 1, leader_epoch, deadline)
+                .wait_acks_all(appended.info.last_offset + 1, leader_epoch, deadline)
                 .await
-                .map_err(|(code, _)| code)?;
+                .map_err(|refusal| refusal.code)?;
             if tp.topic == CONSUMER_OFFSETS_TOPIC {
                 // The group coordinator of this partition (this broker, as
                 // its leader) makes the producer's offsets visible or drops them.
