@@ -1,6 +1,7 @@
 //! `samsa consume`: print a topic's records to stdout. Partitions are taken
-//! with `assign()` at the beginning or the end, never through a consumer group
-//! (the broker has no group coordinator yet), so nothing is committed.
+//! with `assign()` at the beginning or the end, never through a consumer
+//! group: a look at a topic should not join, rebalance or commit anything
+//! (the group demos in `crate::demo` do that).
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
