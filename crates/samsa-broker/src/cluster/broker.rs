@@ -135,7 +135,12 @@ pub(super) async fn serve(
         configured_cluster_id.as_deref(),
     );
     tokio::select! {
-        result = startup => result?,
+        result = startup => {
+            if let Err(e) = result {
+                close_partitions(&open.broker).await;
+                return Err(e);
+            }
+        }
         _ = &mut shutdown => {
             info!("stopped during start-up");
             close_partitions(&open.broker).await;
