@@ -62,6 +62,7 @@
 //!    partition this broker coordinates, call
 //!    [`GroupCoordinator::complete_transaction`].
 
+pub mod api;
 mod coordinator;
 pub mod records;
 pub mod service;
@@ -69,10 +70,13 @@ pub mod service;
 #[cfg(test)]
 mod tests;
 
-pub use coordinator::{
-    ClientInfo, CommitPartition, CommitRequest, FetchedOffset, GroupConfig, GroupCoordinator,
-    GroupDescription, GroupListing, GroupStep, MemberDescription, PartitionResult, Reply, Token,
+pub use api::{
+    ClientInfo, CommitPartition, CommitRequest, FetchedOffset, GroupDescription, GroupListing,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupMember, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, LeaveGroupResponse, LeavingMember, LeftMember, MemberDescription,
+    PartitionResult, SyncGroupRequest, SyncGroupResponse,
 };
+pub use coordinator::{GroupConfig, GroupCoordinator, GroupStep, Reply, Token};
 pub use records::OffsetAndMetadata;
 pub use service::GroupRuntime;
 
