@@ -13,8 +13,10 @@
 //! ([`Coordinator::next_deadline`] / [`Coordinator::tick`]). What only one
 //! coordinator needs lives in its `service` module: markers and KIP-890
 //! verification for transactions ([`txn::service`]), requests parked until
-//! a rebalance or a write completes for groups ([`group::service`]). The
-//! wire — `kafka-protocol` messages — is converted in `crate::handlers`.
+//! a rebalance or a write completes for groups ([`group::service`]). Both
+//! take and answer plain structs ([`txn::api`], [`group::api`]; their
+//! error type is `kafka-protocol`'s `ResponseError`): the wire —
+//! `kafka-protocol` messages — is converted in `crate::handlers`.
 //!
 //! ```text
 //!  handler ──▶ runtime.serving() ─▶ &mut C ─▶ C::Step { writes, replies / effects }

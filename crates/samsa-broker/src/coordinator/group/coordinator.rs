@@ -6,15 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
-use kafka_protocol::messages::leave_group_response::MemberResponse;
-use kafka_protocol::messages::{
-    HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
-    SyncGroupRequest, SyncGroupResponse,
-};
-use kafka_protocol::protocol::StrBytes;
 use tracing::{debug, info};
 
+use super::api::{
+    ClientInfo, CommitRequest, FetchedOffset, GroupDescription, GroupListing, HeartbeatRequest,
+    HeartbeatResponse, JoinGroupMember, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, LeavingMember, LeftMember, MemberDescription, PartitionResult,
+    SyncGroupRequest, SyncGroupResponse,
+};
 use super::records::{
     commit_offsets, group_metadata_record, offset_record, LoadedGroup, LoggedOffset,
     OffsetAndMetadata, StoredGroup, StoredMember,
@@ -74,7 +73,8 @@ impl Default for GroupConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Token(pub u64);
 
-/// The answer to a waiting request.
+/// The answer to a waiting request (the handler that waits for it
+/// converts it for the wire).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
     Join(JoinGroupResponse),
@@ -83,14 +83,6 @@ pub enum Reply {
     Commit(Vec<PartitionResult>),
     /// The outcome of deleting one group.
     Deleted(Option<ResponseError>),
-}
-
-/// A partition of an offset commit or delete and its outcome.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionResult {
-    pub topic: String,
-    pub partition: i32,
-    pub error: Option<ResponseError>,
 }
 
 /// What a call asks of the runtime: replies to deliver now, writes to persist.
@@ -124,77 +116,6 @@ impl Step for GroupStep {
     }
 }
 
-/// Who sent a request, for the member list of DescribeGroups.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ClientInfo {
-    pub client_id: String,
-    pub client_host: String,
-}
-
-/// A member as DescribeGroups shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberDescription {
-    pub member_id: String,
-    pub instance_id: Option<String>,
-    pub client_id: String,
-    pub client_host: String,
-    pub metadata: Vec<u8>,
-    pub assignment: Vec<u8>,
-}
-
-/// A group as DescribeGroups shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupDescription {
-    pub state: GroupState,
-    pub protocol_type: String,
-    pub protocol: String,
-    pub members: Vec<MemberDescription>,
-}
-
-/// A group as ListGroups shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupListing {
-    pub group_id: String,
-    pub protocol_type: String,
-    pub state: GroupState,
-}
-
-/// One partition of an OffsetFetch answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetchedOffset {
-    pub topic: String,
-    pub partition: i32,
-    /// `None`: nothing committed.
-    pub offset: Option<OffsetAndMetadata>,
-    pub error: Option<ResponseError>,
-}
-
-/// An offset to commit, as the wire gives it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommitPartition {
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-    pub leader_epoch: i32,
-    pub metadata: Option<String>,
-}
-
-/// OffsetCommit, or TxnOffsetCommit without its producer fields.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommitRequest {
-    pub group_id: String,
-    pub generation_id: i32,
-    pub member_id: String,
-    pub group_instance_id: Option<String>,
-    pub partitions: Vec<CommitPartition>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Parked {
-    token: Token,
-    version: i16,
-}
-
 #[derive(Debug, Clone)]
 struct Member {
     id: String,
@@ -205,8 +126,9 @@ struct Member {
     /// In the member's order of preference.
     protocols: Vec<(String, Bytes)>,
     assignment: Bytes,
-    join: Option<Parked>,
-    sync: Option<Parked>,
+    /// The JoinGroup and the SyncGroup waiting for the group, if any.
+    join: Option<Token>,
+    sync: Option<Token>,
     session_deadline: i64,
     /// Order of joining, for picking a leader the way Kafka does (the
     /// first member to join).
@@ -422,6 +344,12 @@ impl Group {
     /// Topics the members subscribe to, if the group uses the consumer
     /// protocol and every subscription parses; `None`: unknown (treat every
     /// topic as subscribed).
+    ///
+    /// The one use of `kafka-protocol` in the coordinator besides its error
+    /// codes: a member's metadata is opaque to the group protocol, but
+    /// offset retention and OffsetDelete must know which topics a consumer
+    /// group reads, and only the consumer protocol's subscription (the
+    /// bytes the clients put there) says so.
     fn subscribed_topics(&self) -> Option<BTreeSet<String>> {
         use kafka_protocol::messages::ConsumerProtocolSubscription;
         use kafka_protocol::protocol::Decodable;
@@ -485,7 +413,6 @@ enum WriteKind {
     /// no rebalance); the JoinGroup answer waits for it.
     StaticRejoin {
         token: Token,
-        version: i16,
         response: Box<JoinGroupResponse>,
         /// The member as it was under its old id.
         previous: Box<Member>,
@@ -566,10 +493,6 @@ pub struct GroupCoordinator {
     /// When [`tick`](crate::coordinator::Coordinator::tick) next expires offsets (0: at the first tick,
     /// which only schedules the first check an interval later).
     retention_check_at: i64,
-}
-
-fn str_bytes(s: &str) -> StrBytes {
-    StrBytes::from_string(s.to_string())
 }
 
 impl GroupCoordinator {
@@ -894,7 +817,6 @@ impl Coordinator for GroupCoordinator {
             }
             WriteKind::StaticRejoin {
                 token,
-                version,
                 response,
                 previous,
                 new_id,
@@ -906,7 +828,7 @@ impl Coordinator for GroupCoordinator {
                 if let Some(group) = self.groups.get_mut(&group) {
                     revert_static_rejoin(group, *previous, &new_id, was_leader);
                 }
-                GroupStep::reply(token, Reply::Join(join_error(version, e, &new_id)))
+                GroupStep::reply(token, Reply::Join(JoinGroupResponse::error(e, &new_id)))
             }
             WriteKind::Commit {
                 token,

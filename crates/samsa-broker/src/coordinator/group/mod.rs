@@ -9,9 +9,12 @@
 //! function transactions use. That partition's records ([`records`]) hold
 //! the group's committed offsets and its metadata after each rebalance.
 //!
-//! Nothing here does I/O, reads a clock or spawns a task. The runtime
-//! ([`service`] on the shared [`crate::coordinator::runtime::Runtime`]) feeds requests and time in and carries replies and
-//! writes out:
+//! Nothing here does I/O, reads a clock or spawns a task, and nothing
+//! speaks the wire: requests and replies are the plain structs of [`api`],
+//! converted from and to `kafka-protocol` messages by `crate::handlers`.
+//! The runtime ([`service`] on the shared
+//! [`crate::coordinator::runtime::Runtime`]) feeds requests and time in and
+//! carries replies and writes out:
 //!
 //! ```text
 //!   request + Token ─▶ handler(&mut coordinator, token, request, now_ms) ─▶ GroupStep { deliveries, writes }
@@ -62,6 +65,7 @@
 //!    partition this broker coordinates, call
 //!    [`GroupCoordinator::complete_transaction`].
 
+pub mod api;
 mod coordinator;
 pub mod records;
 pub mod service;
@@ -69,10 +73,13 @@ pub mod service;
 #[cfg(test)]
 mod tests;
 
-pub use coordinator::{
-    ClientInfo, CommitPartition, CommitRequest, FetchedOffset, GroupConfig, GroupCoordinator,
-    GroupDescription, GroupListing, GroupStep, MemberDescription, PartitionResult, Reply, Token,
+pub use api::{
+    ClientInfo, CommitPartition, CommitRequest, FetchedOffset, GroupDescription, GroupListing,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupMember, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, LeaveGroupResponse, LeavingMember, LeftMember, MemberDescription,
+    PartitionResult, SyncGroupRequest, SyncGroupResponse,
 };
+pub use coordinator::{GroupConfig, GroupCoordinator, GroupStep, Reply, Token};
 pub use records::OffsetAndMetadata;
 pub use service::GroupRuntime;
 

@@ -17,15 +17,13 @@ impl GroupCoordinator {
         &mut self,
         token: Token,
         request: &JoinGroupRequest,
-        version: i16,
-        client: ClientInfo,
         now_ms: i64,
     ) -> GroupStep {
-        let member_id = request.member_id.to_string();
+        let member_id = request.member_id.clone();
         let fail = |e: ResponseError| {
-            GroupStep::reply(token, Reply::Join(join_error(version, e, &member_id)))
+            GroupStep::reply(token, Reply::Join(JoinGroupResponse::error(e, &member_id)))
         };
-        let group_id = request.group_id.to_string();
+        let group_id = request.group_id.clone();
         if group_id.is_empty() {
             return fail(ResponseError::InvalidGroupId);
         }
@@ -39,23 +37,14 @@ impl GroupCoordinator {
         }
         let args = JoinArgs {
             token,
-            version,
+            version: request.version,
             member_id: member_id.clone(),
-            instance_id: request.group_instance_id.as_ref().map(|s| s.to_string()),
-            protocol_type: request.protocol_type.to_string(),
-            protocols: request
-                .protocols
-                .iter()
-                .map(|p| (p.name.to_string(), p.metadata.clone()))
-                .collect(),
+            instance_id: request.group_instance_id.clone(),
+            protocol_type: request.protocol_type.clone(),
+            protocols: request.protocols.clone(),
             session_timeout_ms: request.session_timeout_ms,
-            // v0 has no rebalance timeout: it is the session timeout.
-            rebalance_timeout_ms: if version >= 1 {
-                request.rebalance_timeout_ms
-            } else {
-                request.session_timeout_ms
-            },
-            client,
+            rebalance_timeout_ms: request.rebalance_timeout_ms,
+            client: request.client.clone(),
         };
         if !self.groups.contains_key(&group_id) {
             if !args.member_id.is_empty() {
@@ -80,18 +69,16 @@ impl GroupCoordinator {
         &mut self,
         token: Token,
         request: &SyncGroupRequest,
-        version: i16,
         now_ms: i64,
     ) -> GroupStep {
-        let fail = |e: ResponseError| GroupStep::reply(token, Reply::Sync(sync_error(e)));
-        let group_id = request.group_id.to_string();
-        let (group, mut ctx) = match self.group_ctx(&group_id, now_ms) {
+        let fail =
+            |e: ResponseError| GroupStep::reply(token, Reply::Sync(SyncGroupResponse::error(e)));
+        let (group, mut ctx) = match self.group_ctx(&request.group_id, now_ms) {
             Ok(x) => x,
             Err(e) => return fail(e),
         };
-        let member_id = request.member_id.to_string();
-        let instance_id = request.group_instance_id.as_ref().map(|s| s.to_string());
-        if let Err(e) = validate_member(group, &member_id, instance_id.as_deref()) {
+        let member_id = request.member_id.as_str();
+        if let Err(e) = validate_member(group, member_id, request.group_instance_id.as_deref()) {
             return fail(e);
         }
         if request.generation_id != group.generation {
@@ -100,11 +87,11 @@ impl GroupCoordinator {
         if request
             .protocol_type
             .as_ref()
-            .is_some_and(|pt| group.protocol_type.as_deref() != Some(pt.as_str()))
+            .is_some_and(|pt| group.protocol_type.as_ref() != Some(pt))
             || request
                 .protocol_name
                 .as_ref()
-                .is_some_and(|pn| group.protocol.as_deref() != Some(pn.as_str()))
+                .is_some_and(|pn| group.protocol.as_ref() != Some(pn))
         {
             return fail(ResponseError::InconsistentGroupProtocol);
         }
@@ -112,31 +99,28 @@ impl GroupCoordinator {
             GroupState::Empty | GroupState::Dead => fail(ResponseError::UnknownMemberId),
             GroupState::PreparingRebalance => fail(ResponseError::RebalanceInProgress),
             GroupState::Stable => {
-                let Some(m) = group.members.get_mut(&member_id) else {
+                let Some(m) = group.members.get_mut(member_id) else {
                     return fail(ResponseError::UnknownMemberId);
                 };
                 m.session_deadline = now_ms + i64::from(m.session_timeout_ms);
                 let assignment = m.assignment.clone();
-                GroupStep::reply(token, Reply::Sync(sync_ok(group, version, assignment)))
+                GroupStep::reply(token, Reply::Sync(sync_ok(group, assignment)))
             }
             GroupState::CompletingRebalance => {
-                let is_leader = group.leader.as_deref() == Some(member_id.as_str());
-                let Some(m) = group.members.get_mut(&member_id) else {
+                let is_leader = group.leader.as_deref() == Some(member_id);
+                let Some(m) = group.members.get_mut(member_id) else {
                     return fail(ResponseError::UnknownMemberId);
                 };
-                if let Some(old) = m.sync.replace(Parked { token, version }) {
+                if let Some(old) = m.sync.replace(token) {
                     ctx.step.deliveries.push((
-                        old.token,
-                        Reply::Sync(sync_error(ResponseError::RebalanceInProgress)),
+                        old,
+                        Reply::Sync(SyncGroupResponse::error(ResponseError::RebalanceInProgress)),
                     ));
                 }
                 m.session_deadline = now_ms + i64::from(m.session_timeout_ms);
                 if is_leader && group.assignment_write.is_none() {
-                    let mut assignments: BTreeMap<String, Bytes> = request
-                        .assignments
-                        .iter()
-                        .map(|a| (a.member_id.to_string(), a.assignment.clone()))
-                        .collect();
+                    let mut assignments: BTreeMap<String, Bytes> =
+                        request.assignments.iter().cloned().collect();
                     for m in group.members.values_mut() {
                         m.assignment = assignments.remove(&m.id).unwrap_or_default();
                     }
@@ -155,15 +139,23 @@ impl GroupCoordinator {
             }
         }
     }
-    pub fn heartbeat(&mut self, request: &HeartbeatRequest, now_ms: i64) -> Option<ResponseError> {
-        let group_id = request.group_id.to_string();
-        let (group, _) = match self.group_ctx(&group_id, now_ms) {
+    pub fn heartbeat(&mut self, request: &HeartbeatRequest, now_ms: i64) -> HeartbeatResponse {
+        HeartbeatResponse {
+            error: self.heartbeat_error(request, now_ms),
+        }
+    }
+
+    fn heartbeat_error(
+        &mut self,
+        request: &HeartbeatRequest,
+        now_ms: i64,
+    ) -> Option<ResponseError> {
+        let (group, _) = match self.group_ctx(&request.group_id, now_ms) {
             Ok(x) => x,
             Err(e) => return Some(e),
         };
-        let member_id = request.member_id.to_string();
-        let instance_id = request.group_instance_id.as_ref().map(|s| s.to_string());
-        if let Err(e) = validate_member(group, &member_id, instance_id.as_deref()) {
+        let member_id = request.member_id.as_str();
+        if let Err(e) = validate_member(group, member_id, request.group_instance_id.as_deref()) {
             return Some(e);
         }
         if matches!(group.state, GroupState::Empty | GroupState::Dead) {
@@ -172,83 +164,76 @@ impl GroupCoordinator {
         if request.generation_id != group.generation {
             return Some(ResponseError::IllegalGeneration);
         }
-        if let Some(m) = group.members.get_mut(&member_id) {
+        if let Some(m) = group.members.get_mut(member_id) {
             m.session_deadline = now_ms + i64::from(m.session_timeout_ms);
         }
         (group.state == GroupState::PreparingRebalance)
             .then_some(ResponseError::RebalanceInProgress)
     }
     /// LeaveGroup; v3+ leaves a batch of members (by member id and/or
-    /// group instance id), older versions one member id.
+    /// group instance id) and answers for each, older versions one member
+    /// id with one error.
     pub fn leave_group(
         &mut self,
         request: &LeaveGroupRequest,
-        version: i16,
         now_ms: i64,
     ) -> (LeaveGroupResponse, GroupStep) {
-        let group_id = request.group_id.to_string();
-        let leaving: Vec<(String, Option<String>)> = if version >= 3 {
-            request
-                .members
-                .iter()
-                .map(|m| {
-                    (
-                        m.member_id.to_string(),
-                        m.group_instance_id.as_ref().map(|s| s.to_string()),
-                    )
-                })
-                .collect()
-        } else {
-            vec![(request.member_id.to_string(), None)]
+        let batch = request.version >= 3;
+        let left = |m: &LeavingMember, error| LeftMember {
+            member_id: m.member_id.clone(),
+            group_instance_id: m.group_instance_id.clone(),
+            error,
         };
-        let top = |e: ResponseError| {
-            (
-                LeaveGroupResponse::default().with_error_code(e.code()),
-                GroupStep::default(),
-            )
-        };
-        let (group, mut ctx) = match self.group_ctx(&group_id, now_ms) {
+        let (group, mut ctx) = match self.group_ctx(&request.group_id, now_ms) {
             Ok(x) => x,
-            Err(ResponseError::UnknownMemberId) if version >= 3 => {
-                let members = leaving
+            Err(ResponseError::UnknownMemberId) if batch => {
+                let members = request
+                    .members
                     .iter()
-                    .map(|(id, instance)| {
-                        member_response(
-                            id,
-                            instance.as_deref(),
-                            Some(ResponseError::UnknownMemberId),
-                        )
-                    })
+                    .map(|m| left(m, Some(ResponseError::UnknownMemberId)))
                     .collect();
-                return (
-                    LeaveGroupResponse::default().with_members(members),
-                    GroupStep::default(),
-                );
+                let response = LeaveGroupResponse {
+                    error: None,
+                    members,
+                };
+                return (response, GroupStep::default());
             }
-            Err(e) => return top(e),
+            Err(e) => {
+                let response = LeaveGroupResponse {
+                    error: Some(e),
+                    members: Vec::new(),
+                };
+                return (response, GroupStep::default());
+            }
         };
         let mut results = Vec::new();
         let mut removed_any = false;
-        for (member_id, instance_id) in &leaving {
-            let error = leave_one(group, member_id, instance_id.as_deref(), &mut ctx.step);
+        for m in &request.members {
+            let error = leave_one(
+                group,
+                &m.member_id,
+                m.group_instance_id.as_deref(),
+                &mut ctx.step,
+            );
             removed_any |= error.is_none();
-            results.push(member_response(member_id, instance_id.as_deref(), error));
+            results.push(left(m, error));
         }
         if removed_any {
-            info!(group = %group_id, members = leaving.len(), "members left the group");
+            info!(group = %request.group_id, members = request.members.len(), "members left the group");
             members_changed(group, &mut ctx);
         }
-        if version < 3 {
-            let code = results.first().map_or(0, |r| r.error_code);
-            return (
-                LeaveGroupResponse::default().with_error_code(code),
-                ctx.step,
-            );
-        }
-        (
-            LeaveGroupResponse::default().with_members(results),
-            ctx.step,
-        )
+        let response = if batch {
+            LeaveGroupResponse {
+                error: None,
+                members: results,
+            }
+        } else {
+            LeaveGroupResponse {
+                error: results.first().and_then(|r| r.error),
+                members: Vec::new(),
+            }
+        };
+        (response, ctx.step)
     }
     /// The leader's assignment for `generation` is durable (or failed with
     /// `error`): the group becomes Stable and every waiting SyncGroup gets
@@ -275,26 +260,24 @@ impl GroupCoordinator {
         let Some(e) = error else {
             group.transition(GroupState::Stable, now_ms);
             for m in group.members.values_mut() {
-                if let Some(p) = m.sync.take() {
-                    let r = SyncGroupResponse::default().with_assignment(m.assignment.clone());
-                    step.deliveries.push((p.token, Reply::Sync(r)));
+                if let Some(t) = m.sync.take() {
+                    let r = SyncGroupResponse::ok(
+                        m.assignment.clone(),
+                        group.protocol_type.as_deref(),
+                        group.protocol.as_deref(),
+                    );
+                    step.deliveries.push((t, Reply::Sync(r)));
                 }
                 m.session_deadline = now_ms + i64::from(m.session_timeout_ms);
-            }
-            let (protocol_type, protocol) = (group.protocol_type.clone(), group.protocol.clone());
-            for (_, reply) in &mut step.deliveries {
-                if let Reply::Sync(r) = reply {
-                    r.protocol_type = protocol_type.as_deref().map(str_bytes);
-                    r.protocol_name = protocol.as_deref().map(str_bytes);
-                }
             }
             info!(group = %group.id, generation, members = group.members.len(), "group stable");
             return step;
         };
         for m in group.members.values_mut() {
             m.assignment = Bytes::new();
-            if let Some(p) = m.sync.take() {
-                step.deliveries.push((p.token, Reply::Sync(sync_error(e))));
+            if let Some(t) = m.sync.take() {
+                step.deliveries
+                    .push((t, Reply::Sync(SyncGroupResponse::error(e))));
             }
         }
         let Ok(epoch) = self.owner(group_id) else {
@@ -327,52 +310,23 @@ pub(super) struct JoinArgs {
     rebalance_timeout_ms: i32,
 }
 
-pub(super) fn join_error(version: i16, error: ResponseError, member_id: &str) -> JoinGroupResponse {
-    JoinGroupResponse::default()
-        .with_error_code(error.code())
-        .with_generation_id(-1)
-        .with_protocol_name(if version >= 7 {
-            None
-        } else {
-            Some(str_bytes(""))
-        })
-        .with_leader(str_bytes(""))
-        .with_member_id(str_bytes(member_id))
-}
-
-pub(super) fn sync_error(error: ResponseError) -> SyncGroupResponse {
-    SyncGroupResponse::default().with_error_code(error.code())
-}
-
-pub(super) fn member_response(
-    member_id: &str,
-    instance_id: Option<&str>,
-    error: Option<ResponseError>,
-) -> MemberResponse {
-    MemberResponse::default()
-        .with_member_id(str_bytes(member_id))
-        .with_group_instance_id(instance_id.map(str_bytes))
-        .with_error_code(error.map_or(0, |e| e.code()))
-}
-
-pub(super) fn sync_ok(group: &Group, version: i16, assignment: Bytes) -> SyncGroupResponse {
-    let mut r = SyncGroupResponse::default().with_assignment(assignment);
-    if version >= 5 {
-        r = r
-            .with_protocol_type(group.protocol_type.as_deref().map(str_bytes))
-            .with_protocol_name(group.protocol.as_deref().map(str_bytes));
-    }
-    r
+/// The answer to a SyncGroup with the member's `assignment`.
+pub(super) fn sync_ok(group: &Group, assignment: Bytes) -> SyncGroupResponse {
+    SyncGroupResponse::ok(
+        assignment,
+        group.protocol_type.as_deref(),
+        group.protocol.as_deref(),
+    )
 }
 
 pub(super) fn fail_parked(step: &mut GroupStep, m: &Member, error: ResponseError) {
-    if let Some(p) = m.join {
+    if let Some(t) = m.join {
         step.deliveries
-            .push((p.token, Reply::Join(join_error(p.version, error, &m.id))));
+            .push((t, Reply::Join(JoinGroupResponse::error(error, &m.id))));
     }
-    if let Some(p) = m.sync {
+    if let Some(t) = m.sync {
         step.deliveries
-            .push((p.token, Reply::Sync(sync_error(error))));
+            .push((t, Reply::Sync(SyncGroupResponse::error(error))));
     }
 }
 
@@ -459,7 +413,7 @@ pub(super) fn join(group: &mut Group, ctx: &mut Ctx<'_>, args: JoinArgs, fresh_i
     let fail = |ctx: &mut Ctx<'_>, e: ResponseError, member_id: &str| {
         ctx.step.deliveries.push((
             args.token,
-            Reply::Join(join_error(args.version, e, member_id)),
+            Reply::Join(JoinGroupResponse::error(e, member_id)),
         ));
     };
     if group.state == GroupState::Dead {
@@ -526,7 +480,7 @@ pub(super) fn join(group: &mut Group, ctx: &mut Ctx<'_>, args: JoinArgs, fresh_i
                 if let Some(m) = group.members.get_mut(&member_id) {
                     m.session_deadline = now + i64::from(m.session_timeout_ms);
                 }
-                let response = join_response(group, &member_id, args.version, is_leader);
+                let response = join_response(group, &member_id, is_leader);
                 ctx.step
                     .deliveries
                     .push((args.token, Reply::Join(response)));
@@ -552,10 +506,7 @@ pub(super) fn new_member(group: &mut Group, args: &JoinArgs, id: String, now_ms:
         session_timeout_ms: args.session_timeout_ms,
         protocols: args.protocols.clone(),
         assignment: Bytes::new(),
-        join: Some(Parked {
-            token: args.token,
-            version: args.version,
-        }),
+        join: Some(args.token),
         sync: None,
         session_deadline: now_ms + i64::from(args.session_timeout_ms),
         joined_seq: group.next_join_seq,
@@ -660,18 +611,17 @@ pub(super) fn replace_static_member(
     match group.state {
         GroupState::Stable if unchanged => {
             let is_leader = group.leader.as_deref() == Some(new_id.as_str());
-            let mut response = join_response(group, &new_id, args.version, false);
+            let mut response = join_response(group, &new_id, false);
             if is_leader && args.version >= 9 {
                 // KIP-814: the leader may skip the assignment it already made.
-                response =
-                    join_response(group, &new_id, args.version, true).with_skip_assignment(true);
+                response = join_response(group, &new_id, true);
+                response.skip_assignment = true;
             }
             // Answered once the new member id is durable; a failed write
             // puts the old member back (Kafka's static-member replacement).
             let record = group_metadata_record(&group.id, Some(&group.stored()));
             let kind = WriteKind::StaticRejoin {
                 token: args.token,
-                version: args.version,
                 response: Box::new(response),
                 previous: Box::new(previous),
                 new_id,
@@ -682,19 +632,13 @@ pub(super) fn replace_static_member(
         }
         GroupState::PreparingRebalance => {
             if let Some(m) = group.members.get_mut(&new_id) {
-                m.join = Some(Parked {
-                    token: args.token,
-                    version: args.version,
-                });
+                m.join = Some(args.token);
             }
             try_complete_join(group, ctx);
         }
         _ => {
             if let Some(m) = group.members.get_mut(&new_id) {
-                m.join = Some(Parked {
-                    token: args.token,
-                    version: args.version,
-                });
+                m.join = Some(args.token);
             }
             prepare_rebalance(group, ctx, "a static member rejoined with other protocols");
         }
@@ -705,15 +649,11 @@ pub(super) fn update_member(group: &mut Group, ctx: &mut Ctx<'_>, args: &JoinArg
     let Some(m) = group.members.get_mut(&args.member_id) else {
         return;
     };
-    if let Some(old) = m.join.replace(Parked {
-        token: args.token,
-        version: args.version,
-    }) {
+    if let Some(old) = m.join.replace(args.token) {
         // A repeated JoinGroup replaces the one waiting.
         ctx.step.deliveries.push((
-            old.token,
-            Reply::Join(join_error(
-                old.version,
+            old,
+            Reply::Join(JoinGroupResponse::error(
                 ResponseError::RebalanceInProgress,
                 &m.id,
             )),
@@ -733,10 +673,10 @@ pub(super) fn prepare_rebalance(group: &mut Group, ctx: &mut Ctx<'_>, reason: &s
         group.assignment_write = None;
         for m in group.members.values_mut() {
             m.assignment = Bytes::new();
-            if let Some(p) = m.sync.take() {
+            if let Some(t) = m.sync.take() {
                 ctx.step.deliveries.push((
-                    p.token,
-                    Reply::Sync(sync_error(ResponseError::RebalanceInProgress)),
+                    t,
+                    Reply::Sync(SyncGroupResponse::error(ResponseError::RebalanceInProgress)),
                 ));
             }
         }
@@ -825,10 +765,8 @@ pub(super) fn complete_join(group: &mut Group, ctx: &mut Ctx<'_>) {
         let Some(parked) = group.members.get(&id).and_then(|m| m.join) else {
             continue;
         };
-        let response = join_response(group, &id, parked.version, is_leader);
-        ctx.step
-            .deliveries
-            .push((parked.token, Reply::Join(response)));
+        let response = join_response(group, &id, is_leader);
+        ctx.step.deliveries.push((parked, Reply::Join(response)));
         if let Some(m) = group.members.get_mut(&id) {
             m.join = None;
             m.session_deadline = ctx.now_ms + i64::from(m.session_timeout_ms);
@@ -841,7 +779,6 @@ pub(super) fn complete_join(group: &mut Group, ctx: &mut Ctx<'_>) {
 pub(super) fn join_response(
     group: &Group,
     member_id: &str,
-    version: i16,
     with_members: bool,
 ) -> JoinGroupResponse {
     let protocol = group.protocol.clone().unwrap_or_default();
@@ -849,29 +786,25 @@ pub(super) fn join_response(
         group
             .members
             .values()
-            .map(|m| {
-                let mut r = JoinGroupResponseMember::default()
-                    .with_member_id(str_bytes(&m.id))
-                    .with_metadata(m.metadata_for(&protocol));
-                if version >= 5 {
-                    r = r.with_group_instance_id(m.instance_id.as_deref().map(str_bytes));
-                }
-                r
+            .map(|m| JoinGroupMember {
+                member_id: m.id.clone(),
+                group_instance_id: m.instance_id.clone(),
+                metadata: m.metadata_for(&protocol),
             })
             .collect()
     } else {
         Vec::new()
     };
-    let mut r = JoinGroupResponse::default()
-        .with_generation_id(group.generation)
-        .with_protocol_name(Some(str_bytes(&protocol)))
-        .with_leader(str_bytes(group.leader.as_deref().unwrap_or_default()))
-        .with_member_id(str_bytes(member_id))
-        .with_members(members);
-    if version >= 7 {
-        r = r.with_protocol_type(group.protocol_type.as_deref().map(str_bytes));
+    JoinGroupResponse {
+        error: None,
+        generation_id: group.generation,
+        protocol_type: group.protocol_type.clone(),
+        protocol_name: Some(protocol),
+        leader: group.leader.clone().unwrap_or_default(),
+        skip_assignment: false,
+        member_id: member_id.to_string(),
+        members,
     }
-    r
 }
 
 /// Timer work on one group (see [`GroupCoordinator::tick`]).

@@ -65,31 +65,25 @@ impl GroupCoordinator {
         version: i16,
         now_ms: i64,
     ) -> GroupStep {
-        // A group-managed commit for a group this coordinator does not
-        // know: v9+ says so (GROUP_ID_NOT_FOUND, meaningful to both group
-        // protocols); older clients only understand ILLEGAL_GENERATION.
-        let standalone = request.generation_id < 0;
-        let unknown_group = if version >= 9 {
-            ResponseError::GroupIdNotFound
+        let if_unknown = if request.generation_id < 0 {
+            UnknownGroup::Create
+        } else if version >= 9 {
+            // A group-managed commit for a group this coordinator does not
+            // know: v9+ says so (meaningful to both group protocols); older
+            // clients only understand ILLEGAL_GENERATION.
+            UnknownGroup::Refuse(ResponseError::GroupIdNotFound)
         } else {
-            ResponseError::IllegalGeneration
+            UnknownGroup::Refuse(ResponseError::IllegalGeneration)
         };
-        match self.commit_context(request, standalone, unknown_group, now_ms) {
-            Err(e) => refuse_all(token, request, e),
-            Ok((group, mut ctx)) => match validate_commit(
+        self.commit(token, request, if_unknown, None, now_ms, |group| {
+            validate_commit(
                 group,
                 request.generation_id,
                 &request.member_id,
                 request.group_instance_id.as_deref(),
                 now_ms,
-            ) {
-                Err(e) => refuse_all(token, request, e),
-                Ok(()) => {
-                    write_commit(group, &mut ctx, token, request, None);
-                    ctx.step
-                }
-            },
-        }
+            )
+        })
     }
     /// TxnOffsetCommit: the KIP-447 member checks, then the offsets are
     /// written as a transactional batch of the producer; once durable they
@@ -102,32 +96,54 @@ impl GroupCoordinator {
         producer: TransactionalWrite,
         now_ms: i64,
     ) -> GroupStep {
-        let standalone = request.generation_id < 0 && request.member_id.is_empty();
-        // Every TxnOffsetCommit version answers ILLEGAL_GENERATION there.
-        match self.commit_context(
+        let if_unknown = if request.generation_id < 0 && request.member_id.is_empty() {
+            UnknownGroup::Create
+        } else {
+            // Every TxnOffsetCommit version answers ILLEGAL_GENERATION there.
+            UnknownGroup::Refuse(ResponseError::IllegalGeneration)
+        };
+        self.commit(
+            token,
             request,
-            standalone,
-            ResponseError::IllegalGeneration,
+            if_unknown,
+            Some(producer),
             now_ms,
-        ) {
+            |group| validate_txn_commit(group, request),
+        )
+    }
+    /// What both commits do: find the group (see [`UnknownGroup`]), check
+    /// the committer with `validate`, then write the offsets (for
+    /// `producer`: as its transactional batch). A refusal answers every
+    /// partition with its error.
+    fn commit(
+        &mut self,
+        token: Token,
+        request: &CommitRequest,
+        if_unknown: UnknownGroup,
+        producer: Option<TransactionalWrite>,
+        now_ms: i64,
+        validate: impl FnOnce(&mut Group) -> Result<(), ResponseError>,
+    ) -> GroupStep {
+        let checked = self
+            .commit_context(request, if_unknown, now_ms)
+            .and_then(|(group, ctx)| {
+                validate(&mut *group)?;
+                Ok((group, ctx))
+            });
+        match checked {
             Err(e) => refuse_all(token, request, e),
-            Ok((group, mut ctx)) => match validate_txn_commit(group, request) {
-                Err(e) => refuse_all(token, request, e),
-                Ok(()) => {
-                    write_commit(group, &mut ctx, token, request, Some(producer));
-                    ctx.step
-                }
-            },
+            Ok((group, mut ctx)) => {
+                write_commit(group, &mut ctx, token, request, producer);
+                ctx.step
+            }
         }
     }
-    /// The group a commit goes to, created (Empty) for a `standalone`
-    /// commit if unknown; `unknown_group` for any other commit to an
-    /// unknown group.
-    pub(super) fn commit_context(
+    /// The group a commit goes to; an unknown one is created (Empty) or the
+    /// commit refused, as `if_unknown` says.
+    fn commit_context(
         &mut self,
         request: &CommitRequest,
-        standalone: bool,
-        unknown_group: ResponseError,
+        if_unknown: UnknownGroup,
         now_ms: i64,
     ) -> Result<(&mut Group, Ctx<'_>), ResponseError> {
         if request.group_id.is_empty() {
@@ -135,8 +151,8 @@ impl GroupCoordinator {
         }
         self.owner(&request.group_id)?;
         if !self.groups.contains_key(&request.group_id) {
-            if !standalone {
-                return Err(unknown_group);
+            if let UnknownGroup::Refuse(e) = if_unknown {
+                return Err(e);
             }
             let p = self.partition_for(&request.group_id);
             self.groups.insert(
@@ -288,14 +304,13 @@ impl GroupCoordinator {
         group_id: &str,
         token: Token,
         offsets: CommitOffsets,
-        mut refused: Vec<PartitionResult>,
+        refused: Vec<PartitionResult>,
         producer_id: Option<i64>,
         written: Result<i64, ResponseError>,
     ) -> GroupStep {
-        let error = written.err();
         if let Some(group) = self.groups.get_mut(group_id) {
-            for (tp, o) in &offsets {
-                if producer_id.is_none() {
+            if producer_id.is_none() {
+                for (tp, _) in &offsets {
                     if let Some(n) = group.pending_commits.get_mut(tp) {
                         *n -= 1;
                         if *n == 0 {
@@ -303,40 +318,30 @@ impl GroupCoordinator {
                         }
                     }
                 }
-                let Ok(log_offset) = written else { continue };
-                let logged = LoggedOffset {
-                    value: o.clone(),
-                    log_offset,
-                };
+            }
+            if let Ok(log_offset) = written {
+                let logged = offsets.iter().map(|(tp, o)| {
+                    let logged = LoggedOffset {
+                        value: o.clone(),
+                        log_offset,
+                    };
+                    (tp.clone(), logged)
+                });
                 match producer_id {
                     // Writes can complete out of log order.
-                    None => commit_offsets(&mut group.offsets, [(tp.clone(), logged)]),
-                    Some(pid) => {
-                        group
-                            .pending_txn
-                            .entry(pid)
-                            .or_default()
-                            .insert(tp.clone(), logged);
-                    }
+                    None => commit_offsets(&mut group.offsets, logged),
+                    Some(pid) => group.pending_txn.entry(pid).or_default().extend(logged),
                 }
             }
         }
-        let error = if error.is_none() && !self.groups.contains_key(group_id) {
+        let error = match written {
             // Unloaded meanwhile: the next coordinator reads the record.
-            Some(ResponseError::NotCoordinator)
-        } else {
-            error
+            Ok(_) if !self.groups.contains_key(group_id) => Some(ResponseError::NotCoordinator),
+            Ok(_) => None,
+            Err(e) => Some(e),
         };
-        refused.extend(
-            offsets
-                .into_iter()
-                .map(|((topic, partition), _)| PartitionResult {
-                    topic,
-                    partition,
-                    error,
-                }),
-        );
-        GroupStep::reply(token, Reply::Commit(refused))
+        let partitions = offsets.into_iter().map(|(tp, _)| tp);
+        answer(token, refused, partitions, error)
     }
 
     /// An OffsetDelete's tombstones are durable (or failed with `error`).
@@ -345,7 +350,7 @@ impl GroupCoordinator {
         group_id: &str,
         token: Token,
         partitions: Vec<(String, i32)>,
-        mut refused: Vec<PartitionResult>,
+        refused: Vec<PartitionResult>,
         error: Option<ResponseError>,
     ) -> GroupStep {
         if let (Some(group), None) = (self.groups.get_mut(group_id), error) {
@@ -353,17 +358,36 @@ impl GroupCoordinator {
                 group.offsets.remove(tp);
             }
         }
-        refused.extend(
-            partitions
-                .into_iter()
-                .map(|(topic, partition)| PartitionResult {
-                    topic,
-                    partition,
-                    error,
-                }),
-        );
-        GroupStep::reply(token, Reply::Commit(refused))
+        answer(token, refused, partitions, error)
     }
+}
+
+/// What a commit to a group this coordinator does not know gets.
+enum UnknownGroup {
+    /// A commit outside group membership (a standalone committer): the
+    /// group is created, Empty.
+    Create,
+    Refuse(ResponseError),
+}
+
+/// The reply to a commit or an OffsetDelete: the partitions refused before
+/// its write, then `partitions`, each with `error`.
+fn answer(
+    token: Token,
+    mut refused: Vec<PartitionResult>,
+    partitions: impl IntoIterator<Item = (String, i32)>,
+    error: Option<ResponseError>,
+) -> GroupStep {
+    refused.extend(
+        partitions
+            .into_iter()
+            .map(|(topic, partition)| PartitionResult {
+                topic,
+                partition,
+                error,
+            }),
+    );
+    GroupStep::reply(token, Reply::Commit(refused))
 }
 
 /// OffsetCommit's generation and member checks. Generation -1 with no
@@ -467,17 +491,12 @@ pub(super) fn offsets_to_write(
 }
 
 /// Every partition of a commit refused with `error`.
-pub(super) fn refuse_all(token: Token, request: &CommitRequest, error: ResponseError) -> GroupStep {
-    let results = request
+fn refuse_all(token: Token, request: &CommitRequest, error: ResponseError) -> GroupStep {
+    let partitions = request
         .partitions
         .iter()
-        .map(|p| PartitionResult {
-            topic: p.topic.clone(),
-            partition: p.partition,
-            error: Some(error),
-        })
-        .collect();
-    GroupStep::reply(token, Reply::Commit(results))
+        .map(|p| (p.topic.clone(), p.partition));
+    answer(token, Vec::new(), partitions, Some(error))
 }
 
 /// Writes a checked commit's offsets (for a transaction's producer: as its
