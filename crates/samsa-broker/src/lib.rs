@@ -30,6 +30,11 @@
 //! [`run`] wires them together: for a single node (no
 //! `controller_quorum_voters`), or as a cluster node ([`cluster::run`]).
 
+// The module docs are contracts for whoever works on the broker, read with
+// `cargo doc --document-private-items`: they link the private functions
+// that keep the invariants they state.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod alloc_guard;
 pub mod apis;
 mod apply;
