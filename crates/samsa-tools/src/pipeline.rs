@@ -764,9 +764,22 @@ fn producer_settings(args: &StageArgs) -> Vec<(&'static str, String)> {
 /// (see [`transactional_producer_settings`]).
 pub const PRODUCER_IDLE_CLOSE: Duration = Duration::from_secs(5);
 
+/// Longest pause between two connection attempts of a stage's producer
+/// to one broker (librdkafka's default is 10 s; Kafka's Java client waits
+/// at most 1 s).
+///
+/// After a failover a transactional call waits for the new transaction
+/// coordinator to be looked up, which librdkafka does only when a retry
+/// of its request fails again: with the default, an AddOffsetsToTxn that
+/// failed while the killed broker was still named waited up to 10 s more,
+/// half of the call's time, after the broker was fenced and a new
+/// coordinator named.
+pub const PRODUCER_RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
 /// librdkafka properties of a stage's transactional producer besides the
-/// common ones: its `transactional.id`, and idle connections closed after
-/// [`PRODUCER_IDLE_CLOSE`].
+/// common ones: its `transactional.id`, idle connections closed after
+/// [`PRODUCER_IDLE_CLOSE`], reconnects at most
+/// [`PRODUCER_RECONNECT_BACKOFF_MAX`] apart.
 ///
 /// Why close idle connections: librdkafka since 2.10 drops a broker that a
 /// Metadata answer leaves out — as Kafka and samsa leave out a fenced
@@ -792,6 +805,10 @@ pub fn transactional_producer_settings(transactional_id: &str) -> Vec<(&'static 
         (
             "connections.max.idle.ms",
             PRODUCER_IDLE_CLOSE.as_millis().to_string(),
+        ),
+        (
+            "reconnect.backoff.max.ms",
+            PRODUCER_RECONNECT_BACKOFF_MAX.as_millis().to_string(),
         ),
     ]
 }
