@@ -493,28 +493,20 @@ fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
         report.duplicates.len(),
         report.missing.len()
     );
-    // Known and open (see the issue-13 closing note): while a broker is
-    // killed or restarting, a stage's send_offsets_to_transaction can hang
-    // until its watchdog ends the process (status 3), 3-4 times a run; the
-    // restarted stage carries on and the checks above still hold. Those
-    // exits are counted and printed, not failed on, until the stall is
-    // found; every other exit (a fatal error, a crash, a clean stop no test
-    // asks for) fails the test.
-    let (watchdog, exits): (Vec<_>, Vec<_>) = chaos
+    // Every exit fails the test, a watchdog's too (status 3: a
+    // transactional call hung past its own timeout, which the stage's
+    // producer settings work around in librdkafka); counted by status.
+    let mut exits_by_status: BTreeMap<String, u32> = BTreeMap::new();
+    for e in &chaos.procs.exits {
+        *exits_by_status.entry(e.status.to_string()).or_default() += 1;
+    }
+    eprintln!("PIPELINE: stage exits by status: {exits_by_status:?}");
+    let exits = chaos
         .procs
         .exits
         .iter()
-        .partition(|e| e.status.code() == Some(3));
-    let exits = exits.iter().map(ToString::to_string).collect::<Vec<_>>();
-    eprintln!(
-        "PIPELINE: {} stage process(es) ended by their watchdog (a call hung):\n{}",
-        watchdog.len(),
-        watchdog
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+        .map(ToString::to_string)
+        .collect::<Vec<_>>();
     let failed = drained.is_none()
         || faults != ROUNDS
         || !exits.is_empty()

@@ -292,11 +292,14 @@ fn with_retries(what: &str, mut call: impl FnMut() -> KafkaResult<()>) -> Result
 }
 
 /// Exits the process when a blocking librdkafka call outlives its own
-/// timeout by far. librdkafka 2.12 can hang inside a transactional call
-/// (seen as an endless "Handle is terminating" loop after a live broker
-/// was left out of a Metadata answer and decommissioned); a stage stuck
-/// there holds its partitions and stalls its group's rebalance forever,
-/// while a restarted slot fences it and resumes from committed offsets.
+/// timeout by far. librdkafka 2.12 does not enforce the timeout of
+/// `send_offsets_to_transaction` while it looks for the group's
+/// coordinator, and could wait there forever for a dropped broker (an
+/// endless "Handle is terminating" loop in its debug log; the producer's
+/// settings now make it look again, see [`transactional_producer_settings`]).
+/// A stage stuck in a call holds its partitions and stalls its group's
+/// rebalance forever, while a restarted slot fences it and resumes from
+/// committed offsets; a test that sees this exit has found a hang.
 mod watchdog {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
@@ -754,6 +757,62 @@ fn producer_settings(args: &StageArgs) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// How long a connection of a stage's transactional producer may stay
+/// idle before librdkafka closes it (less up to 2 s of jitter per
+/// connection): how often a `send_offsets_to_transaction` stalled on a
+/// group coordinator that the client dropped gets librdkafka to look again
+/// (see [`transactional_producer_settings`]).
+pub const PRODUCER_IDLE_CLOSE: Duration = Duration::from_secs(5);
+
+/// Longest pause between two connection attempts of a stage's producer
+/// to one broker (librdkafka's default is 10 s; Kafka's Java client waits
+/// at most 1 s).
+///
+/// After a failover a transactional call waits for the new transaction
+/// coordinator to be looked up, which librdkafka does only when a retry
+/// of its request fails again: with the default, an AddOffsetsToTxn that
+/// failed while the killed broker was still named waited up to 10 s more,
+/// half of the call's time, after the broker was fenced and a new
+/// coordinator named.
+pub const PRODUCER_RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// librdkafka properties of a stage's transactional producer besides the
+/// common ones: its `transactional.id`, idle connections closed after
+/// [`PRODUCER_IDLE_CLOSE`], reconnects at most
+/// [`PRODUCER_RECONNECT_BACKOFF_MAX`] apart.
+///
+/// Why close idle connections: librdkafka since 2.10 drops a broker that a
+/// Metadata answer leaves out — as Kafka and samsa leave out a fenced
+/// broker, which a killed one becomes after its session timeout — but keeps
+/// it in its coordinator cache. A TxnOffsetCommit that then finds it there
+/// as the group's coordinator waits for a broker connection of the client
+/// to change state before it looks the coordinator up again, and
+/// `send_offsets_to_transaction` does not enforce its own timeout
+/// meanwhile (librdkafka issues 5511 and 5456, open in 2.12). It happens
+/// when the killed broker coordinated both the stage's group and its
+/// transactional id: AddOffsetsToTxn waits through the failover, the dead
+/// broker is dropped meanwhile, and nothing evicts it from the cache first.
+/// With every other connection steady the call waited until the watchdog
+/// ended the process. A stalled call leaves every connection of the
+/// producer idle, and each one closed is such a state change; the first
+/// that comes while another connection is up, a second or more after
+/// librdkafka's last look, makes it ask for the group's new coordinator
+/// (the call then returned 5 to 15 s after it stalled,
+/// `tests/it/coordinator_loss.rs`).
+pub fn transactional_producer_settings(transactional_id: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("transactional.id", transactional_id.to_string()),
+        (
+            "connections.max.idle.ms",
+            PRODUCER_IDLE_CLOSE.as_millis().to_string(),
+        ),
+        (
+            "reconnect.backoff.max.ms",
+            PRODUCER_RECONNECT_BACKOFF_MAX.as_millis().to_string(),
+        ),
+    ]
+}
+
 fn config(
     connect: &ConnectArgs,
     settings: &[(&'static str, String)],
@@ -768,7 +827,7 @@ fn transactional_stage(args: &StageArgs, stop: &AtomicBool) -> Result<ExitCode> 
     let counters = Arc::new(Counters::default());
 
     let mut producer_settings = producer_settings(args);
-    producer_settings.push(("transactional.id", transactional_id.clone()));
+    producer_settings.extend(transactional_producer_settings(&transactional_id));
     let producer: StageProducer = config(&args.connect, &producer_settings)?
         .create_with_context(StageProducerContext::new(&counters))
         .context("cannot create the transactional producer")?;
