@@ -484,14 +484,16 @@ fn exactly_once_pipeline_survives_sigkills_of_stages_and_coordinators() {
         "PIPELINE: {RECORDS} records, 2 stages (3 + 2 processes), {faults} kills in {ROUNDS} \
          rounds ({:?}), {} stage process starts, {} exits by themselves, pipeline \
          {pipeline_secs:.1} s, test {:.1} s; read_committed {} records, duplicates {}, \
-         missing {}; read_uncommitted {uncommitted} (aborted attempts included)",
+         missing {}; read_uncommitted {uncommitted} (aborted attempts included); the \
+         progress reader saw {} failed connections",
         chaos.kills,
         chaos.procs.starts,
         chaos.procs.exits.len(),
         started.elapsed().as_secs_f64(),
         records.len(),
         report.duplicates.len(),
-        report.missing.len()
+        report.missing.len(),
+        chaos.progress.transient_errors
     );
     // Every exit fails the test, a watchdog's too (status 3: a
     // transactional call hung past its own timeout, which the stage's

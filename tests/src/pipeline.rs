@@ -311,6 +311,9 @@ impl Drop for StageProcesses {
 pub struct CommittedCounter {
     consumer: BaseConsumer,
     pub records: u64,
+    /// Failed connections to killed nodes librdkafka reported (it reads on
+    /// from the live leaders); any other consumer error fails the test.
+    pub transient_errors: u64,
 }
 
 impl CommittedCounter {
@@ -326,16 +329,21 @@ impl CommittedCounter {
         Ok(CommittedCounter {
             consumer,
             records: 0,
+            transient_errors: 0,
         })
     }
 
     /// Reads what is available (up to `for_at_most`); returns the count.
+    /// Panics on a consumer error other than a failed connection.
     pub fn poll(&mut self, for_at_most: Duration) -> u64 {
         let until = Instant::now() + for_at_most;
         while Instant::now() < until {
             match self.consumer.poll(Duration::from_millis(10)) {
                 Some(Ok(_)) => self.records += 1,
-                Some(Err(_)) => {}
+                Some(Err(KafkaError::MessageConsumption(
+                    RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown,
+                ))) => self.transient_errors += 1,
+                Some(Err(e)) => panic!("the reader of the committed output failed: {e}"),
                 None => break,
             }
         }
