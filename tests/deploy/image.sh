@@ -37,6 +37,8 @@ cleanup() {
     exit "$status"
 }
 trap cleanup EXIT
+# An interrupted run cleans up too: exit, and the EXIT trap runs.
+trap 'exit 130' INT TERM
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 ok() { echo "ok: $*"; }
