@@ -15,6 +15,7 @@
 //! - [`demo`]: the transaction and consumer-group experiments;
 //! - [`pipeline`]: the exactly-once consume-transform-produce stage process
 //!   and the drivers that run pipelines of them ([`pipeline::driver`]);
+//! - [`health`]: the container health check (`/readyz` over plain HTTP);
 //! - [`signals`]: SIGTERM/SIGINT handling, shared with the broker processes.
 //!
 //! Invariants: what a tool prints on stdout is its data (records, tables,
@@ -28,6 +29,7 @@ pub mod cluster;
 pub mod consume;
 pub mod demo;
 pub mod dump_log;
+pub mod health;
 pub mod pipeline;
 pub mod produce;
 pub mod signals;

@@ -1,7 +1,8 @@
 //! The `samsa` binary: command-line parsing, logging setup, the broker
 //! processes (`server`, `dev`: [`server`], [`config`]) and dispatch to the
 //! other subcommands, which live in the `samsa_tools` crate (Kafka client
-//! tools, benchmarks, demos, the pipeline stage, the offline segment dumper).
+//! tools, benchmarks, demos, the pipeline stage, the offline segment dumper,
+//! the container health check).
 //! This file owns the shape of the command line and how errors become exit
 //! codes; the process allocator is the broker's guard
 //! ([`samsa_broker::alloc_guard`]).
@@ -14,7 +15,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use samsa_broker::alloc_guard;
-use samsa_tools::{bench, cluster, consume, demo, dump_log, pipeline, produce, topic, txn};
+use samsa_tools::{bench, cluster, consume, demo, dump_log, health, pipeline, produce, topic, txn};
 use tracing_subscriber::EnvFilter;
 
 #[global_allocator]
@@ -30,7 +31,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a broker (configuration from a TOML file, flags and --set overrides).
+    /// Run a broker (configuration from a TOML file, SAMSA_* environment
+    /// variables, flags and --set overrides).
     Server(server::ServerArgs),
     /// Run a development broker on 127.0.0.1:9092 with ./samsa-data, or a
     /// local cluster with --nodes 3.
@@ -48,6 +50,9 @@ enum Command {
     /// Measure produce or consume throughput and latency.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// GET a broker's /readyz (or another URL of its HTTP endpoint): exit 0
+    /// on 200 OK, 1 otherwise (the container image's health check).
+    Health(health::HealthArgs),
     /// Print the record batches of segment files, like kafka-dump-log.sh (no broker needed).
     DumpLog(dump_log::DumpLogArgs),
     /// Run a transaction experiment against a broker and print what it shows.
@@ -71,6 +76,10 @@ fn main() -> ExitCode {
     if let Command::DumpLog(args) = cli.command {
         return report(dump_log::run(&args));
     }
+    // Neither does the health check, which a container runs every few seconds.
+    if let Command::Health(args) = cli.command {
+        return report(health::run(&args));
+    }
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -93,6 +102,7 @@ fn main() -> ExitCode {
             Command::Consume(args) => consume::run(args).await,
             Command::Bench(cmd) => bench::run(cmd).await,
             Command::DumpLog(args) => dump_log::run(&args),
+            Command::Health(args) => health::run(&args),
             Command::Demo(cmd) => demo::run(cmd).await,
             Command::Txn(cmd) => txn::run(cmd).await,
             Command::Pipeline(cmd) => pipeline::run(cmd).await,

@@ -18,12 +18,15 @@ use crate::config;
 
 #[derive(Debug, Args)]
 pub struct ServerArgs {
-    /// TOML file with BrokerConfig fields (nested [log] table for log settings).
+    /// TOML file with BrokerConfig fields (nested [log] table for log settings);
+    /// SAMSA_<KEY> environment variables (SAMSA_LOG__SEGMENT_BYTES for
+    /// log.segment_bytes) override it, the flags override both.
     #[arg(long, value_name = "FILE.toml")]
     config: Option<PathBuf>,
-    /// This broker's node id (node_id).
-    #[arg(long, value_name = "N")]
-    node_id: Option<i32>,
+    /// This broker's node id (node_id), or `from-hostname`: the host name's
+    /// trailing -<ordinal> plus one (samsa-0 is node 1).
+    #[arg(long, value_name = "N|from-hostname")]
+    node_id: Option<String>,
     /// Address the Kafka listener binds to (listen).
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen)]
     listen: Option<SocketAddr>,
@@ -74,8 +77,14 @@ pub async fn run_server(args: ServerArgs) -> Result<ExitCode> {
         Some(path) => config::load_file(path)?,
         None => BrokerConfig::default(),
     };
-    if let Some(node_id) = args.node_id {
-        cfg.node_id = node_id;
+    cfg = config::env_overrides(
+        cfg,
+        std::env::vars_os().filter_map(|(name, value)| {
+            Some((name.into_string().ok()?, value.into_string().ok()?))
+        }),
+    )?;
+    if let Some(node_id) = &args.node_id {
+        cfg.node_id = config::node_id_flag(node_id).map_err(|err| anyhow!("--node-id: {err}"))?;
         cfg.explicit_keys.insert("node_id".into());
     }
     if let Some(listen) = args.listen {
@@ -91,6 +100,7 @@ pub async fn run_server(args: ServerArgs) -> Result<ExitCode> {
         cfg.explicit_keys.insert("data_dir".into());
     }
     let cfg = config::apply_overrides(cfg, &args.set)?;
+    let cfg = config::expand_hostname(cfg)?;
     if args.print_config {
         print!(
             "{}",
