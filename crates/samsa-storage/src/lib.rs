@@ -23,6 +23,7 @@ mod fsutil;
 mod index;
 pub mod log;
 pub mod producer_state;
+pub mod record_time;
 mod scan;
 mod segment;
 #[cfg(any(test, feature = "testing"))]

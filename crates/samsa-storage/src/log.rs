@@ -62,6 +62,7 @@ use crate::fsutil::{self, fsync_dir, parse_offset_file_name, TMP_SUFFIX};
 use crate::producer_state::{
     self, CompletedTxn, ProducerDescription, ProducerStateManager, StagedProducers,
 };
+use crate::record_time;
 use crate::segment::{
     remove_segment_files, BatchPlacement, Segment, INDEX_EXTENSION, LOG_EXTENSION,
     TIME_INDEX_EXTENSION,
@@ -1356,8 +1357,12 @@ impl PartitionLog {
             }
             let mut bytes = Vec::new();
             segment.read_into(&mut bytes, position, header.total_size())?;
-            return batch::first_record_at_or_after(&bytes, timestamp, self.decompression_limit())
-                .map_err(|e| segment.corrupt(position, &e.to_string()));
+            return record_time::first_record_at_or_after(
+                &bytes,
+                timestamp,
+                self.decompression_limit(),
+            )
+            .map_err(|e| segment.corrupt(position, &e.to_string()));
         }
         Ok(None)
     }
@@ -1387,7 +1392,7 @@ impl PartitionLog {
             }
             let mut bytes = Vec::new();
             segment.read_into(&mut bytes, position, header.total_size())?;
-            Ok(batch::offset_of_max_timestamp(&bytes, self.decompression_limit()).ok())
+            Ok(record_time::offset_of_max_timestamp(&bytes, self.decompression_limit()).ok())
         })();
         match exact {
             Ok(Some(offset)) => Some((offset, timestamp)),
