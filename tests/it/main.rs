@@ -7,6 +7,7 @@ mod basics;
 mod chaos;
 mod cluster;
 mod compression;
+mod dev;
 mod failover;
 mod groups;
 mod groups_smoke;
