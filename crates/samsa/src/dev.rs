@@ -356,8 +356,9 @@ fn death_report(node: &Node, pid: u32, status: &std::io::Result<ExitStatus>) -> 
 
 /// Makes the kernel SIGKILL the child when the thread that spawned it ends
 /// (`PR_SET_PDEATHSIG`), so that a supervisor killed with SIGKILL leaves no
-/// node behind. Children are spawned from the runtime's threads, which live
-/// as long as the process.
+/// node behind. Every node is spawned by [`run_cluster`], which runs on the
+/// thread that called `block_on` (the main thread), so the signal comes
+/// only when the process ends, never when some worker thread exits.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 fn die_with_supervisor(cmd: &mut Command) {
