@@ -470,3 +470,23 @@ fn dev_restarts_a_killed_node_and_sigterm_stops_all() {
         assert!(!alive(pid), "pid {pid} still runs after samsa dev exited");
     }
 }
+
+/// A supervisor killed with SIGKILL (no chance to stop its nodes) takes its
+/// nodes with it: the kernel kills them (`PR_SET_PDEATHSIG`).
+#[test]
+fn dev_nodes_die_with_a_sigkilled_supervisor() {
+    let mut dev = Dev::start(&[]);
+    wait_until("`ready` on stdout", START_TIMEOUT, || {
+        dev.is_ready().then_some(())
+    });
+    let pids = dev.banner_pids();
+    assert!(pids.values().all(|pid| alive(*pid)));
+    let mut supervisor = dev.child.take().unwrap();
+    supervisor.kill().unwrap();
+    supervisor.wait().unwrap();
+    wait_until(
+        "every node to die with the supervisor",
+        Duration::from_secs(10),
+        || pids.values().all(|pid| !alive(*pid)).then_some(()),
+    );
+}
