@@ -8,6 +8,7 @@ mod chaos;
 mod cluster;
 mod compression;
 mod coordinator_loss;
+mod dev;
 mod failover;
 mod groups;
 mod groups_smoke;

@@ -46,12 +46,6 @@ pub fn samsa_bin() -> PathBuf {
 /// unless two tests draw the same port at the same moment.
 pub fn free_port() -> u16 {
     use rand::Rng;
-    // A port is handed out once per test process: a cluster asks for all its
-    // ports before any node binds one, so the bind check alone let two
-    // nodes of one cluster get the same port (seen in CI: two controllers
-    // on one address, and openraft's core panicked).
-    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
     let mut rng = rand::thread_rng();
     for _ in 0..1000 {
@@ -62,6 +56,37 @@ pub fn free_port() -> u16 {
         }
     }
     panic!("no free port in 20000..32000 on 127.0.0.1")
+}
+
+/// Ports handed out by [`free_port`] and [`free_dev_ports`]. A port is
+/// handed out once per test process: a cluster asks for all its ports
+/// before any node binds one, so the bind check alone let two nodes of one
+/// cluster get the same port (seen in CI: two controllers on one address,
+/// and openraft's core panicked).
+static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Base ports `(kafka, controller, http)` for `samsa dev --nodes N`, which
+/// puts node n on base + 100 × (n − 1): all 3 × N ports are free and handed
+/// out, in the range [`free_port`] uses.
+pub fn free_dev_ports(nodes: u16) -> (u16, u16, u16) {
+    use rand::Rng;
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+    let mut rng = rand::thread_rng();
+    for _ in 0..1000 {
+        let kafka = rng.gen_range(20_000..(32_000 - 100 * nodes - 3));
+        let all: Vec<u16> = (0..nodes)
+            .flat_map(|n| (0..3).map(move |k| kafka + k + 100 * n))
+            .collect();
+        if all
+            .iter()
+            .all(|p| !handed_out.contains(p) && TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        {
+            handed_out.extend(all);
+            return (kafka, kafka + 1, kafka + 2);
+        }
+    }
+    panic!("no free port range for samsa dev --nodes {nodes} in 20000..32000")
 }
 
 /// Settings every test node starts with, before the test's own. Like

@@ -341,7 +341,7 @@ fn parse_value(raw: &str) -> Value {
 /// a string (`log.flush = "every-ack"`) becomes its table form
 /// (`log.flush.interval.interval_ms = 1000`); if the field cannot be a table,
 /// deserialization reports it.
-fn set_path(node: &mut Value, path: &[&str], value: Value) {
+pub(crate) fn set_path(node: &mut Value, path: &[&str], value: Value) {
     match path.split_first() {
         None => *node = value,
         Some((first, rest)) => {
@@ -358,7 +358,7 @@ fn set_path(node: &mut Value, path: &[&str], value: Value) {
     }
 }
 
-fn lookup<'a>(node: &'a Value, path: &[&str]) -> Option<&'a Value> {
+pub(crate) fn lookup<'a>(node: &'a Value, path: &[&str]) -> Option<&'a Value> {
     match path.split_first() {
         None => Some(node),
         Some((first, rest)) => lookup(node.as_table()?.get(*first)?, rest),

@@ -1,5 +1,5 @@
 //! The `samsa` binary: command-line parsing, logging setup, the broker
-//! processes (`server`, `dev`: [`server`], [`config`]) and dispatch to the
+//! processes (`server`, `dev`: [`server`], [`config`], [`dev`]) and dispatch to the
 //! other subcommands, which live in the `samsa_tools` crate (Kafka client
 //! tools, benchmarks, demos, the pipeline stage, the offline segment dumper,
 //! the container health check).
@@ -8,6 +8,7 @@
 //! ([`samsa_broker::alloc_guard`]).
 
 mod config;
+mod dev;
 mod server;
 
 use std::io::IsTerminal;

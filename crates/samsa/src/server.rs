@@ -2,8 +2,10 @@
 //! [`samsa_broker::run`] until SIGTERM/SIGINT, and report how it ended.
 //! `dev` is `server` with single-node defaults, Kafka's quickstart values
 //! ([`dev_presets`]) and a startup banner;
-//! `dev --nodes N` runs N cluster nodes (controller + broker each) in this
-//! one process, on 127.0.0.1 ports 100 apart, data in `<data-dir>/node-<id>`.
+//! `dev --nodes N` computes the configurations of N cluster nodes
+//! (controller + broker each, on 127.0.0.1 ports 100 apart, data in
+//! `<data-dir>/node-<id>`) and hands them to [`crate::dev`], which runs each
+//! as its own `samsa server` process.
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
@@ -70,6 +72,10 @@ pub struct DevArgs {
     /// Override any config key, e.g. --set num_partitions=3 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// With --nodes N > 1: start a node killed by a signal again, with the
+    /// same configuration (without it, a killed node stays down).
+    #[arg(long)]
+    restart_killed: bool,
 }
 
 pub async fn run_server(args: ServerArgs) -> Result<ExitCode> {
@@ -113,7 +119,11 @@ pub async fn run_server(args: ServerArgs) -> Result<ExitCode> {
 
 pub async fn run_dev(args: DevArgs) -> Result<ExitCode> {
     if args.nodes > 1 {
-        return run_dev_cluster(args).await;
+        let configs = dev_cluster_configs(&args)?;
+        return crate::dev::run_cluster(configs, args.restart_killed).await;
+    }
+    if args.restart_killed {
+        anyhow::bail!("--restart-killed needs --nodes N with N > 1 (one process per node)");
     }
     let listen = SocketAddr::from(([127, 0, 0, 1], args.port));
     let cfg = BrokerConfig {
@@ -142,7 +152,14 @@ pub async fn run_dev(args: DevArgs) -> Result<ExitCode> {
         })?);
     }
     println!("{}", banner(&cfg));
-    run_broker(cfg).await
+    let (host, port) = cfg.advertised_host_port();
+    let ready = tokio::spawn(crate::dev::announce_ready(vec![(
+        cfg.node_id,
+        format!("{host}:{port}"),
+    )]));
+    let outcome = run_broker(cfg).await;
+    ready.abort();
+    outcome
 }
 
 /// `samsa dev`'s configuration file, in effect: Kafka's quickstart
@@ -194,7 +211,7 @@ async fn run_broker(cfg: BrokerConfig) -> Result<ExitCode> {
 }
 
 /// The configurations of a `dev --nodes N` cluster.
-fn dev_cluster_configs(args: &DevArgs) -> Result<Vec<BrokerConfig>> {
+pub(crate) fn dev_cluster_configs(args: &DevArgs) -> Result<Vec<BrokerConfig>> {
     let port_of = |base: u16, node: u16| -> Result<u16> {
         base.checked_add(100 * (node - 1))
             .ok_or_else(|| anyhow!("port {base} + {} is not a TCP port", 100 * (node - 1)))
@@ -242,115 +259,6 @@ fn dev_cluster_configs(args: &DevArgs) -> Result<Vec<BrokerConfig>> {
             config::apply_overrides(cfg, &args.set)
         })
         .collect()
-}
-
-/// `samsa dev --nodes N`: N combined nodes in this process, stopped together.
-async fn run_dev_cluster(args: DevArgs) -> Result<ExitCode> {
-    let configs = dev_cluster_configs(&args)?;
-    for cfg in &configs {
-        for addr in [cfg.listen, cfg.controller_listen, cfg.http_listen] {
-            drop(TcpListener::bind(addr).map_err(|err| {
-                anyhow!(
-                    "cannot listen on {addr}: {err} (is another samsa or Kafka running? \
-                     try --port / --controller-port / --http-port)"
-                )
-            })?);
-        }
-    }
-    let shutdown = signals::shutdown_signal()?;
-    println!("{}", cluster_banner(&configs));
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopper = {
-        let stop_tx = stop_tx.clone();
-        tokio::spawn(async move {
-            shutdown.await;
-            let _ = stop_tx.send(true);
-        })
-    };
-    let mut nodes = tokio::task::JoinSet::new();
-    for cfg in configs {
-        let mut stop = stop_rx.clone();
-        nodes.spawn(async move {
-            let node_id = cfg.node_id;
-            let stopped = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            (node_id, samsa_broker::run(cfg, stopped).await)
-        });
-    }
-    let mut failure = None;
-    while let Some(joined) = nodes.join_next().await {
-        let error = match joined {
-            Ok((_, Ok(()))) => continue,
-            Ok((node_id, Err(err))) => anyhow!("node {node_id} failed: {err}"),
-            Err(err) => anyhow!("a node task failed: {err}"),
-        };
-        tracing::error!("{error:#}; stopping the other nodes");
-        failure.get_or_insert(error);
-        let _ = stop_tx.send(true);
-    }
-    stopper.abort();
-    match failure {
-        Some(err) => Err(err),
-        None => {
-            tracing::info!("samsa dev cluster stopped cleanly");
-            Ok(ExitCode::SUCCESS)
-        }
-    }
-}
-
-fn cluster_banner(configs: &[BrokerConfig]) -> String {
-    let mut rows = String::new();
-    for cfg in configs {
-        let (host, port) = cfg.advertised_host_port();
-        let data_dir = std::path::absolute(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone());
-        rows.push_str(&format!(
-            "  {:<5} {:<17} {:<17} {:<17} {}\n",
-            cfg.node_id,
-            format!("{host}:{port}"),
-            cfg.controller_listen,
-            cfg.http_listen,
-            data_dir.display()
-        ));
-    }
-    let bootstrap = configs
-        .iter()
-        .map(|c| {
-            let (host, port) = c.advertised_host_port();
-            format!("{host}:{port}")
-        })
-        .collect::<Vec<_>>()
-        .join(",");
-    let controllers = configs
-        .iter()
-        .map(|c| c.controller_listen.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
-    let default_controllers = "127.0.0.1:9093,127.0.0.1:9193,127.0.0.1:9293";
-    let status_flags = if controllers == default_controllers {
-        String::new()
-    } else {
-        format!(" --controller {controllers}")
-    };
-    format!(
-        "\
-samsa {version} - development cluster ({n} nodes, each a controller and a broker)
-
-  Node  Kafka             Controller        HTTP (/metrics)   Data directory
-{rows}
-  Bootstrap       {bootstrap}
-
-  Create a topic  samsa topic create demo --partitions 3 -b {bootstrap}
-  Produce         seq 10 | samsa produce demo -b {bootstrap}
-  Consume         samsa consume demo --from-beginning --print-offsets -b {bootstrap}
-  Cluster status  samsa cluster status{status_flags}
-  Transactions    samsa txn list -b {bootstrap}
-
-  Press Ctrl-C to stop all nodes (data is kept in the data directories).
-",
-        version = env!("CARGO_PKG_VERSION"),
-        n = configs.len(),
-    )
 }
 
 fn banner(cfg: &BrokerConfig) -> String {
@@ -432,6 +340,7 @@ mod tests {
             controller_port: 9093,
             http_port: 9644,
             set: vec!["broker_session_timeout_ms=3000".into()],
+            restart_killed: false,
         };
         let configs = dev_cluster_configs(&args).unwrap();
         let ports: Vec<(u16, u16, u16)> = configs
@@ -454,12 +363,6 @@ mod tests {
         );
         assert_eq!(configs[1].data_dir, PathBuf::from("/tmp/d/node-2"));
         assert!(configs.iter().all(|c| c.broker_session_timeout_ms == 3000));
-        let text = cluster_banner(&configs);
-        assert!(
-            text.contains("127.0.0.1:9092,127.0.0.1:9192,127.0.0.1:9292"),
-            "{text}"
-        );
-        assert!(text.contains("samsa cluster status\n"), "{text}");
     }
 
     #[test]
@@ -479,6 +382,7 @@ mod tests {
             controller_port: 9093,
             http_port: 9644,
             set: vec!["group_initial_rebalance_delay_ms=3000".into()],
+            restart_killed: false,
         };
         let configs = dev_cluster_configs(&args).unwrap();
         for c in &configs {

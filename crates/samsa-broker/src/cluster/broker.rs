@@ -6,7 +6,8 @@
 //! fatal heartbeat error.
 //!
 //! Invariants: Kafka connections are accepted only once this broker is
-//! registered, caught up to its registration and unfenced; every later view
+//! registered, caught up to its registration and unfenced, and the metadata
+//! it follows says so (so its Metadata answers list it); every later view
 //! is applied to the hosted partitions in order; `/readyz` says ready only
 //! while unfenced; every start-up wait is bounded by
 //! `controller_startup_timeout_ms`; whatever way it stops, the partitions are
@@ -156,6 +157,8 @@ pub(super) async fn serve(
     );
     match wait_unfenced(
         &mut open.fenced,
+        follower.watch(),
+        me,
         &mut heartbeats,
         shutdown.as_mut(),
         &settings,
@@ -402,15 +405,24 @@ async fn apply_view(
 }
 
 /// Waits (bounded by `controller_startup_timeout_ms`) until the controller
-/// unfences this broker; a heartbeat failure or a shutdown ends the wait.
+/// unfences this broker and the followed image has the unfencing; a
+/// heartbeat failure or a shutdown ends the wait. The controller answers a
+/// heartbeat with "unfenced" before this broker's follower has the record:
+/// serving before that, a Metadata answer would leave this broker out.
 async fn wait_unfenced<S: Future<Output = ()>>(
     fenced: &mut watch::Receiver<bool>,
+    mut images: watch::Receiver<Arc<samsa_controller::MetadataImage>>,
+    me: i32,
     heartbeats: &mut JoinHandle<Option<BrokerError>>,
     shutdown: Pin<&mut S>,
     settings: &ClusterSettings,
 ) -> Unfencing {
     let unfenced = tokio::time::timeout_at(Instant::now() + settings.startup_timeout, async {
         fenced.wait_for(|fenced| !*fenced).await.is_ok()
+            && images
+                .wait_for(|image| image.broker(me).is_some_and(|b| b.is_active()))
+                .await
+                .is_ok()
     });
     tokio::select! {
         result = unfenced => match result {
