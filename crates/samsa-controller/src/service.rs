@@ -586,8 +586,11 @@ impl ControllerService for ControllerGrpc {
                     num_partitions: reply.num_partitions,
                     replication_factor: reply.replication_factor,
                 },
-                Err(e @ ControllerError::NotController { .. }) => {
-                    // The whole call goes elsewhere.
+                // The whole call goes elsewhere, but only while nothing of
+                // it was done here: resent, a topic created above would be
+                // answered TOPIC_ALREADY_EXISTS. Later topics answer
+                // NOT_CONTROLLER each, and the client resends only them.
+                Err(e @ ControllerError::NotController { .. }) if results.is_empty() => {
                     return Ok(Response::new(pb::CreateTopicsResponse {
                         error: Some(error_to_pb(&e)),
                         topics: Vec::new(),
@@ -634,7 +637,8 @@ impl ControllerService for ControllerGrpc {
                     topic_id: reply.topic_id.to_string(),
                     ..Default::default()
                 },
-                Err(e @ ControllerError::NotController { .. }) => {
+                // As for CreateTopics: redirected only while nothing was done.
+                Err(e @ ControllerError::NotController { .. }) if results.is_empty() => {
                     return Ok(Response::new(pb::DeleteTopicsResponse {
                         error: Some(error_to_pb(&e)),
                         topics: Vec::new(),
@@ -671,7 +675,8 @@ impl ControllerService for ControllerGrpc {
                     num_partitions: reply.num_partitions,
                     ..Default::default()
                 },
-                Err(e @ ControllerError::NotController { .. }) => {
+                // As for CreateTopics: redirected only while nothing was done.
+                Err(e @ ControllerError::NotController { .. }) if results.is_empty() => {
                     return Ok(Response::new(pb::CreatePartitionsResponse {
                         error: Some(error_to_pb(&e)),
                         topics: Vec::new(),
