@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-use rdkafka::{Offset, TopicPartitionList};
 use samsa_tests::cluster::SamsaCluster;
 use samsa_tests::codes::NONE;
 use samsa_tests::pipeline::committed_offsets;
+use samsa_tests::rdk::partition_zero_at;
 use samsa_tests::txn::{create_topic_default_rf, partition_leaders, transaction_state_leader};
 use samsa_tests::{unique_topic, wait_until};
 
@@ -33,13 +33,6 @@ use samsa_tests::{unique_topic, wait_until};
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a cluster state the test waits for may take to show.
 const STATE_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn offsets(topic: &str, offset: i64) -> TopicPartitionList {
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Offset(offset))
-        .unwrap();
-    tpl
-}
 
 #[test]
 fn send_offsets_to_transaction_finds_a_new_group_coordinator_after_its_broker_is_dropped() {
@@ -98,7 +91,7 @@ fn send_offsets_to_transaction_finds_a_new_group_coordinator_after_its_broker_is
         .map_err(|(e, _)| e)
         .unwrap();
     producer
-        .send_offsets_to_transaction(&offsets(&topic, 1), &group_metadata, CALL_TIMEOUT)
+        .send_offsets_to_transaction(&partition_zero_at(&topic, 1), &group_metadata, CALL_TIMEOUT)
         .unwrap();
     producer.commit_transaction(CALL_TIMEOUT).unwrap();
 
@@ -123,7 +116,7 @@ fn send_offsets_to_transaction_finds_a_new_group_coordinator_after_its_broker_is
     {
         let producer = Arc::clone(&producer);
         let group_metadata = Arc::clone(&group_metadata);
-        let tpl = offsets(&topic, 2);
+        let tpl = partition_zero_at(&topic, 2);
         std::thread::spawn(move || {
             let _ =
                 tx.send(producer.send_offsets_to_transaction(&tpl, &group_metadata, CALL_TIMEOUT));

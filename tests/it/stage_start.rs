@@ -19,9 +19,8 @@ use std::time::Duration;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{Offset, TopicPartitionList};
 use samsa_tests::pipeline::{high_watermarks, read_keyed, Stage, StageProcesses};
-use samsa_tests::rdk::{create_topic_admin, idempotent_producer_config};
+use samsa_tests::rdk::{create_topic_admin, idempotent_producer_config, partition_zero_at};
 use samsa_tests::wait::{try_wait_until, wait_until};
 use samsa_tests::{unique_topic, SamsaNode};
 
@@ -33,13 +32,6 @@ const PENDING: i64 = 120;
 const REBALANCES: u32 = 3;
 /// How long a state the test waits for may take to show.
 const STATE_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn offsets(topic: &str, offset: i64) -> TopicPartitionList {
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Offset(offset))
-        .unwrap();
-    tpl
-}
 
 /// A member (client id `client_id`) that joins `group`, stays until the
 /// coordinator lists it among the group's members (its join reached the
@@ -119,11 +111,11 @@ fn stage_waits_for_an_open_transactions_offset_instead_of_rereading_from_the_sta
     let t = Duration::from_secs(30);
     txn.init_transactions(t).unwrap();
     txn.begin_transaction().unwrap();
-    txn.send_offsets_to_transaction(&offsets(&input, STABLE), &metadata, t)
+    txn.send_offsets_to_transaction(&partition_zero_at(&input, STABLE), &metadata, t)
         .unwrap();
     txn.commit_transaction(t).unwrap();
     txn.begin_transaction().unwrap();
-    txn.send_offsets_to_transaction(&offsets(&input, PENDING), &metadata, t)
+    txn.send_offsets_to_transaction(&partition_zero_at(&input, PENDING), &metadata, t)
         .unwrap();
 
     let mut procs = StageProcesses::new(&bootstrap, &["--session-timeout-ms", "6000"]);

@@ -48,6 +48,15 @@ fn with_debug_from_env(c: &mut ClientConfig) {
 /// Consumer settings for assign()-based reading: no subscription, no
 /// commits. librdkafka's `rd_kafka_assign` needs a `group.id` (it fails with
 /// "Unknown group" without one), so a unique, never-joined group is set.
+/// `offset` for partition 0 of `topic`: the offsets a one-partition test
+/// commits (`send_offsets_to_transaction`, `commit`).
+pub fn partition_zero_at(topic: &str, offset: i64) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(offset))
+        .expect("a valid offset for partition 0");
+    tpl
+}
+
 pub fn assign_consumer_config(bootstrap: &str) -> ClientConfig {
     use std::sync::atomic::AtomicU32;
     static N: AtomicU32 = AtomicU32::new(0);
