@@ -16,7 +16,14 @@
 #     fail) and checks the structure (tests/deploy/helm-check.py);
 #  5. checks that invalid values (tests/deploy/helm-values/invalid/) are
 #     refused, by values.schema.json or by the chart's own `fail`s, with the
-#     expected message.
+#     expected message;
+#  6. only with SAMSA_HELM_IMAGE=<image> (one built by deploy/build-image.sh)
+#     and Docker: runs the rendered pods of the external-nodeport values as
+#     three containers the way the StatefulSet would (the ConfigMap mounted
+#     read-only at /etc/samsa, the container's args, host name = pod name,
+#     the pod DNS name as network alias, read-only root file system, uid
+#     10001, no capabilities) and checks that all become ready (/readyz),
+#     form the quorum and replicate a topic of replication factor 3.
 #
 # Exits non-zero on the first failure. Needs root only when packages are
 # missing. Not part of tests/run-all.sh.
@@ -64,7 +71,15 @@ fail() {
 }
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/samsa-helm.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+PREFIX=samsa-helmtest-$$
+cleanup() {
+  if [ -n "${SAMSA_HELM_IMAGE:-}" ]; then
+    docker rm -f "$PREFIX-0" "$PREFIX-1" "$PREFIX-2" >/dev/null 2>&1 || true
+    docker network rm "$PREFIX" >/dev/null 2>&1 || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
 
 # ---------------------------------------------------------------- install
 missing=()
@@ -174,6 +189,49 @@ for f in "$HERE"/helm-values/invalid/*.yaml; do
 done
 [ "$(ls "$HERE"/helm-values/invalid/*.yaml | wc -l)" = "${#REFUSED[@]}" ] || fail "every expected refusal has its values file"
 phase "invalid values"
+
+# ------------------------------------------- optional: the pods in Docker
+if [ -n "${SAMSA_HELM_IMAGE:-}" ]; then
+  mkdir -p "$WORK/pod"
+  # The ConfigMap's samsa.toml and the container's args, from the rendering.
+  "$PY" - "$WORK/external-nodeport.yaml" "$WORK/pod" <<'PYEOF' >"$WORK/pod/args"
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d["kind"] == "ConfigMap":
+        open(sys.argv[2] + "/samsa.toml", "w").write(d["data"]["samsa.toml"])
+    if d["kind"] == "StatefulSet":
+        print("\n".join(d["spec"]["template"]["spec"]["containers"][0]["args"]))
+PYEOF
+  chmod -R a+rX "$WORK"
+  mapfile -t ARGS <"$WORK/pod/args"
+  docker network create "$PREFIX" >/dev/null
+  for i in 0 1 2; do
+    docker run -d --name "$PREFIX-$i" --network "$PREFIX" --hostname "samsa-$i" \
+      --network-alias "samsa-$i.samsa-headless.samsa-ns.svc.cluster.local" \
+      --read-only --tmpfs /tmp --tmpfs /var/lib/samsa:uid=10001,gid=10001 \
+      --user 10001:10001 --cap-drop ALL --security-opt no-new-privileges \
+      -v "$WORK/pod:/etc/samsa:ro" "$SAMSA_HELM_IMAGE" "${ARGS[@]}" >/dev/null
+  done
+  deadline=$(($(date +%s) + 120))
+  for i in 0 1 2; do
+    until docker exec "$PREFIX-$i" samsa health --url http://127.0.0.1:9644/readyz >/dev/null 2>&1; do
+      [ "$(date +%s)" -lt "$deadline" ] || { docker logs "$PREFIX-$i" 2>&1 | tail -20 >&2; fail "pod samsa-$i not ready within 120 s"; }
+      sleep 0.5
+    done
+  done
+  pass "containers: the three rendered pods are ready (/readyz)"
+  docker exec "$PREFIX-0" samsa cluster status --controller 127.0.0.1:9093 >"$WORK/status" 2>&1 || fail "cluster status: $(cat "$WORK/status")"
+  [ "$(grep -cE '^ +[123] +samsa-[012]\.samsa-headless\.samsa-ns\.svc\.cluster\.local:9093 +(leader|follower)' "$WORK/status")" = 3 ] ||
+    fail "three voters under their pod DNS names: $(cat "$WORK/status")"
+  pass "containers: quorum of three voters under the pod DNS names"
+  seq 100 | docker exec -i "$PREFIX-1" samsa produce helmcheck -b samsa-0.samsa-headless.samsa-ns.svc.cluster.local:9092 >/dev/null 2>&1 || fail "produce"
+  docker exec "$PREFIX-2" samsa topic describe helmcheck -b 127.0.0.1:9092 >"$WORK/describe" 2>&1 || fail "describe: $(cat "$WORK/describe")"
+  grep -q 'ReplicationFactor: 3' "$WORK/describe" || fail "default replication factor 3: $(cat "$WORK/describe")"
+  got=$(docker exec "$PREFIX-2" timeout 60 samsa consume helmcheck -b samsa-1.samsa-headless.samsa-ns.svc.cluster.local:9092 --from-beginning --max-messages 100 2>/dev/null | wc -l)
+  [ "$got" = 100 ] || fail "consumed $got of 100 records"
+  pass "containers: 100 records through a topic of replication factor 3"
+  phase "containers"
+fi
 
 echo "helm chart: all checks passed in $(($(date +%s) - START)) s"
 echo "$passed passed, 0 failed"
