@@ -279,7 +279,10 @@ def main():
         eq(vct["resources"]["requests"]["storage"], "20Gi", "volume size")
         eq(conf["default_replication_factor"], 3, "default_replication_factor = min(3, replicas)")
         check("listeners" not in conf, "no extra listener")
-        eq(meta["appVersion"], sts["metadata"]["labels"]["app.kubernetes.io/version"], "version label = appVersion")
+        workspace = tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["package"]["version"]
+        eq(meta["appVersion"], workspace, "Chart.yaml appVersion = the workspace version in Cargo.toml")
+        eq(meta["apiVersion"], "v2", "Chart.yaml apiVersion")
+        eq(sts["metadata"]["labels"]["app.kubernetes.io/version"], meta["appVersion"], "version label = appVersion")
         eq(c["image"], f"samsa:{meta['appVersion']}", "image defaults to the appVersion tag")
         aff = sts["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
         eq(aff["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["labelSelector"],

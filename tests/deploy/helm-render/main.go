@@ -44,11 +44,19 @@
 // AsSecrets, Helm's multi-line reformatting of non-`fail` execution errors
 // (the text/template error is printed as is), post-renderers.
 //
-// Build (GOPATH mode, Debian packages only; see tests/deploy/helm.sh):
-//   GO111MODULE=off GOPATH=/usr/share/gocode go build -o helm-render ./tests/deploy/helm-render
+// Where Helm 3 and Helm 4 differ this follows Helm 4 (e.g. a document keeps
+// its trailing newlines; Helm 3 trimmed them): the YAML is the same.
+//
+// Build: GOPATH mode over Debian's /usr/share/gocode, with a small GOPATH
+// that links sprig and semver under the /v3 paths they are imported by;
+// tests/deploy/helm.sh does it (and names the Debian packages):
+//
+//	GO111MODULE=off GOPATH=$OVERLAY:/usr/share/gocode go build -o helm-render ./tests/deploy/helm-render
+//
 // Use:
-//   helm-render [--name R] [--namespace NS] [--kube-version v1.x.y]
-//               [--api-versions g/v,...] [-f values.yaml]... [--notes-out F] CHART_DIR
+//
+//	helm-render [--name R] [--namespace NS] [--kube-version v1.x.y]
+//	            [--api-versions g/v,...] [-f values.yaml]... [--notes-out F] CHART_DIR
 package main
 
 import (
