@@ -199,6 +199,7 @@ pub struct ControllerNode {
     ticker: JoinHandle<()>,
     /// Asks the other voters whether an empty store is new (module docs, 4).
     deciding: Option<JoinHandle<()>>,
+    participating: watch::Receiver<bool>,
     refusal: watch::Receiver<Option<String>>,
 }
 
@@ -311,7 +312,7 @@ impl ControllerNode {
         let raft_service = RaftServiceServer::new(RaftRpcServer::new(
             raft.clone(),
             sm.watch_cluster_id(),
-            participating_rx,
+            participating_rx.clone(),
         ))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -393,6 +394,7 @@ impl ControllerNode {
             server,
             ticker,
             deciding,
+            participating: participating_rx,
             refusal: refusal_rx,
         };
         Ok((node, routes))
@@ -400,6 +402,13 @@ impl ControllerNode {
 
     pub fn node_id(&self) -> NodeId {
         self.core.node_id()
+    }
+
+    /// True once this node takes part in the quorum (at once for a store
+    /// that already did; module docs, 4). Its broker registers only then:
+    /// its own registration is the evidence a lost store is judged by.
+    pub fn participating(&self) -> watch::Receiver<bool> {
+        self.participating.clone()
     }
 
     /// Set (once) when this node must not run: it started on an empty store
@@ -559,7 +568,11 @@ async fn decide_participation(
                      the cluster runs on the other voters, and replacing a lost voter needs a \
                      quorum membership change, which samsa does not support yet \
                      (docs/DEPLOY.md, \"A node that lost its volume\")",
-                    quorum.cluster_id,
+                    if quorum.cluster_id.is_empty() {
+                        "not known yet"
+                    } else {
+                        quorum.cluster_id.as_str()
+                    },
                     start.data_dir.display()
                 );
                 tracing::error!("{message}");

@@ -128,13 +128,29 @@ pub(super) async fn serve(
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
 
-    let startup = start_up(
-        &open,
-        &follower,
-        &settings,
-        &mut identity,
-        configured_cluster_id.as_deref(),
-    );
+    // A controller on an empty store first learns whether the quorum is
+    // new to it, by looking for this node's registration: the broker must
+    // not register before that (samsa-controller's node.rs, step 4).
+    let mut participating = controller.participating();
+    let startup = async {
+        if participating
+            .wait_for(|taking_part| *taking_part)
+            .await
+            .is_err()
+        {
+            // The controller stopped deciding: it refused, and the node
+            // stops on that (cluster/node.rs).
+            std::future::pending::<()>().await;
+        }
+        start_up(
+            &open,
+            &follower,
+            &settings,
+            &mut identity,
+            configured_cluster_id.as_deref(),
+        )
+        .await
+    };
     tokio::select! {
         result = startup => {
             if let Err(e) = result {
