@@ -414,14 +414,23 @@ impl ComposeCluster {
         docker(&["restart", "-t", "10", &self.container_required(index)]);
     }
 
-    /// Removes node `index`'s stopped container and its volume, then
-    /// creates the container again (`up -d --no-deps`) on a new, empty
-    /// volume. Does not wait for it.
-    pub fn wipe_and_recreate(&self, index: usize) {
-        let service = SERVICES[index];
-        self.compose(&["rm", "-f", "-s", service]);
+    /// Removes node `index`'s container (stopping it first if it runs)
+    /// and its volume.
+    pub fn remove_with_volume(&self, index: usize) {
+        self.compose(&["rm", "-f", "-s", SERVICES[index]]);
         docker(&["volume", "rm", &self.volume(index)]);
-        self.compose(&["up", "-d", "--no-deps", service]);
+    }
+
+    /// Creates node `index`'s container again (`up -d --no-deps`); a new,
+    /// empty volume if its volume was removed. Does not wait for it.
+    pub fn recreate(&self, index: usize) {
+        self.compose(&["up", "-d", "--no-deps", SERVICES[index]]);
+    }
+
+    /// [`Self::remove_with_volume`], then [`Self::recreate`].
+    pub fn wipe_and_recreate(&self, index: usize) {
+        self.remove_with_volume(index);
+        self.recreate(index);
     }
 
     /// The container's state: `(running, health)`.
@@ -667,6 +676,11 @@ impl ComposeCluster {
     pub fn logs(&self, lines: usize) -> String {
         let tail = lines.to_string();
         text(&self.compose_output(&["logs", "--no-color", "--tail", &tail]))
+    }
+
+    /// Everything node `index`'s current container logged.
+    pub fn service_logs(&self, index: usize) -> String {
+        text(&self.compose_output(&["logs", "--no-color", SERVICES[index]]))
     }
 
     /// The volumes of the project that exist.
