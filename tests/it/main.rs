@@ -13,6 +13,7 @@ mod failover;
 mod groups;
 mod groups_smoke;
 mod idempotence;
+mod listeners;
 mod offsets;
 mod persistence;
 mod pipeline;

@@ -100,6 +100,8 @@ pub struct SamsaCluster {
     bin: PathBuf,
     voters: String,
     settings: Vec<String>,
+    /// Settings of one node only, applied after `settings`.
+    node_settings: BTreeMap<i32, Vec<String>>,
     nodes: BTreeMap<i32, ClusterNode>,
     rt: tokio::runtime::Runtime,
 }
@@ -167,6 +169,7 @@ impl SamsaCluster {
             bin,
             voters,
             settings,
+            node_settings: BTreeMap::new(),
             nodes,
             rt,
         }
@@ -240,11 +243,24 @@ impl SamsaCluster {
             "--set".into(),
             format!("http_listen=127.0.0.1:{}", node.http_port),
         ];
-        for s in &self.settings {
+        for s in self
+            .settings
+            .iter()
+            .chain(self.node_settings.get(&id).into_iter().flatten())
+        {
             args.push("--set".into());
             args.push(s.clone());
         }
         args
+    }
+
+    /// Adds a `"key=value"` setting for node `id` alone (after the
+    /// cluster's), used from its next start on.
+    pub fn set_for_node(&mut self, id: i32, setting: &str) {
+        self.node_settings
+            .entry(id)
+            .or_default()
+            .push(setting.to_string());
     }
 
     /// Starts node `id`'s process without waiting for it.

@@ -185,7 +185,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::metadata::{
-        BrokerInfo, LocalMetadataStore, PartitionState, TopicMetadata, NO_LEADER,
+        BrokerInfo, KafkaEndpoint, LocalMetadataStore, PartitionState, TopicMetadata, NO_LEADER,
     };
     use crate::producer_ids::LocalProducerIdBlockSource;
     use crate::BrokerConfig;
@@ -206,8 +206,11 @@ mod tests {
         let brokers = (1..=2)
             .map(|id| BrokerInfo {
                 node_id: id,
-                host: "127.0.0.1".into(),
-                port: 9092,
+                endpoints: vec![KafkaEndpoint {
+                    listener: "PLAINTEXT".into(),
+                    host: "127.0.0.1".into(),
+                    port: 9092,
+                }],
                 rack: None,
                 fenced: false,
             })

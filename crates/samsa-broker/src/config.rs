@@ -2,7 +2,7 @@
 //! defaults unless a comment says otherwise. `docs/OPERATIONS.md` documents each
 //! key; the TOML file and `--set key=value` flags use these field names.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -20,6 +20,13 @@ pub struct BrokerConfig {
     /// `host:port` advertised to clients in Metadata. Defaults to `listen`
     /// (with an unspecified bind address replaced by 127.0.0.1).
     pub advertised_listener: Option<String>,
+    /// Further Kafka listeners, by name, beside the main one (`listen`,
+    /// named [`MAIN_LISTENER`]): `[listeners.host]` with its own `listen`
+    /// and `advertised_listener`, e.g. one for clients on a container's
+    /// host while the main one serves the container network. A client is
+    /// told the addresses of the listener its connection came in on
+    /// (Kafka's `listeners` / `advertised.listeners`); all are plaintext.
+    pub listeners: BTreeMap<String, ListenerConfig>,
     /// Directory holding partition logs and broker metadata.
     pub data_dir: PathBuf,
     /// `num.partitions`: partitions of auto-created topics and of CreateTopics
@@ -162,6 +169,7 @@ impl Default for BrokerConfig {
             node_id: 1,
             listen: SocketAddr::from(([0, 0, 0, 0], 9092)),
             advertised_listener: None,
+            listeners: BTreeMap::new(),
             data_dir: PathBuf::from("./samsa-data"),
             num_partitions: 1,
             auto_create_topics_enable: true,
@@ -215,20 +223,282 @@ impl BrokerConfig {
         })
     }
 
-    /// The `(host, port)` clients are told to connect to.
+    /// The `(host, port)` clients of the main listener are told to connect to.
     pub fn advertised_host_port(&self) -> (String, i32) {
-        if let Some(adv) = &self.advertised_listener {
-            if let Some((host, port)) = adv.rsplit_once(':') {
-                if let Ok(port) = port.parse::<i32>() {
-                    return (host.trim_matches(['[', ']']).to_string(), port);
+        advertised_or_bound(self.advertised_listener.as_deref(), self.listen)
+    }
+
+    /// Every Kafka listener this broker serves, the main one first, with
+    /// the address it advertises; an error names the listener whose
+    /// settings cannot work.
+    pub fn kafka_listeners(&self) -> Result<Vec<KafkaListener>, String> {
+        let (host, port) = self.advertised_host_port();
+        let mut out = vec![KafkaListener {
+            name: MAIN_LISTENER.to_string(),
+            listen: self.listen,
+            advertised_host: host,
+            advertised_port: port,
+        }];
+        for (key, listener) in &self.listeners {
+            let name = key.to_ascii_uppercase();
+            let listen = listener
+                .listen
+                .ok_or_else(|| format!("listeners.{key}.listen is not set"))?;
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                return Err(format!(
+                    "listeners.{key}: a listener name is letters, digits, '_' and '-'"
+                ));
+            }
+            if let Some(other) = out.iter().find(|l| l.name == name) {
+                return Err(format!(
+                    "listeners.{key}: the name {} is taken (the main listener, listen, is {MAIN_LISTENER}; names ignore case)",
+                    other.name
+                ));
+            }
+            if let Some(other) = out
+                .iter()
+                .find(|l| l.listen.port() == listen.port() && listen.port() != 0)
+            {
+                return Err(format!(
+                    "listeners.{key}.listen {listen} has the port of listener {} ({})",
+                    other.name, other.listen
+                ));
+            }
+            let advertised = match &listener.advertised_listener {
+                None => None,
+                Some(AdvertisedAddress::One(address)) => Some(address.as_str()),
+                Some(AdvertisedAddress::PerNode(addresses)) => {
+                    let index = usize::try_from(self.node_id - 1).ok();
+                    let address = index.and_then(|i| addresses.get(i)).ok_or_else(|| {
+                        format!(
+                            "listeners.{key}.advertised_listener lists {} addresses, one per node id from 1, and has none for node {}",
+                            addresses.len(),
+                            self.node_id
+                        )
+                    })?;
+                    Some(address.as_str())
+                }
+            };
+            if let Some(address) = advertised {
+                if parse_host_port(address).is_none() {
+                    return Err(format!(
+                        "listeners.{key}.advertised_listener {address:?} is not host:port"
+                    ));
                 }
             }
+            let (advertised_host, advertised_port) = advertised_or_bound(advertised, listen);
+            out.push(KafkaListener {
+                name,
+                listen,
+                advertised_host,
+                advertised_port,
+            });
         }
-        let host = if self.listen.ip().is_unspecified() {
-            "127.0.0.1".to_string()
-        } else {
-            self.listen.ip().to_string()
+        Ok(out)
+    }
+}
+
+/// The name of the main Kafka listener (`listen`, `advertised_listener`),
+/// as brokers register it and DescribeConfigs reports it.
+pub const MAIN_LISTENER: &str = "PLAINTEXT";
+
+/// One further Kafka listener (`[listeners.<name>]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    /// Address it binds to. Required; optional here only so that its keys
+    /// can be set one at a time (`SAMSA_LISTENERS__HOST__…` variables apply
+    /// in name order, `advertised_listener` before `listen`).
+    #[serde(default)]
+    pub listen: Option<SocketAddr>,
+    /// What clients connected to it are told; unset, `listen` (an
+    /// unspecified address read as 127.0.0.1).
+    #[serde(default)]
+    pub advertised_listener: Option<AdvertisedAddress>,
+}
+
+/// A listener's advertised address: one `host:port`, or one per node, the
+/// node with id `n` taking element `n - 1`, so that every node of a
+/// StatefulSet can share one configuration and still advertise its own
+/// external address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AdvertisedAddress {
+    One(String),
+    PerNode(Vec<String>),
+}
+
+/// A Kafka listener as the broker runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaListener {
+    /// Upper case, as Kafka normalises listener names.
+    pub name: String,
+    pub listen: SocketAddr,
+    pub advertised_host: String,
+    pub advertised_port: i32,
+}
+
+fn parse_host_port(address: &str) -> Option<(String, i32)> {
+    let (host, port) = address.rsplit_once(':')?;
+    let port = port.parse::<i32>().ok()?;
+    Some((host.trim_matches(['[', ']']).to_string(), port))
+}
+
+/// `advertised` as `(host, port)` if it is one; else the bound address,
+/// an unspecified one read as 127.0.0.1.
+fn advertised_or_bound(advertised: Option<&str>, listen: SocketAddr) -> (String, i32) {
+    if let Some(pair) = advertised.and_then(parse_host_port) {
+        return pair;
+    }
+    let host = if listen.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        listen.ip().to_string()
+    };
+    (host, i32::from(listen.port()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn with_listener(node_id: i32, listener: ListenerConfig) -> BrokerConfig {
+        BrokerConfig {
+            node_id,
+            advertised_listener: Some("samsa-0:9092".into()),
+            listeners: BTreeMap::from([("host".to_string(), listener)]),
+            ..BrokerConfig::default()
+        }
+    }
+
+    #[test]
+    fn main_listener_first_then_named_ones_upper_case() {
+        let config = with_listener(
+            1,
+            ListenerConfig {
+                listen: Some("0.0.0.0:19092".parse().unwrap()),
+                advertised_listener: Some(AdvertisedAddress::One("127.0.0.1:9192".into())),
+            },
+        );
+        let listeners = config.kafka_listeners().unwrap();
+        let summary: Vec<_> = listeners
+            .iter()
+            .map(|l| {
+                (
+                    l.name.as_str(),
+                    l.advertised_host.as_str(),
+                    l.advertised_port,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [("PLAINTEXT", "samsa-0", 9092), ("HOST", "127.0.0.1", 9192)]
+        );
+    }
+
+    #[test]
+    fn per_node_addresses_are_picked_by_node_id() {
+        let listener = ListenerConfig {
+            listen: Some("0.0.0.0:9094".parse().unwrap()),
+            advertised_listener: Some(AdvertisedAddress::PerNode(vec![
+                "203.0.113.5:31090".into(),
+                "203.0.113.5:31091".into(),
+            ])),
         };
-        (host, i32::from(self.listen.port()))
+        let second = with_listener(2, listener.clone())
+            .kafka_listeners()
+            .unwrap();
+        assert_eq!(second[1].advertised_port, 31091);
+        let err = with_listener(3, listener).kafka_listeners().unwrap_err();
+        assert!(err.contains("none for node 3"), "{err}");
+    }
+
+    #[test]
+    fn unset_advertised_address_is_the_bound_one() {
+        let config = with_listener(
+            1,
+            ListenerConfig {
+                listen: Some("0.0.0.0:19092".parse().unwrap()),
+                advertised_listener: None,
+            },
+        );
+        let listeners = config.kafka_listeners().unwrap();
+        assert_eq!(
+            (
+                listeners[1].advertised_host.as_str(),
+                listeners[1].advertised_port
+            ),
+            ("127.0.0.1", 19092)
+        );
+    }
+
+    #[test]
+    fn clashing_names_ports_and_bad_addresses_are_refused() {
+        let listen = Some("0.0.0.0:19092".parse().unwrap());
+        let mut config = with_listener(
+            1,
+            ListenerConfig {
+                listen,
+                advertised_listener: None,
+            },
+        );
+        config.listeners = BTreeMap::from([(
+            "plaintext".to_string(),
+            ListenerConfig {
+                listen,
+                advertised_listener: None,
+            },
+        )]);
+        assert!(config.kafka_listeners().unwrap_err().contains("is taken"));
+        config.listeners = BTreeMap::from([(
+            "host".to_string(),
+            ListenerConfig {
+                listen: Some("0.0.0.0:9092".parse().unwrap()),
+                advertised_listener: None,
+            },
+        )]);
+        assert!(config
+            .kafka_listeners()
+            .unwrap_err()
+            .contains("has the port of"));
+        config.listeners = BTreeMap::from([(
+            "host".to_string(),
+            ListenerConfig {
+                listen,
+                advertised_listener: Some(AdvertisedAddress::One("no-port".into())),
+            },
+        )]);
+        assert!(config
+            .kafka_listeners()
+            .unwrap_err()
+            .contains("is not host:port"));
+        config.listeners = BTreeMap::from([(
+            "a b".to_string(),
+            ListenerConfig {
+                listen,
+                advertised_listener: None,
+            },
+        )]);
+        assert!(config
+            .kafka_listeners()
+            .unwrap_err()
+            .contains("listener name"));
+        config.listeners = BTreeMap::from([(
+            "host".to_string(),
+            ListenerConfig {
+                listen: None,
+                advertised_listener: None,
+            },
+        )]);
+        assert!(config
+            .kafka_listeners()
+            .unwrap_err()
+            .contains("listen is not set"));
     }
 }

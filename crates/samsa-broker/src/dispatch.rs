@@ -20,6 +20,15 @@ use crate::handlers;
 use crate::produce_order::AppendTurn;
 use crate::Broker;
 
+/// Where a request came from: the client's address (DescribeGroups shows
+/// it as a member's host) and the listener its connection came in on (the
+/// broker addresses a client is told are that listener's).
+#[derive(Debug, Clone)]
+pub struct ClientConnection {
+    pub peer: std::net::SocketAddr,
+    pub listener: std::sync::Arc<str>,
+}
+
 #[derive(Debug)]
 pub enum DispatchError {
     /// The connection must be closed; the reason is logged.
@@ -28,14 +37,13 @@ pub enum DispatchError {
 
 /// Decodes one request frame, runs its handler, and returns the encoded
 /// response (header + body, without the length prefix), or `None` when the
-/// protocol says not to answer (acks=0 produce). `peer` is the client's
-/// address (DescribeGroups shows it as a member's host); `turn` is a
+/// protocol says not to answer (acks=0 produce). `turn` is a
 /// Produce request's place in its connection's append order
 /// ([`crate::produce_order`]; none: it appends whenever it runs).
 pub async fn dispatch(
     broker: &Broker,
     mut frame: Bytes,
-    peer: std::net::SocketAddr,
+    client: &ClientConnection,
     turn: Option<AppendTurn>,
 ) -> Result<Option<BytesMut>, DispatchError> {
     if frame.len() < 8 {
@@ -88,7 +96,7 @@ pub async fn dispatch(
         correlation_id,
         client_id = client_id.as_str()
     );
-    handle(broker, api_key, header, frame, peer, turn)
+    handle(broker, api_key, header, frame, client, turn)
         .instrument(span)
         .await
         .map_err(|DispatchError::Close(reason)| {
@@ -171,9 +179,10 @@ async fn handle(
     api_key: ApiKey,
     header: RequestHeader,
     mut body: Bytes,
-    peer: std::net::SocketAddr,
+    client: &ClientConnection,
     turn: Option<AppendTurn>,
 ) -> Result<Option<BytesMut>, DispatchError> {
+    let listener = &*client.listener;
     let v = header.request_api_version;
     let cid = header.correlation_id;
     macro_rules! respond {
@@ -189,13 +198,14 @@ async fn handle(
         }
         ApiKey::Metadata => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::metadata::handle(broker, request, v).await)
+            respond!(handlers::metadata::handle(broker, request, v, listener).await)
         }
         ApiKey::Produce => {
             let request: kafka_protocol::messages::ProduceRequest = decode(api_key, &mut body, v)?;
             let acks = request.acks;
             let response =
-                handlers::produce::handle(broker, request, v, turn.unwrap_or_default()).await;
+                handlers::produce::handle(broker, request, v, turn.unwrap_or_default(), listener)
+                    .await;
             if acks == 0 {
                 Ok(None)
             } else {
@@ -204,7 +214,7 @@ async fn handle(
         }
         ApiKey::Fetch => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::fetch::handle(broker, request, v).await)
+            respond!(handlers::fetch::handle(broker, request, v, listener).await)
         }
         ApiKey::ListOffsets => {
             let request = decode(api_key, &mut body, v)?;
@@ -232,7 +242,9 @@ async fn handle(
         }
         ApiKey::DescribeCluster => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::admin::describe_cluster(broker, request, v))
+            respond!(handlers::admin::describe_cluster(
+                broker, request, v, listener
+            ))
         }
         ApiKey::InitProducerId => {
             let request = decode(api_key, &mut body, v)?;
@@ -240,7 +252,9 @@ async fn handle(
         }
         ApiKey::FindCoordinator => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::find_coordinator::handle(broker, request, v))
+            respond!(handlers::find_coordinator::handle(
+                broker, request, v, listener
+            ))
         }
         ApiKey::AddPartitionsToTxn => {
             let request = decode(api_key, &mut body, v)?;
@@ -272,16 +286,16 @@ async fn handle(
         }
         ApiKey::JoinGroup => {
             let request = decode(api_key, &mut body, v)?;
-            let client = crate::coordinator::group::ClientInfo {
+            let member = crate::coordinator::group::ClientInfo {
                 client_id: header
                     .client_id
                     .as_ref()
                     .map(|c| c.to_string())
                     .unwrap_or_default(),
                 // Kafka's form: "/" and the address.
-                client_host: format!("/{}", peer.ip()),
+                client_host: format!("/{}", client.peer.ip()),
             };
-            respond!(handlers::group::join_group(broker, request, v, client).await)
+            respond!(handlers::group::join_group(broker, request, v, member).await)
         }
         ApiKey::SyncGroup => {
             let request = decode(api_key, &mut body, v)?;
@@ -333,7 +347,9 @@ async fn handle(
         }
         ApiKey::DescribeTopicPartitions => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::describe_topic_partitions::handle(broker, request))
+            respond!(handlers::describe_topic_partitions::handle(
+                broker, request, listener
+            ))
         }
         other => Err(DispatchError::Close(format!("no handler for {other:?}"))),
     }

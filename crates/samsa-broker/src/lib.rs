@@ -72,7 +72,8 @@ use tracing::{info, warn};
 pub use config::BrokerConfig;
 pub use error::{BrokerError, MetadataError};
 use metadata::{
-    BrokerInfo, LocalMetadataStore, MetadataStore, MetadataView, NewTopic, TopicMetadata,
+    BrokerInfo, KafkaEndpoint, LocalMetadataStore, MetadataStore, MetadataView, NewTopic,
+    TopicMetadata,
 };
 use producer_ids::{LocalProducerIdBlockSource, ProducerIdBlockSource, ProducerIdManager};
 use replica::{Partition, ReplicaManager};
@@ -126,11 +127,28 @@ pub struct Broker {
 
 /// This broker as it advertises itself.
 pub fn local_broker_info(config: &BrokerConfig) -> BrokerInfo {
-    let (host, port) = config.advertised_host_port();
+    // Unusable listener settings stop the start before this is asked
+    // ([`server::bind_listeners`]); here they leave the broker with the
+    // main listener only.
+    let endpoints = config.kafka_listeners().unwrap_or_else(|_| {
+        let (host, port) = config.advertised_host_port();
+        vec![config::KafkaListener {
+            name: config::MAIN_LISTENER.to_string(),
+            listen: config.listen,
+            advertised_host: host,
+            advertised_port: port,
+        }]
+    });
     BrokerInfo {
         node_id: config.node_id,
-        host,
-        port,
+        endpoints: endpoints
+            .into_iter()
+            .map(|l| KafkaEndpoint {
+                listener: l.name,
+                host: l.advertised_host,
+                port: l.advertised_port,
+            })
+            .collect(),
         rack: None,
         fenced: false,
     }
@@ -320,13 +338,13 @@ pub async fn run(
             })??,
     );
     http_state.attach(Arc::clone(&broker));
-    let listener = server::bind(listen).await?;
+    let listeners = server::bind_listeners(&broker.config).await?;
 
     let maintenance = tokio::spawn(maintenance_loop(broker.clone(), stop_rx.clone()));
     let coordinator =
         coordinator::txn::TxnRuntime::start_with_peers(&broker, None, stop_rx.clone());
     let group_coordinator = coordinator::group::GroupRuntime::start(&broker, stop_rx.clone());
-    let accept = tokio::spawn(server::accept_loop(listener, broker.clone(), stop_rx));
+    let accept = tokio::spawn(server::accept_all(listeners, broker.clone(), stop_rx));
     http_state.set_ready(true);
     info!(node = broker.config.node_id, %listen, data_dir = %broker.config.data_dir.display(), "broker started");
 

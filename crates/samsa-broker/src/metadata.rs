@@ -42,12 +42,29 @@ pub use samsa_controller::{PartitionState, NO_LEADER};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerInfo {
     pub node_id: i32,
-    /// Advertised Kafka endpoint.
-    pub host: String,
-    pub port: i32,
+    /// Advertised Kafka endpoints, one per listener.
+    pub endpoints: Vec<KafkaEndpoint>,
     pub rack: Option<String>,
     /// Fenced brokers lead nothing and are left out of Metadata answers.
     pub fenced: bool,
+}
+
+impl BrokerInfo {
+    /// The address this broker advertises on `listener`: a client is told
+    /// the addresses of the listener it connected to, and a broker without
+    /// that listener is one it cannot reach.
+    pub fn endpoint(&self, listener: &str) -> Option<&KafkaEndpoint> {
+        self.endpoints.iter().find(|e| e.listener == listener)
+    }
+}
+
+/// One advertised Kafka endpoint of a broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaEndpoint {
+    /// The listener's name (upper case), e.g. `PLAINTEXT`.
+    pub listener: String,
+    pub host: String,
+    pub port: i32,
 }
 
 /// One topic as the cluster knows it.
@@ -624,8 +641,11 @@ mod tests {
     fn me() -> BrokerInfo {
         BrokerInfo {
             node_id: 1,
-            host: "127.0.0.1".into(),
-            port: 9092,
+            endpoints: vec![KafkaEndpoint {
+                listener: "PLAINTEXT".into(),
+                host: "127.0.0.1".into(),
+                port: 9092,
+            }],
             rack: None,
             fenced: false,
         }

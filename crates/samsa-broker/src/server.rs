@@ -34,15 +34,16 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::apis::ConnectionOrder;
-use crate::dispatch::{dispatch, DispatchError};
+use crate::dispatch::{dispatch, ClientConnection, DispatchError};
 use crate::produce_order::{AppendTurn, ConnectionAppendOrder};
 use crate::Broker;
 
 /// How many requests of one connection may be in flight at once.
 const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
 
-pub(crate) async fn accept_loop(
+async fn accept_loop(
     listener: TcpListener,
+    name: Arc<str>,
     broker: Arc<Broker>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -53,8 +54,9 @@ pub(crate) async fn accept_loop(
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     let broker = broker.clone();
-                    let span = tracing::info_span!("conn", node = broker.config.node_id, %peer);
-                    connections.spawn(serve_connection(stream, peer, broker).instrument(span));
+                    let span = tracing::info_span!("conn", node = broker.config.node_id, listener = &*name, %peer);
+                    let client = ClientConnection { peer, listener: Arc::clone(&name) };
+                    connections.spawn(serve_connection(stream, client, broker).instrument(span));
                 }
                 Err(e) => {
                     warn!(error = %e, "accept failed");
@@ -126,7 +128,8 @@ async fn read_frames(
     }
 }
 
-async fn serve_connection(stream: TcpStream, peer: SocketAddr, broker: Arc<Broker>) {
+async fn serve_connection(stream: TcpStream, client: ClientConnection, broker: Arc<Broker>) {
+    let peer = client.peer;
     let (reader, writer) = stream.into_split();
     let mut writer = BufWriter::with_capacity(64 * 1024, writer);
     let (frame_tx, mut frame_rx) = mpsc::channel::<Frame>(MAX_IN_FLIGHT_PER_CONNECTION);
@@ -146,7 +149,7 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, broker: Arc<Broke
     let mut append_order = ConnectionAppendOrder::default();
     let mut start = |body: Bytes| {
         let turn = is_produce(&body).then(|| append_order.next_turn());
-        dispatch_owned(broker.clone(), body, peer, turn)
+        dispatch_owned(broker.clone(), body, client.clone(), turn)
     };
     loop {
         if in_flight.is_empty() {
@@ -200,10 +203,10 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, broker: Arc<Broke
 async fn dispatch_owned(
     broker: Arc<Broker>,
     body: Bytes,
-    peer: SocketAddr,
+    client: ClientConnection,
     turn: Option<AppendTurn>,
 ) -> Result<Option<BytesMut>, DispatchError> {
-    dispatch(&broker, body, peer, turn).await
+    dispatch(&broker, body, &client, turn).await
 }
 
 fn order_of(frame: &[u8]) -> ConnectionOrder {
@@ -234,10 +237,45 @@ async fn write_response(
     writer.flush().await
 }
 
-pub(crate) async fn bind(addr: SocketAddr) -> Result<TcpListener, crate::BrokerError> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| crate::BrokerError::Bind { addr, source })?;
-    info!(%addr, "kafka listener bound");
-    Ok(listener)
+/// A broker's Kafka listeners, bound, each with its name.
+pub(crate) struct BoundListeners(Vec<(Arc<str>, TcpListener)>);
+
+/// Binds every Kafka listener of `config` (the main one and
+/// `[listeners.*]`); an error names the listener that cannot work.
+pub(crate) async fn bind_listeners(
+    config: &crate::config::BrokerConfig,
+) -> Result<BoundListeners, crate::BrokerError> {
+    let mut bound = Vec::new();
+    for listener in config
+        .kafka_listeners()
+        .map_err(crate::BrokerError::Config)?
+    {
+        let addr = listener.listen;
+        let socket = TcpListener::bind(addr)
+            .await
+            .map_err(|source| crate::BrokerError::Bind { addr, source })?;
+        info!(
+            listener = %listener.name,
+            %addr,
+            advertised = %format!("{}:{}", listener.advertised_host, listener.advertised_port),
+            "kafka listener bound"
+        );
+        bound.push((Arc::from(listener.name), socket));
+    }
+    Ok(BoundListeners(bound))
+}
+
+/// Accepts Kafka connections on every listener until `shutdown`.
+pub(crate) async fn accept_all(
+    listeners: BoundListeners,
+    broker: Arc<Broker>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    futures::future::join_all(
+        listeners
+            .0
+            .into_iter()
+            .map(|(name, socket)| accept_loop(socket, name, Arc::clone(&broker), shutdown.clone())),
+    )
+    .await;
 }

@@ -22,6 +22,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
+use samsa_broker::config::AdvertisedAddress;
 use samsa_broker::BrokerConfig;
 use toml::{Table, Value};
 
@@ -305,7 +306,8 @@ fn node_id_flag_on(arg: &str, hostname: HostName) -> Result<i32, String> {
 /// The placeholder `advertised_listener` may contain.
 pub const HOSTNAME_PLACEHOLDER: &str = "{hostname}";
 
-/// Replaces `{hostname}` in `advertised_listener` by the host name, so that
+/// Replaces `{hostname}` in `advertised_listener` (and in those of
+/// `[listeners.*]`) by the host name, so that
 /// `advertised_listener = "{hostname}.samsa-headless:9092"` is the same for
 /// every pod.
 pub fn expand_hostname(config: BrokerConfig) -> Result<BrokerConfig> {
@@ -313,10 +315,26 @@ pub fn expand_hostname(config: BrokerConfig) -> Result<BrokerConfig> {
 }
 
 fn expand_hostname_on(mut config: BrokerConfig, hostname: HostName) -> Result<BrokerConfig> {
-    if let Some(adv) = &config.advertised_listener {
-        if adv.contains(HOSTNAME_PLACEHOLDER) {
-            let name = hostname().map_err(|err| anyhow!("advertised_listener {adv}: {err}"))?;
-            config.advertised_listener = Some(adv.replace(HOSTNAME_PLACEHOLDER, &name));
+    let expand = |key: &str, address: &mut String| -> Result<()> {
+        if address.contains(HOSTNAME_PLACEHOLDER) {
+            let name = hostname().map_err(|err| anyhow!("{key} {address}: {err}"))?;
+            *address = address.replace(HOSTNAME_PLACEHOLDER, &name);
+        }
+        Ok(())
+    };
+    if let Some(adv) = &mut config.advertised_listener {
+        expand("advertised_listener", adv)?;
+    }
+    for (name, listener) in &mut config.listeners {
+        let key = format!("listeners.{name}.advertised_listener");
+        match &mut listener.advertised_listener {
+            None => {}
+            Some(AdvertisedAddress::One(address)) => expand(&key, address)?,
+            Some(AdvertisedAddress::PerNode(addresses)) => {
+                for address in addresses {
+                    expand(&key, address)?;
+                }
+            }
         }
     }
     Ok(config)
@@ -705,6 +723,51 @@ mod tests {
         );
         let plain = expand_hostname_on(BrokerConfig::default(), &|| Err("no host".into())).unwrap();
         assert_eq!(plain.advertised_listener, None);
+    }
+
+    #[test]
+    fn further_listeners_from_env_with_hostname_and_per_node_addresses() {
+        let config = env(
+            BrokerConfig::default(),
+            &[
+                ("SAMSA_LISTENERS__HOST__LISTEN", "0.0.0.0:19092"),
+                (
+                    "SAMSA_LISTENERS__HOST__ADVERTISED_LISTENER",
+                    "{hostname}.example:9192",
+                ),
+                ("SAMSA_LISTENERS__EXTERNAL__LISTEN", "0.0.0.0:9094"),
+                (
+                    "SAMSA_LISTENERS__EXTERNAL__ADVERTISED_LISTENER",
+                    r#"["203.0.113.5:31090", "203.0.113.5:31091"]"#,
+                ),
+                ("SAMSA_NODE_ID", "2"),
+            ],
+            "samsa-1",
+        )
+        .unwrap();
+        assert!(config.is_explicit("listeners"));
+        let config = expand_hostname_on(config, &host("samsa-1")).unwrap();
+        let listeners = config.kafka_listeners().unwrap();
+        let summary: Vec<String> = listeners
+            .iter()
+            .map(|l| format!("{}={}:{}", l.name, l.advertised_host, l.advertised_port))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                "PLAINTEXT=127.0.0.1:9092",
+                "EXTERNAL=203.0.113.5:31091",
+                "HOST=samsa-1.example:9192"
+            ]
+        );
+        let half = env(
+            BrokerConfig::default(),
+            &[("SAMSA_LISTENERS__HOST__ADVERTISED_LISTENER", "h:1")],
+            "x",
+        )
+        .unwrap();
+        let err = half.kafka_listeners().unwrap_err();
+        assert!(err.contains("listeners.host.listen is not set"), "{err}");
     }
 
     #[test]

@@ -33,7 +33,7 @@ use super::producer_ids::ControllerProducerIdBlockSource;
 use super::settings::config_error;
 use super::store::QuorumMetadataStore;
 use super::view::metadata_view;
-use super::{ClusterSettings, LISTENER};
+use super::{ClusterSettings, PLAINTEXT};
 use crate::error::BrokerError;
 use crate::metadata::{MetadataStore, MetadataView};
 use crate::replication::fetcher::spawn_fetchers;
@@ -105,7 +105,7 @@ pub(super) async fn serve(
     mut identity: DataDirIdentity,
     controller: &ControllerNode,
     services: BrokerServices,
-    listener: tokio::net::TcpListener,
+    listener: server::BoundListeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), BrokerError> {
     let me = config.node_id;
@@ -254,7 +254,7 @@ async fn open_broker(
         config.node_id,
         Arc::clone(&epoch),
     );
-    let endpoint = kafka_endpoint(&config)?;
+    let endpoints = kafka_endpoints(&config)?;
     let broker =
         tokio::task::spawn_blocking(move || Broker::open_with(config, store, Box::new(ids)))
             .await
@@ -268,7 +268,7 @@ async fn open_broker(
     }));
     let (fenced_tx, fenced_rx) = watch::channel(true);
     let lifecycle = Arc::new(Lifecycle::new(
-        settings, endpoint, cluster_id, epoch, fenced_tx,
+        settings, endpoints, cluster_id, epoch, fenced_tx,
     ));
     let open = OpenBroker {
         broker,
@@ -282,16 +282,28 @@ async fn open_broker(
     Ok((open, isr))
 }
 
-/// The Kafka endpoint this broker registers (its advertised host and port).
-fn kafka_endpoint(config: &BrokerConfig) -> Result<BrokerEndpoint, BrokerError> {
-    let (host, port) = config.advertised_host_port();
-    Ok(BrokerEndpoint {
-        name: LISTENER.into(),
-        host,
-        port: u16::try_from(port)
-            .map_err(|_| config_error(format!("advertised port {port} is not a TCP port")))?,
-        security_protocol: LISTENER.into(),
-    })
+/// The Kafka endpoints this broker registers: each listener's advertised
+/// host and port (all plaintext).
+fn kafka_endpoints(config: &BrokerConfig) -> Result<Vec<BrokerEndpoint>, BrokerError> {
+    config
+        .kafka_listeners()
+        .map_err(config_error)?
+        .into_iter()
+        .map(|listener| {
+            let port = listener.advertised_port;
+            Ok(BrokerEndpoint {
+                port: u16::try_from(port).map_err(|_| {
+                    config_error(format!(
+                        "listener {}: advertised port {port} is not a TCP port",
+                        listener.name
+                    ))
+                })?,
+                name: listener.name,
+                host: listener.advertised_host,
+                security_protocol: PLAINTEXT.into(),
+            })
+        })
+        .collect()
 }
 
 /// Start-up steps 4–6 of the module docs, up to hosting partitions:
@@ -445,7 +457,7 @@ async fn wait_unfenced<S: Future<Output = ()>>(
 async fn serve_kafka<S: Future<Output = ()>>(
     open: &OpenBroker,
     services: &BrokerServices,
-    listener: tokio::net::TcpListener,
+    listener: server::BoundListeners,
     stop: watch::Sender<bool>,
     tasks: &mut Tasks,
     mut heartbeats: JoinHandle<Option<BrokerError>>,
@@ -453,7 +465,7 @@ async fn serve_kafka<S: Future<Output = ()>>(
 ) -> Result<(), BrokerError> {
     let broker = &open.broker;
     let accept = tokio::spawn(
-        server::accept_loop(listener, Arc::clone(broker), stop.subscribe()).in_current_span(),
+        server::accept_all(listener, Arc::clone(broker), stop.subscribe()).in_current_span(),
     );
     let maintenance =
         tokio::spawn(maintenance_loop(Arc::clone(broker), stop.subscribe()).in_current_span());

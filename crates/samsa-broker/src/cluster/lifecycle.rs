@@ -36,7 +36,7 @@ pub(super) struct Lifecycle {
     /// Short deadline: one registration or heartbeat attempt round.
     client: ControllerClient,
     incarnation_id: Uuid,
-    endpoint: BrokerEndpoint,
+    endpoints: Vec<BrokerEndpoint>,
     cluster_id: Option<String>,
     /// This broker's epoch; negative until it is registered.
     pub(super) epoch: Arc<AtomicI64>,
@@ -45,11 +45,11 @@ pub(super) struct Lifecycle {
 
 impl Lifecycle {
     /// A new incarnation of this broker (not registered yet), advertising
-    /// `endpoint`, publishing its epoch in `epoch` and the controller's
+    /// `endpoints`, publishing its epoch in `epoch` and the controller's
     /// fenced / unfenced answers on `fenced`.
     pub(super) fn new(
         settings: &ClusterSettings,
-        endpoint: BrokerEndpoint,
+        endpoints: Vec<BrokerEndpoint>,
         cluster_id: Option<String>,
         epoch: Arc<AtomicI64>,
         fenced: watch::Sender<bool>,
@@ -61,7 +61,7 @@ impl Lifecycle {
             ),
             settings: settings.clone(),
             incarnation_id: Uuid::new_v4(),
-            endpoint,
+            endpoints,
             cluster_id,
             epoch,
             fenced,
@@ -73,7 +73,7 @@ impl Lifecycle {
             broker_id: self.settings.node_id,
             incarnation_id: self.incarnation_id,
             cluster_id: self.cluster_id.clone(),
-            endpoints: vec![self.endpoint.clone()],
+            endpoints: self.endpoints.clone(),
             rack: None,
         }
     }

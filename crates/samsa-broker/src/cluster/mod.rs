@@ -83,5 +83,6 @@ pub use settings::ClusterSettings;
 pub use store::QuorumMetadataStore;
 pub use view::metadata_view;
 
-/// Name of the Kafka listener brokers register.
-const LISTENER: &str = "PLAINTEXT";
+/// The security protocol of every listener brokers register (TLS and
+/// SASL are not served yet).
+const PLAINTEXT: &str = "PLAINTEXT";

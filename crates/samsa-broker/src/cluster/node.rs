@@ -43,7 +43,7 @@ async fn run_node(
     let identity = DataDirIdentity::load(&config.data_dir, config.node_id)?;
     identity.check_configured(config.cluster_id.as_deref(), &config.data_dir)?;
     probe_duplicate(&settings).await?;
-    let listener = server::bind(config.listen).await?;
+    let listener = server::bind_listeners(&config).await?;
     let http_listener = crate::http::bind(config.http_listen).await?;
     let http_state = Arc::new(crate::http::HttpState::default());
     let cluster_id = config.cluster_id.clone().or(identity.cluster_id.clone());

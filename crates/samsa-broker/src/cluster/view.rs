@@ -10,8 +10,7 @@
 
 use samsa_controller::{MetadataImage, NodeId};
 
-use super::LISTENER;
-use crate::metadata::{BrokerInfo, MetadataView, TopicMetadata};
+use crate::metadata::{BrokerInfo, KafkaEndpoint, MetadataView, TopicMetadata};
 
 /// The broker's view of a controller image. `raft_leader` is reported as the
 /// Kafka "controller" when it is a live broker (combined mode makes every
@@ -19,19 +18,19 @@ use crate::metadata::{BrokerInfo, MetadataView, TopicMetadata};
 pub fn metadata_view(image: &MetadataImage, raft_leader: Option<NodeId>, me: i32) -> MetadataView {
     let brokers: Vec<BrokerInfo> = image
         .brokers()
-        .filter_map(|b| {
-            let endpoint = b
+        .map(|b| BrokerInfo {
+            node_id: b.broker_id,
+            endpoints: b
                 .endpoints
                 .iter()
-                .find(|e| e.name == LISTENER)
-                .or_else(|| b.endpoints.first())?;
-            Some(BrokerInfo {
-                node_id: b.broker_id,
-                host: endpoint.host.clone(),
-                port: i32::from(endpoint.port),
-                rack: b.rack.clone(),
-                fenced: !b.is_active(),
-            })
+                .map(|e| KafkaEndpoint {
+                    listener: e.name.clone(),
+                    host: e.host.clone(),
+                    port: i32::from(e.port),
+                })
+                .collect(),
+            rack: b.rack.clone(),
+            fenced: !b.is_active(),
         })
         .collect();
     let live = |id: i32| brokers.iter().any(|b| b.node_id == id && !b.fenced);
@@ -64,6 +63,7 @@ pub fn metadata_view(image: &MetadataImage, raft_leader: Option<NodeId>, me: i32
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::config::MAIN_LISTENER as LISTENER;
     use samsa_controller::records::{BrokerEndpoint, MetadataRecord};
     use uuid::Uuid;
 

@@ -323,6 +323,7 @@ pub fn describe_cluster(
     broker: &Broker,
     request: DescribeClusterRequest,
     version: i16,
+    listener: &str,
 ) -> DescribeClusterResponse {
     let endpoint_error = match request.endpoint_type {
         ENDPOINT_BROKERS => None,
@@ -350,17 +351,22 @@ pub fn describe_cluster(
     }
     let include_fenced = version >= 2 && request.include_fenced_brokers;
     let image = broker.metadata.image();
+    // As in Metadata: the addresses of the client's listener; brokers
+    // without it are left out.
     let brokers = image
         .brokers
         .iter()
         .filter(|b| include_fenced || !b.fenced)
-        .map(|b| {
-            DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(b.node_id))
-                .with_host(str_bytes(b.host.clone()))
-                .with_port(b.port)
-                .with_rack(b.rack.clone().map(str_bytes))
-                .with_is_fenced(include_fenced && b.fenced)
+        .filter_map(|b| {
+            let endpoint = b.endpoint(listener)?;
+            Some(
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(b.node_id))
+                    .with_host(str_bytes(endpoint.host.clone()))
+                    .with_port(endpoint.port)
+                    .with_rack(b.rack.clone().map(str_bytes))
+                    .with_is_fenced(include_fenced && b.fenced),
+            )
         })
         .collect();
     DescribeClusterResponse::default()

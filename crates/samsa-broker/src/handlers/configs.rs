@@ -32,7 +32,7 @@ use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use samsa_storage::LogConfig;
 
 use super::str_bytes;
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, KafkaListener, MAIN_LISTENER};
 use crate::metadata::TopicMetadata;
 use crate::Broker;
 
@@ -127,6 +127,18 @@ fn key(
 
 /// Every broker config samsa has, with this process's values. Long on
 /// purpose: it is the table, one entry per key.
+/// Kafka's form of a listener list, `NAME://address,…`, of the listeners
+/// as the broker runs them.
+fn listener_list(config: &BrokerConfig, address: impl Fn(&KafkaListener) -> String) -> String {
+    config
+        .kafka_listeners()
+        .unwrap_or_default()
+        .iter()
+        .map(|l| format!("{}://{}", l.name, address(l)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn broker_keys(broker: &Broker) -> Vec<BrokerKey> {
     let c = &broker.config;
     let d = BrokerConfig::default();
@@ -188,11 +200,14 @@ fn broker_keys(broker: &Broker) -> Vec<BrokerKey> {
             roles(&c.controller_quorum_voters), roles(&d.controller_quorum_voters),
             "samsa: follows controller_quorum_voters. Set, every node runs a controller of the quorum and a broker; unset, a single broker keeps its metadata in local files."),
         key("listeners", TYPE_STRING, Some("listen"),
-            s(&format!("PLAINTEXT://{}", c.listen)), s(&format!("PLAINTEXT://{}", d.listen)),
-            "samsa: listen. The address the Kafka listener binds to (the controller's gRPC listener is controller_listen)."),
+            s(&listener_list(c, |l| l.listen.to_string())), s(&format!("{MAIN_LISTENER}://{}", d.listen)),
+            "samsa: listen (the main listener, PLAINTEXT) and listeners.<name>.listen. The addresses the Kafka listeners bind to (the controller's gRPC listener is controller_listen)."),
         key("advertised.listeners", TYPE_STRING, Some("advertised_listener"),
-            c.advertised_listener.as_ref().map(|a| format!("PLAINTEXT://{a}")), None,
-            "samsa: advertised_listener. The address clients are told to connect to; unset, the listen address with 0.0.0.0 or :: replaced by 127.0.0.1."),
+            (c.advertised_listener.is_some() || !c.listeners.is_empty()).then(|| {
+                listener_list(c, |l| format!("{}:{}", l.advertised_host, l.advertised_port))
+            }),
+            None,
+            "samsa: advertised_listener and listeners.<name>.advertised_listener. The addresses clients of each listener are told to connect to; unset, the listen address with 0.0.0.0 or :: replaced by 127.0.0.1."),
         key("log.dirs", TYPE_STRING, Some("data_dir"),
             s(&c.data_dir.display()), s(&d.data_dir.display()),
             "samsa: data_dir. The directory of the partition logs and the broker's metadata."),

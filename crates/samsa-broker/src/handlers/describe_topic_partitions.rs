@@ -46,6 +46,7 @@ pub const ALL_TOPIC_OPERATIONS: i32 =
 pub fn handle(
     broker: &Broker,
     request: DescribeTopicPartitionsRequest,
+    listener: &str,
 ) -> DescribeTopicPartitionsResponse {
     let image = broker.metadata.image();
     let all_topics = request.topics.is_empty();
@@ -115,7 +116,7 @@ pub fn handle(
             Some((t, p)) if *t == name => *p,
             _ => 0,
         };
-        let (partitions, next) = partitions_from(broker, &image, topic, start, remaining);
+        let (partitions, next) = partitions_from(broker, &image, topic, start, remaining, listener);
         remaining -= partitions.len();
         topics.push(
             DescribeTopicPartitionsResponseTopic::default()
@@ -143,6 +144,7 @@ fn partitions_from(
     topic: &TopicMetadata,
     start: i32,
     max: usize,
+    listener: &str,
 ) -> (Vec<DescribeTopicPartitionsResponsePartition>, Option<i32>) {
     let max = i32::try_from(max).unwrap_or(i32::MAX);
     let end = topic.partitions.min(start.saturating_add(max));
@@ -151,9 +153,15 @@ fn partitions_from(
         .filter_map(|index| {
             // A partition created but not in this broker's image yet is left
             // out, as Kafka leaves out what its image does not have.
-            let view = partition_view(broker, image, topic, index)?;
+            let view = partition_view(broker, image, topic, index, listener)?;
+            let error = if view.leader_lacks_listener {
+                ResponseError::ListenerNotFound.code()
+            } else {
+                0
+            };
             Some(
                 DescribeTopicPartitionsResponsePartition::default()
+                    .with_error_code(error)
                     .with_partition_index(index)
                     .with_leader_id(BrokerId(view.leader))
                     .with_leader_epoch(view.leader_epoch)

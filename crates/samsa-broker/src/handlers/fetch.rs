@@ -45,7 +45,12 @@ const TOPIC_IDS: i16 = 13;
 /// The first version that carries leader hints on leadership errors.
 const LEADER_HINTS: i16 = 16;
 
-pub async fn handle(broker: &Broker, request: FetchRequest, version: i16) -> FetchResponse {
+pub async fn handle(
+    broker: &Broker,
+    request: FetchRequest,
+    version: i16,
+    listener: &str,
+) -> FetchResponse {
     let read_committed = request.isolation_level == 1;
     let max_wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
     let deadline = Instant::now() + max_wait;
@@ -66,6 +71,7 @@ pub async fn handle(broker: &Broker, request: FetchRequest, version: i16) -> Fet
         version,
         read_committed,
         max_bytes,
+        listener,
     };
 
     loop {
@@ -106,6 +112,8 @@ struct Read<'a> {
     version: i16,
     read_committed: bool,
     max_bytes: usize,
+    /// The client's listener: leader hints give addresses on it.
+    listener: &'a str,
 }
 
 impl Read<'_> {
@@ -124,20 +132,21 @@ impl Read<'_> {
     /// KIP-951: the leader and epoch the metadata names for a partition
     /// that this broker does not lead (any more), and its endpoint if live.
     fn leader_hint(
+        &self,
         broker: &Broker,
         name: &str,
         index: i32,
         data: &mut PartitionData,
         endpoints: &mut BTreeMap<i32, NodeEndpoint>,
     ) {
-        let hint = super::leader_hint(broker, name, index);
+        let hint = super::leader_hint(broker, name, index, self.listener);
         data.current_leader = LeaderIdAndEpoch::default()
             .with_leader_id(BrokerId(hint.leader_id))
             .with_leader_epoch(hint.leader_epoch);
         if let Some(b) = hint.endpoint {
-            endpoints.entry(b.node_id).or_insert_with(|| {
+            endpoints.entry(hint.leader_id).or_insert_with(|| {
                 NodeEndpoint::default()
-                    .with_node_id(BrokerId(b.node_id))
+                    .with_node_id(BrokerId(hint.leader_id))
                     .with_host(str_bytes(b.host))
                     .with_port(b.port)
                     .with_rack(b.rack.map(str_bytes))
@@ -202,7 +211,7 @@ impl Read<'_> {
             Err(code) => {
                 data.error_code = code.code();
                 if hints && code == ResponseError::NotLeaderOrFollower {
-                    Self::leader_hint(broker, name, wanted.partition, &mut data, endpoints);
+                    self.leader_hint(broker, name, wanted.partition, &mut data, endpoints);
                 }
                 return data;
             }
@@ -216,7 +225,7 @@ impl Read<'_> {
             };
             data.error_code = error.code();
             if hints && error == ResponseError::FencedLeaderEpoch {
-                Self::leader_hint(broker, name, wanted.partition, &mut data, endpoints);
+                self.leader_hint(broker, name, wanted.partition, &mut data, endpoints);
             }
             return data;
         }
@@ -264,7 +273,7 @@ impl Read<'_> {
                 // Leadership moved while reading.
                 data.error_code = ResponseError::NotLeaderOrFollower.code();
                 if hints {
-                    Self::leader_hint(broker, name, wanted.partition, &mut data, endpoints);
+                    self.leader_hint(broker, name, wanted.partition, &mut data, endpoints);
                 }
             }
         }

@@ -24,31 +24,34 @@ use crate::Broker;
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
-/// `(node id, host, port)` or the error for one key.
-fn find(broker: &Broker, key_type: i8, key: &str) -> Result<(i32, String, i32), ResponseError> {
-    match key_type {
-        KEY_TYPE_TRANSACTION => {
-            if key.is_empty() {
-                return Err(ResponseError::InvalidRequest);
-            }
-            let node = broker.txn.coordinator_node(broker, key)?;
-            Ok((node.node_id, node.host, node.port))
-        }
-        KEY_TYPE_GROUP => {
-            if key.is_empty() {
-                return Err(ResponseError::InvalidRequest);
-            }
-            let node = broker.groups.coordinator_node(broker, key)?;
-            Ok((node.node_id, node.host, node.port))
-        }
-        _ => Err(ResponseError::InvalidRequest),
+/// `(node id, host, port)` on the client's listener, or the error for one
+/// key. A coordinator without that listener is one the client cannot
+/// reach: COORDINATOR_NOT_AVAILABLE, as Kafka answers.
+fn find(
+    broker: &Broker,
+    key_type: i8,
+    key: &str,
+    listener: &str,
+) -> Result<(i32, String, i32), ResponseError> {
+    if key.is_empty() {
+        return Err(ResponseError::InvalidRequest);
     }
+    let node = match key_type {
+        KEY_TYPE_TRANSACTION => broker.txn.coordinator_node(broker, key)?,
+        KEY_TYPE_GROUP => broker.groups.coordinator_node(broker, key)?,
+        _ => return Err(ResponseError::InvalidRequest),
+    };
+    let endpoint = node
+        .endpoint(listener)
+        .ok_or(ResponseError::CoordinatorNotAvailable)?;
+    Ok((node.node_id, endpoint.host.clone(), endpoint.port))
 }
 
 pub fn handle(
     broker: &Broker,
     request: FindCoordinatorRequest,
     version: i16,
+    listener: &str,
 ) -> FindCoordinatorResponse {
     let key_type = if version >= 1 {
         request.key_type
@@ -61,7 +64,7 @@ pub fn handle(
             .iter()
             .map(|key| {
                 let c = Coordinator::default().with_key(key.clone());
-                match find(broker, key_type, key.as_str()) {
+                match find(broker, key_type, key.as_str(), listener) {
                     Ok((node, host, port)) => c
                         .with_node_id(BrokerId(node))
                         .with_host(str_bytes(host))
@@ -81,7 +84,7 @@ pub fn handle(
     // v1–v3 carry a top-level message, which Kafka fills with the error's
     // name on success ("NONE") and its description on failure; v0 has none.
     let message = |text: String| (version >= 1).then(|| str_bytes(text));
-    match find(broker, key_type, request.key.as_str()) {
+    match find(broker, key_type, request.key.as_str(), listener) {
         Ok((node, host, port)) => FindCoordinatorResponse::default()
             .with_error_message(message("NONE".into()))
             .with_node_id(BrokerId(node))

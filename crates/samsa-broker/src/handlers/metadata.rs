@@ -15,14 +15,19 @@ use crate::metadata::{
 };
 use crate::Broker;
 
-pub async fn handle(broker: &Broker, request: MetadataRequest, version: i16) -> MetadataResponse {
+pub async fn handle(
+    broker: &Broker,
+    request: MetadataRequest,
+    version: i16,
+    listener: &str,
+) -> MetadataResponse {
     let image = broker.metadata.image();
 
     let mut topics = Vec::new();
     match request.topics {
         None => {
             for topic in image.topics.values() {
-                topics.push(topic_response(broker, topic, version));
+                topics.push(topic_response(broker, topic, version, listener));
             }
         }
         Some(requested) => {
@@ -35,13 +40,13 @@ pub async fn handle(broker: &Broker, request: MetadataRequest, version: i16) -> 
                     None => image.topic_by_id(&wanted.topic_id).cloned(),
                 };
                 let response = match (topic, by_name) {
-                    (Some(topic), _) => topic_response(broker, &topic, version),
+                    (Some(topic), _) => topic_response(broker, &topic, version, listener),
                     (None, Some(name)) => {
                         if let Err(e) = validate_topic_name(&name) {
                             error_topic(Some(name), Uuid::nil(), metadata_error_code(&e))
                         } else if allow_auto_create && broker.config.auto_create_topics_enable {
                             match broker.auto_create_topic(&name).await {
-                                Ok(topic) => topic_response(broker, &topic, version),
+                                Ok(topic) => topic_response(broker, &topic, version, listener),
                                 Err(e) => {
                                     error_topic(Some(name), Uuid::nil(), metadata_error_code(&e))
                                 }
@@ -65,14 +70,19 @@ pub async fn handle(broker: &Broker, request: MetadataRequest, version: i16) -> 
 
     // Auto-creation may have changed the image: list the brokers as of now.
     let image = broker.metadata.image();
+    // Brokers without the client's listener are left out: the client could
+    // not reach them (Kafka does the same).
     let brokers = image
         .live_brokers()
-        .map(|b| {
-            MetadataResponseBroker::default()
-                .with_node_id(BrokerId(b.node_id))
-                .with_host(str_bytes(b.host.clone()))
-                .with_port(b.port)
-                .with_rack(b.rack.clone().map(str_bytes))
+        .filter_map(|b| {
+            let endpoint = b.endpoint(listener)?;
+            Some(
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(b.node_id))
+                    .with_host(str_bytes(endpoint.host.clone()))
+                    .with_port(endpoint.port)
+                    .with_rack(b.rack.clone().map(str_bytes)),
+            )
         })
         .collect();
     MetadataResponse::default()
@@ -91,10 +101,14 @@ fn error_topic(name: Option<String>, id: Uuid, error: ResponseError) -> Metadata
 
 /// One partition as clients are told about it (Metadata,
 /// DescribeTopicPartitions): the image's leadership, except that a partition
-/// this node should lead but could not open has no leader, and replicas on
-/// brokers that are not live are offline.
+/// this node should lead but could not open has no leader, a leader
+/// without the client's listener is none the client can use, and replicas
+/// on brokers that are not live are offline.
 pub(crate) struct PartitionView {
     pub leader: i32,
+    /// The leader is live but has no endpoint on the client's listener
+    /// (`leader` is then -1): Kafka's LISTENER_NOT_FOUND.
+    pub leader_lacks_listener: bool,
     pub leader_epoch: i32,
     pub replicas: Vec<BrokerId>,
     pub isr: Vec<BrokerId>,
@@ -107,17 +121,25 @@ pub(crate) fn partition_view(
     image: &MetadataView,
     topic: &TopicMetadata,
     index: i32,
+    listener: &str,
 ) -> Option<PartitionView> {
     let state = topic.partition(index)?;
     let me = broker.config.node_id;
-    let leader = if state.leader == me && broker.replicas.get(&topic.name, index).is_none() {
+    let mut leader = if state.leader == me && broker.replicas.get(&topic.name, index).is_none() {
         NO_LEADER
     } else {
         state.leader
     };
+    let leader_lacks_listener = image
+        .broker(leader)
+        .is_some_and(|b| !b.fenced && b.endpoint(listener).is_none());
+    if leader_lacks_listener {
+        leader = NO_LEADER;
+    }
     let ids = |ids: &[i32]| ids.iter().map(|b| BrokerId(*b)).collect::<Vec<_>>();
     Some(PartitionView {
         leader,
+        leader_lacks_listener,
         leader_epoch: state.leader_epoch,
         replicas: ids(&state.replicas),
         isr: ids(&state.isr),
@@ -130,18 +152,26 @@ pub(crate) fn partition_view(
     })
 }
 
-fn topic_response(broker: &Broker, topic: &TopicMetadata, version: i16) -> MetadataResponseTopic {
+fn topic_response(
+    broker: &Broker,
+    topic: &TopicMetadata,
+    version: i16,
+    listener: &str,
+) -> MetadataResponseTopic {
     let image = broker.metadata.image();
     let partitions = (0..topic.partitions)
         .map(|index| {
-            let Some(view) = partition_view(broker, &image, topic, index) else {
+            let Some(view) = partition_view(broker, &image, topic, index, listener) else {
                 // Created but not yet in this broker's image.
                 return MetadataResponsePartition::default()
                     .with_error_code(ResponseError::LeaderNotAvailable.code())
                     .with_partition_index(index)
                     .with_leader_id(BrokerId(NO_LEADER));
             };
-            let error = if view.leader == NO_LEADER {
+            // Kafka names the missing listener from v6 on.
+            let error = if view.leader_lacks_listener && version >= 6 {
+                ResponseError::ListenerNotFound.code()
+            } else if view.leader == NO_LEADER {
                 ResponseError::LeaderNotAvailable.code()
             } else {
                 0

@@ -53,14 +53,27 @@ pub(crate) fn topic_names<'a>(
 
 /// KIP-951: where a client should go for a partition this broker does not
 /// lead (any more): the leader and leader epoch the metadata names (-1, -1
-/// when it names none), and that leader's endpoint while it is live.
+/// when it names none), and that leader's endpoint on the client's
+/// listener while it is live.
 pub(crate) struct LeaderHint {
     pub leader_id: i32,
     pub leader_epoch: i32,
-    pub endpoint: Option<crate::metadata::BrokerInfo>,
+    pub endpoint: Option<LeaderEndpoint>,
 }
 
-pub(crate) fn leader_hint(broker: &crate::Broker, topic: &str, partition: i32) -> LeaderHint {
+/// Where the leader of a [`LeaderHint`] is, for a client of one listener.
+pub(crate) struct LeaderEndpoint {
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
+pub(crate) fn leader_hint(
+    broker: &crate::Broker,
+    topic: &str,
+    partition: i32,
+    listener: &str,
+) -> LeaderHint {
     let image = broker.metadata.image();
     let (leader_id, leader_epoch) = image
         .partition(topic, partition)
@@ -68,6 +81,12 @@ pub(crate) fn leader_hint(broker: &crate::Broker, topic: &str, partition: i32) -
     LeaderHint {
         leader_id,
         leader_epoch,
-        endpoint: image.broker(leader_id).filter(|b| !b.fenced).cloned(),
+        endpoint: image.broker(leader_id).filter(|b| !b.fenced).and_then(|b| {
+            b.endpoint(listener).map(|e| LeaderEndpoint {
+                host: e.host.clone(),
+                port: e.port,
+                rack: b.rack.clone(),
+            })
+        }),
     }
 }

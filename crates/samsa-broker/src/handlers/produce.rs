@@ -85,6 +85,7 @@ pub async fn handle(
     request: ProduceRequest,
     version: i16,
     mut turn: AppendTurn,
+    listener: &str,
 ) -> ProduceResponse {
     let names = super::topic_names(
         broker,
@@ -126,7 +127,7 @@ pub async fn handle(
     wait_acks_all(&waits, deadline, &mut responses, version).await;
     let mut response = ProduceResponse::default().with_responses(responses);
     if version >= LEADER_HINTS {
-        add_leader_hints(broker, &mut response, &writes);
+        add_leader_hints(broker, &mut response, &writes, listener);
     }
     response
 }
@@ -297,21 +298,26 @@ async fn wait_acks_all(
 /// KIP-951: every NOT_LEADER_OR_FOLLOWER answer names the partition's
 /// current leader and epoch, and the response carries those leaders'
 /// endpoints, so the client need not refresh its metadata first.
-fn add_leader_hints(broker: &Broker, response: &mut ProduceResponse, writes: &[Write]) {
+fn add_leader_hints(
+    broker: &Broker,
+    response: &mut ProduceResponse,
+    writes: &[Write],
+    listener: &str,
+) {
     let mut endpoints: BTreeMap<i32, NodeEndpoint> = BTreeMap::new();
     for write in writes {
         let answer = &mut response.responses[write.topic].partition_responses[write.partition];
         if answer.error_code != ResponseError::NotLeaderOrFollower.code() {
             continue;
         }
-        let hint = super::leader_hint(broker, &write.name, write.index);
+        let hint = super::leader_hint(broker, &write.name, write.index, listener);
         answer.current_leader = LeaderIdAndEpoch::default()
             .with_leader_id(BrokerId(hint.leader_id))
             .with_leader_epoch(hint.leader_epoch);
         if let Some(b) = hint.endpoint {
-            endpoints.entry(b.node_id).or_insert_with(|| {
+            endpoints.entry(hint.leader_id).or_insert_with(|| {
                 NodeEndpoint::default()
-                    .with_node_id(BrokerId(b.node_id))
+                    .with_node_id(BrokerId(hint.leader_id))
                     .with_host(str_bytes(b.host))
                     .with_port(b.port)
                     .with_rack(b.rack.map(str_bytes))
