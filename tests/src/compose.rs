@@ -65,9 +65,6 @@ pub const TEST_SETTINGS: &[(&str, &str)] = &[
     ("SAMSA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0"),
 ];
 
-/// Until samsa serves a second listener: one listener, the host one.
-const SINGLE_LISTENER: bool = true;
-
 /// The repository root (the parent of `tests/`).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -269,16 +266,10 @@ impl ComposeCluster {
             .expect("create temp dir");
         let ports = [free_port(), free_port(), free_port()];
         let mut yaml = String::from("services:\n");
-        for (i, service) in SERVICES.iter().enumerate() {
+        for service in SERVICES {
             yaml.push_str(&format!("  {service}:\n    environment:\n"));
             for (k, v) in TEST_SETTINGS.iter().chain(settings) {
                 yaml.push_str(&format!("      {k}: \"{v}\"\n"));
-            }
-            if SINGLE_LISTENER {
-                yaml.push_str(&format!(
-                    "      SAMSA_LISTEN: \"0.0.0.0:19092\"\n      SAMSA_ADVERTISED_LISTENER: \"127.0.0.1:{}\"\n",
-                    ports[i]
-                ));
             }
         }
         std::fs::write(dir.path().join("override.yaml"), yaml).expect("write the override file");
@@ -373,9 +364,10 @@ impl ComposeCluster {
         self.compose(&["down", "-t", "10"]);
     }
 
-    /// The container id of node `index` (empty if it has none).
+    /// The container id of node `index`, running or not (empty if it has
+    /// none). `-a`: Compose v2 lists only running containers without it.
     pub fn container(&self, index: usize) -> String {
-        self.compose(&["ps", "-q", SERVICES[index]])
+        self.compose(&["ps", "-a", "-q", SERVICES[index]])
             .trim()
             .to_string()
     }
