@@ -207,12 +207,12 @@ fn forms_from_identical_config_and_serves_both_listeners() {
     let host: BTreeMap<i32, String> = (0..3)
         .map(|i| (i32::try_from(i).unwrap() + 1, c.addr(i).to_string()))
         .collect();
-    for i in 0..3 {
+    for (i, service) in SERVICES.iter().enumerate() {
         assert_eq!(
             c.metadata_brokers(i).unwrap(),
             host,
             "Metadata through {}'s host listener",
-            SERVICES[i]
+            service
         );
         let hostname = samsa_tests::compose::docker(&[
             "inspect",
@@ -220,7 +220,7 @@ fn forms_from_identical_config_and_serves_both_listeners() {
             "{{.Config.Hostname}}",
             &c.container(i),
         ]);
-        assert_eq!(hostname.trim(), SERVICES[i]);
+        assert_eq!(hostname.trim(), *service);
     }
     // Through the network listener (port 9092 of each container): the
     // DNS names of the network.
@@ -232,15 +232,10 @@ fn forms_from_identical_config_and_serves_both_listeners() {
             )
         })
         .collect();
-    for i in 0..3 {
+    for (i, service) in SERVICES.iter().enumerate() {
         let addr: SocketAddr = format!("{}:9092", container_ip(&c, i)).parse().unwrap();
         let md = KafkaClient::connect(addr)
-            .unwrap_or_else(|e| {
-                panic!(
-                    "connect to {}'s network listener {addr}: {e:#}",
-                    SERVICES[i]
-                )
-            })
+            .unwrap_or_else(|e| panic!("connect to {}'s network listener {addr}: {e:#}", service))
             .metadata(Some(&[]))
             .unwrap();
         let brokers: BTreeMap<i32, String> = md
@@ -251,7 +246,7 @@ fn forms_from_identical_config_and_serves_both_listeners() {
         assert_eq!(
             brokers, network,
             "Metadata through {}'s network listener",
-            SERVICES[i]
+            service
         );
     }
     // The quorum as `samsa cluster status` sees it from inside the network.
@@ -269,17 +264,17 @@ fn forms_from_identical_config_and_serves_both_listeners() {
         status.lines().any(|l| l.starts_with("Controller leader:")),
         "{status}"
     );
-    for i in 0..3 {
+    for (i, service) in SERVICES.iter().enumerate() {
         let id = i + 1;
         assert!(
             status.lines().any(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
                 f.first() == Some(&id.to_string().as_str())
-                    && f.get(1) == Some(&format!("{}:9092", SERVICES[i]).as_str())
+                    && f.get(1) == Some(&format!("{}:9092", service).as_str())
                     && f.contains(&"active")
             }),
             "broker {id} is not {}:9092, active:\n{status}",
-            SERVICES[i]
+            service
         );
     }
 
@@ -477,7 +472,7 @@ fn rolling_restart_loses_nothing_and_tears_no_transaction() {
     let topics = loads.topics();
     let topic_refs = [topics[0].as_str(), topics[1].as_str()];
     let mut gaps = Vec::new();
-    for i in 0..3 {
+    for (i, service) in SERVICES.iter().enumerate() {
         let at = Instant::now();
         c.restart(i);
         c.wait_node_ready(i, READY_TIMEOUT);
@@ -496,13 +491,13 @@ fn rolling_restart_loses_nothing_and_tears_no_transaction() {
         loads.txn.wait_progress(2, STATE);
         eprintln!(
             "containers: {} restarted (docker restart), ready and in every ISR after {} ms",
-            SERVICES[i],
+            service,
             at.elapsed().as_millis()
         );
         gaps.push(report_gap(
             &loads.idem,
             at,
-            &format!("docker restart of {}", SERVICES[i]),
+            &format!("docker restart of {}", service),
         ));
     }
     loads.finish(&c);
@@ -527,8 +522,8 @@ fn down_and_up_keeps_every_record() {
     assert!(before.0.len() >= 2_000 && !before.1.is_empty());
 
     c.down_keep_volumes();
-    for i in 0..3 {
-        assert!(c.container(i).is_empty(), "{} survived down", SERVICES[i]);
+    for (i, service) in SERVICES.iter().enumerate() {
+        assert!(c.container(i).is_empty(), "{} survived down", service);
     }
     let mut volumes = c.existing_volumes();
     volumes.sort();

@@ -236,7 +236,7 @@ impl TxnLoad {
                     // Without a commit request the transaction can only end
                     // aborted, also when the abort call fails and a new
                     // producer (fencing this one) takes over.
-                    let view = if send_failed || n % 4 == 0 {
+                    let view = if send_failed || n.is_multiple_of(4) {
                         if let Err(e) = p.abort() {
                             eprintln!("txn load: abort failed: {e}; a new producer");
                             drop(p);
