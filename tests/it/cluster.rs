@@ -1073,3 +1073,69 @@ fn nix_sigterm(pid: u32) {
     use nix::unistd::Pid;
     kill(Pid::from_raw(i32::try_from(pid).unwrap()), Signal::SIGTERM).expect("kill(SIGTERM)");
 }
+
+/// A voter whose data directory was wiped must not take part in the quorum
+/// again (it could make it forget committed metadata): started on an empty
+/// store that the other voters know, it exits with an error that says what
+/// happened, and the cluster goes on without it.
+#[test]
+fn cluster_node_with_a_wiped_data_dir_refuses_to_start() {
+    let mut cluster = SamsaCluster::start(3, &[]);
+    let mut client = cluster.client(2);
+    let topic = unique_topic("wiped");
+    wait_until("a topic created", Duration::from_secs(30), || {
+        created(client.create_topic_result(&topic, 1))
+    });
+    cluster.sigkill(1);
+    let data = cluster.node(1).data_dir();
+    std::fs::remove_dir_all(&data).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    cluster.spawn(1);
+    let exited = samsa_tests::wait::try_wait_until(Duration::from_secs(60), || {
+        (!cluster.running().contains(&1)).then_some(())
+    });
+    let log = cluster.log_tail(1, 60);
+    assert!(exited.is_some(), "the wiped node kept running:\n{log}");
+    assert!(
+        log.contains("started on an empty controller store, but the quorum knows this node"),
+        "{log}"
+    );
+    // Nodes 2 and 3 are a majority: metadata changes still commit.
+    let second = unique_topic("wiped-after");
+    wait_until(
+        "a topic created without node 1",
+        Duration::from_secs(30),
+        || created(client.create_topic_result(&second, 1)),
+    );
+}
+
+/// `Some` once CreateTopics says the topic is there: created, or (a
+/// retry after a failover resent the first attempt) already existing.
+fn created(
+    result: anyhow::Result<kafka_protocol::messages::create_topics_response::CreatableTopicResult>,
+) -> Option<()> {
+    let code = result.ok()?.error_code;
+    (code == 0 || code == TOPIC_ALREADY_EXISTS).then_some(())
+}
+
+/// The other side of the wiped-store check: a node that never took part
+/// (its first start, after the others formed the quorum without it) joins.
+#[test]
+fn cluster_node_started_after_the_quorum_formed_joins_it() {
+    let mut cluster = SamsaCluster::new(3, &[]);
+    cluster.spawn(1);
+    cluster.spawn(2);
+    cluster.wait_ready(1);
+    cluster.wait_ready(2);
+    let mut client = cluster.client(1);
+    wait_until(
+        "brokers 1 and 2 registered",
+        Duration::from_secs(30),
+        || (client.metadata(Some(&[])).ok()?.brokers.len() == 2).then_some(()),
+    );
+    cluster.spawn(3);
+    cluster.wait_ready(3);
+    wait_until("broker 3 registered", Duration::from_secs(30), || {
+        (client.metadata(Some(&[])).ok()?.brokers.len() == 3).then_some(())
+    });
+}

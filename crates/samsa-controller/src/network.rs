@@ -69,14 +69,31 @@ fn encode_reply<T: Serialize>(value: &T) -> Result<Response<RaftReply>, Status> 
 pub struct RaftRpcServer {
     raft: Raft<TypeConfig>,
     cluster_id: watch::Receiver<Option<String>>,
+    /// False while this node may not take part in the quorum (an empty
+    /// store whose fate is not decided yet, see `node.rs`): every Raft RPC
+    /// is refused, so it neither votes nor acknowledges entries.
+    participating: watch::Receiver<bool>,
 }
 
 impl RaftRpcServer {
-    pub fn new(raft: Raft<TypeConfig>, cluster_id: watch::Receiver<Option<String>>) -> Self {
-        Self { raft, cluster_id }
+    pub fn new(
+        raft: Raft<TypeConfig>,
+        cluster_id: watch::Receiver<Option<String>>,
+        participating: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            raft,
+            cluster_id,
+            participating,
+        }
     }
 
     fn accept(&self, request: Request<RaftRequest>) -> Result<RaftRequest, Status> {
+        if !*self.participating.borrow() {
+            return Err(Status::unavailable(
+                "this controller started on an empty store and has not yet learned whether                  the quorum is new; it takes no part in it until then",
+            ));
+        }
         let req = request.into_inner();
         check_cluster(
             self.cluster_id.borrow().as_deref(),

@@ -10,10 +10,20 @@
 //!    another node id, or to another cluster than `cluster_id` (when both are
 //!    known) — with an error that names both;
 //! 3. start openraft and the gRPC server;
-//! 4. if this node has the lowest id and its store has neither vote nor log,
-//!    initialize the cluster with all voters (every other node waits to be
-//!    contacted);
-//! 5. every `tick_interval`, if leader: record the cluster id if the metadata
+//! 4. a store that has never taken part in the quorum (no vote, no log, not
+//!    marked joined) is new — or was lost: a wiped volume. A voter that
+//!    acknowledged entries, lost them and votes again can make the quorum
+//!    forget committed metadata (an election won by a voter that lacks
+//!    them), so such a node refuses every Raft RPC until it has asked the
+//!    other voters ([`decide_participation`]): if one of them has this
+//!    node's broker registration, its store was lost and it stops with an
+//!    error that says so; once voters that make a majority with it have
+//!    answered without it, the quorum is new to it, it marks its store
+//!    joined and takes part;
+//! 5. if this node has the lowest id and its store has neither vote nor log,
+//!    initialize the cluster with all voters once it takes part (every other
+//!    node waits to be contacted);
+//! 6. every `tick_interval`, if leader: record the cluster id if the metadata
 //!    has none yet (the configured one, or a new UUID: the id is fixed at
 //!    first formation), then run [`crate::logic::ControllerLogic::tick`]
 //!    (fence brokers whose session expired, elect leaders for leaderless
@@ -187,6 +197,9 @@ pub struct ControllerNode {
     stop_tx: watch::Sender<bool>,
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     ticker: JoinHandle<()>,
+    /// Asks the other voters whether an empty store is new (module docs, 4).
+    deciding: Option<JoinHandle<()>>,
+    refusal: watch::Receiver<Option<String>>,
 }
 
 impl ControllerNode {
@@ -292,10 +305,16 @@ impl ControllerNode {
         ));
         let (stop_tx, stop_rx) = watch::channel(false);
 
-        let raft_service =
-            RaftServiceServer::new(RaftRpcServer::new(raft.clone(), sm.watch_cluster_id()))
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let joined = !fresh || store.get_meta(keys::JOINED)?.is_some();
+        let (participating_tx, participating_rx) = watch::channel(joined);
+        let (refusal_tx, refusal_rx) = watch::channel(None);
+        let raft_service = RaftServiceServer::new(RaftRpcServer::new(
+            raft.clone(),
+            sm.watch_cluster_id(),
+            participating_rx,
+        ))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let controller_service = ControllerServiceServer::new(ControllerGrpc::new(
             Arc::clone(&core),
             config.voters.clone(),
@@ -331,18 +350,28 @@ impl ControllerNode {
             }
         };
 
-        let lowest = config.voters.iter().map(|(id, _)| *id).min();
-        if fresh && lowest == Some(node_id) {
-            let members: BTreeMap<NodeId, BasicNode> = config
-                .voters
-                .iter()
-                .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
-                .collect();
-            match raft.initialize(members).await {
-                Ok(()) => tracing::info!("initialized the controller quorum"),
-                Err(e) => tracing::warn!(error = %e, "quorum initialization refused"),
-            }
-        }
+        let initializer = fresh && config.voters.iter().map(|(id, _)| *id).min() == Some(node_id);
+        let start = Participation {
+            node_id,
+            voters: config.voters.clone(),
+            data_dir: config.data_dir.clone(),
+            store: Arc::clone(&store),
+            raft: raft.clone(),
+            initializer,
+        };
+        let deciding = if joined {
+            start.take_part().await;
+            None
+        } else {
+            tracing::info!(
+                "empty controller store: asking the other voters whether the quorum is new \
+                 before taking part"
+            );
+            Some(tokio::spawn(
+                decide_participation(start, participating_tx, refusal_tx, stop_rx.clone())
+                    .in_current_span(),
+            ))
+        };
 
         let stored_cluster_id = sm.watch_cluster_id().borrow().clone();
         let cluster_id = config
@@ -363,12 +392,22 @@ impl ControllerNode {
             stop_tx,
             server,
             ticker,
+            deciding,
+            refusal: refusal_rx,
         };
         Ok((node, routes))
     }
 
     pub fn node_id(&self) -> NodeId {
         self.core.node_id()
+    }
+
+    /// Set (once) when this node must not run: it started on an empty store
+    /// that the quorum knows was not empty (module docs, 4); the text says
+    /// why and what to do. The node takes no part in the quorum; its
+    /// process should stop with this as its error.
+    pub fn refusal(&self) -> watch::Receiver<Option<String>> {
+        self.refusal.clone()
     }
 
     /// The address the node's own gRPC server listens on (`None` when embedded).
@@ -419,6 +458,9 @@ impl ControllerNode {
         let node_id = self.node_id();
         async move {
             self.ticker.abort();
+            if let Some(deciding) = &self.deciding {
+                deciding.abort();
+            }
             let _ = self.stop_tx.send(true);
             let raft_result = self.core.raft().shutdown().await;
             if let Some(server) = self.server {
@@ -439,6 +481,124 @@ impl ControllerNode {
         }
         .instrument(tracing::info_span!("controller", node_id))
         .await
+    }
+}
+
+/// What taking part in the quorum needs, for a node that may have to wait
+/// for it.
+struct Participation {
+    node_id: NodeId,
+    voters: Vec<(NodeId, String)>,
+    data_dir: PathBuf,
+    store: Arc<dyn RaftStore>,
+    raft: Raft<TypeConfig>,
+    /// The lowest voter on an empty store: it initializes the quorum.
+    initializer: bool,
+}
+
+impl Participation {
+    async fn take_part(&self) {
+        if !self.initializer {
+            return;
+        }
+        let members: BTreeMap<NodeId, BasicNode> = self
+            .voters
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
+            .collect();
+        match self.raft.initialize(members).await {
+            Ok(()) => tracing::info!("initialized the controller quorum"),
+            Err(e) => tracing::warn!(error = %e, "quorum initialization refused"),
+        }
+    }
+}
+
+/// How long one voter may take to answer [`decide_participation`]'s question.
+const PARTICIPATION_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often the question is asked again while too few voters answer.
+const PARTICIPATION_PROBE_INTERVAL: Duration = Duration::from_millis(300);
+
+/// Step 4 of the module docs: asks every other voter (DescribeQuorum)
+/// until one of them knows this node as a registered broker — then its
+/// store was lost: refuse — or voters that make a majority with this one
+/// have answered without it: mark the store joined and take part.
+///
+/// The registration is the evidence because a node registers its broker
+/// seconds after its controller first joins; a store wiped in those first
+/// seconds goes undetected (docs/DEPLOY.md says so).
+async fn decide_participation(
+    start: Participation,
+    participating: watch::Sender<bool>,
+    refusal: watch::Sender<Option<String>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let me = start.node_id;
+    let majority = start.voters.len() / 2 + 1;
+    let peers: Vec<(NodeId, String)> = start
+        .voters
+        .iter()
+        .filter(|(id, _)| *id != me)
+        .cloned()
+        .collect();
+    let mut asked = 0u32;
+    loop {
+        let mut answered = 1; // this node
+        for (peer, addr) in &peers {
+            let client =
+                crate::client::ControllerClient::new([addr.clone()], PARTICIPATION_PROBE_TIMEOUT);
+            let answer =
+                tokio::time::timeout(PARTICIPATION_PROBE_TIMEOUT, client.describe_quorum()).await;
+            let Ok(Ok(quorum)) = answer else { continue };
+            if i32::try_from(me).is_ok_and(|id| quorum.registered_brokers.contains(&id)) {
+                let message = format!(
+                    "node {me} started on an empty controller store, but the quorum knows this \
+                     node: voter {peer} has its broker registration (cluster {}), so the data \
+                     directory {} was lost or replaced. A voter that lost its log and votes \
+                     again can make the quorum forget committed metadata, so this node does \
+                     not start. Restore its data directory (the volume) if you can; otherwise \
+                     the cluster runs on the other voters, and replacing a lost voter needs a \
+                     quorum membership change, which samsa does not support yet \
+                     (docs/DEPLOY.md, \"A node that lost its volume\")",
+                    quorum.cluster_id,
+                    start.data_dir.display()
+                );
+                tracing::error!("{message}");
+                let _ = refusal.send(Some(message));
+                return;
+            }
+            answered += 1;
+        }
+        if answered >= majority {
+            if let Err(e) = start
+                .store
+                .put_meta(&[(keys::JOINED, b"1")])
+                .and_then(|()| start.store.flush())
+            {
+                let message = format!("cannot mark the controller store joined: {e}");
+                tracing::error!("{message}");
+                let _ = refusal.send(Some(message));
+                return;
+            }
+            tracing::info!(
+                answered,
+                "the quorum is new to this node: taking part in it"
+            );
+            let _ = participating.send(true);
+            start.take_part().await;
+            return;
+        }
+        asked += 1;
+        if asked % 30 == 0 {
+            tracing::info!(
+                answered,
+                majority,
+                "empty controller store: still waiting for a majority of the voters to answer"
+            );
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(PARTICIPATION_PROBE_INTERVAL) => {}
+            _ = stop.wait_for(|stopped| *stopped) => return,
+        }
     }
 }
 

@@ -410,6 +410,7 @@ impl ControllerService for ControllerGrpc {
                 .collect(),
             error: None,
             replication,
+            registered_brokers: image.brokers().map(|b| b.broker_id).collect(),
         }))
     }
 

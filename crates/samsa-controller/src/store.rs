@@ -76,6 +76,9 @@ pub mod keys {
     pub const SNAPSHOT_DATA: &str = "snapshot_data";
     pub const CLUSTER_ID: &str = "cluster_id";
     pub const NODE_ID: &str = "node_id";
+    /// Written once this node may take part in the quorum: it found the
+    /// cluster new when it started on an empty store (`node.rs`).
+    pub const JOINED: &str = "joined";
 }
 
 /// Byte-level persistence of the Raft log and a few metadata keys.

@@ -75,6 +75,25 @@ async fn run_node(
         crate::http::serve(http_listener, Arc::clone(&http_state), grpc_stop_rx.clone())
             .in_current_span(),
     );
+    // A controller that must not run (its store was lost, see
+    // samsa-controller's node.rs) stops the node with its reason.
+    let mut refusal = controller.refusal();
+    let refused = {
+        let mut refusal = refusal.clone();
+        async move {
+            // The sender goes away once the controller takes part: then
+            // there is nothing to wait for.
+            if refusal.wait_for(Option::is_some).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    let shutdown = async move {
+        tokio::select! {
+            () = shutdown => {}
+            () = refused => {}
+        }
+    };
     let result = serve(
         config,
         settings,
@@ -89,6 +108,10 @@ async fn run_node(
         shutdown,
     )
     .await;
+    let result = match refusal.borrow_and_update().clone() {
+        Some(reason) => Err(BrokerError::Cluster(reason)),
+        None => result,
+    };
     if let Err(e) = controller.shutdown().await {
         warn!(error = %e, "controller did not stop cleanly");
     }
