@@ -450,6 +450,12 @@ impl ComposeCluster {
     /// its host listener lists three brokers; panics (logs printed by Drop)
     /// if the container exits or the deadline passes.
     pub fn wait_node_ready(&self, index: usize, timeout: Duration) {
+        self.wait_node_ready_with(index, 3, timeout);
+    }
+
+    /// [`Self::wait_node_ready`] with `brokers` brokers in Metadata (fewer
+    /// than three while a node is down for good).
+    pub fn wait_node_ready_with(&self, index: usize, brokers: usize, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
             let (status, health) = self.state(index);
@@ -458,7 +464,11 @@ impl ComposeCluster {
                 "{} is {status} (health {health}) while waiting for it to be ready",
                 SERVICES[index]
             );
-            if health == "healthy" && self.metadata_brokers(index).is_some_and(|b| b.len() == 3) {
+            if health == "healthy"
+                && self
+                    .metadata_brokers(index)
+                    .is_some_and(|b| b.len() == brokers)
+            {
                 return;
             }
             assert!(
@@ -470,10 +480,33 @@ impl ComposeCluster {
         }
     }
 
-    /// Waits until every node is ready.
+    /// Waits until every node is ready; fails as soon as one container
+    /// has stopped (it does not come back by itself: `restart: "no"`).
     pub fn wait_ready(&self) {
-        for i in 0..3 {
-            self.wait_node_ready(i, READY_TIMEOUT);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut ready = [false; 3];
+        loop {
+            for (i, done) in ready.iter_mut().enumerate() {
+                if *done {
+                    continue;
+                }
+                let (status, health) = self.state(i);
+                assert!(
+                    status == "running" || status == "created" || status == "restarting",
+                    "{} is {status} (health {health}) while waiting for every node to be ready",
+                    SERVICES[i]
+                );
+                *done =
+                    health == "healthy" && self.metadata_brokers(i).is_some_and(|b| b.len() == 3);
+            }
+            if ready.iter().all(|r| *r) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not every node ready within {READY_TIMEOUT:?}: ready {ready:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
         }
     }
 
@@ -668,6 +701,26 @@ impl ComposeCluster {
     pub fn logs(&self, lines: usize) -> String {
         let tail = lines.to_string();
         text(&self.compose_output(&["logs", "--no-color", "--tail", &tail]))
+    }
+
+    /// Waits until node `index`'s container has exited; returns its exit code.
+    pub fn wait_exited(&self, index: usize, timeout: Duration) -> i64 {
+        wait_until(&format!("{} to exit", SERVICES[index]), timeout, || {
+            let id = self.container(index);
+            let out = run(
+                "docker",
+                &[
+                    "inspect",
+                    "--format",
+                    "{{.State.Status}} {{.State.ExitCode}}",
+                    &id,
+                ],
+                &[],
+            );
+            let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            let (status, code) = s.split_once(' ')?;
+            (status == "exited").then(|| code.parse().ok()).flatten()
+        })
     }
 
     /// Everything node `index`'s current container logged.
