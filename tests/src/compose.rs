@@ -523,6 +523,17 @@ impl ComposeCluster {
             .join(",")
     }
 
+    /// The host listeners of the nodes `indexes` (a bootstrap list without
+    /// a node that is down for good: librdkafka reports every failed
+    /// connection to a reader).
+    pub fn bootstrap_of(&self, indexes: &[usize]) -> String {
+        indexes
+            .iter()
+            .map(|i| self.addr(*i).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// A raw client to node `index`'s host listener, or `None` if it does
     /// not answer within a second or two.
     pub fn quick_client(&self, index: usize) -> Option<KafkaClient> {
