@@ -26,8 +26,8 @@ use samsa_tests::node::samsa_bin;
 use samsa_tests::txn::{
     create_topic_default_rf, end_txn_v5, error_code, init_transactional_id, is_fatal,
     partition_leaders, plain_producer_config, read_topic, read_values, requires_abort,
-    retry_coordinator, transaction_state_leader, transaction_state_partition,
-    transactional_producer_config, wait_values, Isolation, Seen, TxnProducer,
+    resolve_commit, retry_coordinator, transaction_state_leader, transaction_state_partition,
+    transactional_producer_config, wait_values, ClientView, Isolation, Seen, TxnProducer,
     TRANSACTION_STATE_PARTITIONS, TRANSACTION_STATE_TOPIC,
 };
 use samsa_tests::wait::try_wait_until;
@@ -850,54 +850,6 @@ fn transaction_state_placement_matches_kafka() {
         vec![45],
         "partitions of __transaction_state with records"
     );
-}
-
-/// How a transaction that lost its coordinator ended, by what the client saw.
-#[derive(Debug, PartialEq, Eq)]
-enum ClientView {
-    /// commit_transaction returned Ok: the transaction must be committed.
-    Committed,
-    /// The commit failed abortably and abort_transaction returned Ok.
-    Aborted,
-    /// The producer was unusable; a new one with the same id took over
-    /// (its InitProducerId completes or aborts the transaction).
-    Unknown,
-}
-
-/// Resolves the commit attempt of `p` (which may have failed because its
-/// coordinator died) and returns a producer able to run the next
-/// transaction, with what the client knows about the outcome.
-fn resolve_commit(
-    p: TxnProducer,
-    commit: rdkafka::error::KafkaResult<()>,
-    bootstrap: &str,
-    id: &str,
-) -> (TxnProducer, ClientView) {
-    match commit {
-        Ok(()) => (p, ClientView::Committed),
-        Err(e) if requires_abort(&e) => {
-            eprintln!("commit failed abortably: {e}");
-            match p.abort() {
-                Ok(()) => (p, ClientView::Aborted),
-                Err(e) => {
-                    eprintln!("abort failed too: {e}; taking over with a new producer");
-                    drop(p);
-                    (
-                        TxnProducer::transactional(bootstrap, id),
-                        ClientView::Unknown,
-                    )
-                }
-            }
-        }
-        Err(e) => {
-            eprintln!("commit failed: {e}; taking over with a new producer");
-            drop(p);
-            (
-                TxnProducer::transactional(bootstrap, id),
-                ClientView::Unknown,
-            )
-        }
-    }
 }
 
 /// Checks the end state of a transaction whose records are `values`: every

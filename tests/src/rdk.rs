@@ -78,12 +78,56 @@ pub fn assign_consumer_config(bootstrap: &str) -> ClientConfig {
 
 /// Producer context that feeds acknowledgements and failures to a checker
 /// and remembers client errors (a fatal idempotence error fails the test).
+/// It also records, per partition, every pause of more than
+/// [`ACK_GAP_MIN`] between two acknowledgements ([`AckGap`]): how long a
+/// fault kept a partition from taking writes, as the client saw it.
 pub struct CheckingContext {
     pub checker: SharedChecker,
     pub acked: AtomicU64,
     pub failed: AtomicU64,
     pub errors: Mutex<Vec<String>>,
     pub fatal: Mutex<Option<String>>,
+    last_ack: Mutex<BTreeMap<i32, Instant>>,
+    pub gaps: Mutex<Vec<AckGap>>,
+}
+
+/// Pauses between acknowledgements shorter than this are not recorded.
+pub const ACK_GAP_MIN: Duration = Duration::from_millis(50);
+
+/// A pause between two consecutive acknowledgements of one partition.
+#[derive(Debug, Clone, Copy)]
+pub struct AckGap {
+    pub partition: i32,
+    /// The acknowledgement before the pause.
+    pub from: Instant,
+    /// The first acknowledgement after it.
+    pub to: Instant,
+}
+
+impl AckGap {
+    pub fn length(&self) -> Duration {
+        self.to - self.from
+    }
+}
+
+impl CheckingContext {
+    /// When `partition`'s last acknowledgement arrived.
+    pub fn last_ack(&self, partition: i32) -> Option<Instant> {
+        self.last_ack.lock().unwrap().get(&partition).copied()
+    }
+
+    /// The longest pause between acknowledgements of one partition that
+    /// overlaps `[from, to]` (zero if there was none longer than
+    /// [`ACK_GAP_MIN`]), with its partition.
+    pub fn longest_gap(&self, from: Instant, to: Instant) -> Option<AckGap> {
+        self.gaps
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|g| g.to >= from && g.from <= to)
+            .max_by_key(|g| g.length())
+            .copied()
+    }
 }
 
 impl CheckingContext {
@@ -94,6 +138,8 @@ impl CheckingContext {
             failed: AtomicU64::new(0),
             errors: Mutex::new(Vec::new()),
             fatal: Mutex::new(None),
+            last_ack: Mutex::new(BTreeMap::new()),
+            gaps: Mutex::new(Vec::new()),
         }
     }
 }
@@ -131,6 +177,15 @@ impl ProducerContext for CheckingContext {
                     .unwrap()
                     .ack(v, m.partition(), m.offset());
                 self.acked.fetch_add(1, Ordering::Relaxed);
+                let now = Instant::now();
+                let previous = self.last_ack.lock().unwrap().insert(m.partition(), now);
+                if let Some(from) = previous.filter(|t| now - *t > ACK_GAP_MIN) {
+                    self.gaps.lock().unwrap().push(AckGap {
+                        partition: m.partition(),
+                        from,
+                        to: now,
+                    });
+                }
             }
             Err((e, m)) => {
                 let v = m.payload().unwrap_or_default();

@@ -227,6 +227,54 @@ impl TxnProducer {
     }
 }
 
+/// How a transaction that lost its coordinator ended, by what the client saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientView {
+    /// commit_transaction returned Ok: the transaction must be committed.
+    Committed,
+    /// The commit failed abortably and abort_transaction returned Ok.
+    Aborted,
+    /// The producer was unusable; a new one with the same id took over
+    /// (its InitProducerId completes or aborts the transaction).
+    Unknown,
+}
+
+/// Resolves the commit attempt of `p` (which may have failed because its
+/// coordinator died) and returns a producer able to run the next
+/// transaction, with what the client knows about the outcome.
+pub fn resolve_commit(
+    p: TxnProducer,
+    commit: rdkafka::error::KafkaResult<()>,
+    bootstrap: &str,
+    id: &str,
+) -> (TxnProducer, ClientView) {
+    match commit {
+        Ok(()) => (p, ClientView::Committed),
+        Err(e) if requires_abort(&e) => {
+            eprintln!("commit failed abortably: {e}");
+            match p.abort() {
+                Ok(()) => (p, ClientView::Aborted),
+                Err(e) => {
+                    eprintln!("abort failed too: {e}; taking over with a new producer");
+                    drop(p);
+                    (
+                        TxnProducer::transactional(bootstrap, id),
+                        ClientView::Unknown,
+                    )
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("commit failed: {e}; taking over with a new producer");
+            drop(p);
+            (
+                TxnProducer::transactional(bootstrap, id),
+                ClientView::Unknown,
+            )
+        }
+    }
+}
+
 /// The librdkafka error code of a transactional call's error.
 pub fn error_code(e: &KafkaError) -> Option<RDKafkaErrorCode> {
     e.rdkafka_error_code()
