@@ -10,17 +10,24 @@
 # With a registry, build deploy/Dockerfile directly (docs/DEPLOY.md).
 #
 # Usage: deploy/build-image.sh [TAG]     (default samsa:latest)
+#        deploy/build-image.sh --base-only   (step 1 alone: it needs no binary,
+#                                            so it can run while cargo builds)
 # Environment: SAMSA_BASE_IMAGE (default samsa-base:bookworm),
 #              DEBIAN_MIRROR (default http://deb.debian.org/debian).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
+base_only=false
+if [[ ${1:-} == --base-only ]]; then
+    base_only=true
+    shift
+fi
 tag=${1:-samsa:latest}
 base=${SAMSA_BASE_IMAGE:-samsa-base:bookworm}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-binary="$repo/target/release/samsa"
+binary="${CARGO_TARGET_DIR:-$repo/target}/release/samsa"
 
-if [[ ! -x "$binary" ]]; then
+if ! $base_only && [[ ! -x "$binary" ]]; then
     echo "error: $binary is missing: run cargo build --release -p samsa first" >&2
     exit 1
 fi
@@ -42,6 +49,11 @@ if ! docker image inspect "$base" >/dev/null 2>&1; then
     tar -C "$rootfs" -c . | docker import - "$base" >/dev/null
     rm -rf "$rootfs"
     trap - EXIT
+fi
+
+if $base_only; then
+    echo "base image $base is there"
+    exit 0
 fi
 
 # The build context holds only what the Dockerfile copies, not the whole

@@ -5,16 +5,23 @@
 #   1. installs what is missing (apt: compilers, python3 venv, kcat,
 #      rapidjson-dev for librdkafka's statistics tests;
 #      cargo-nextest; a Python venv with tests/compat/requirements.txt)
-#   2. builds the workspace once (all targets)
+#   2. builds the workspace once, in release (all targets): the suites and
+#      the container image use that one build; meanwhile the offline base
+#      image of the container image is made from Debian packages
 #   3. cargo fmt --check, cargo clippy -D warnings, the code map of
 #      docs/ARCHITECTURE.md checked against the tree
 #   4. cargo nextest (unit tests of every crate + tests/it integration tests)
 #   5. pytest tests/compat (confluent-kafka, kafka-python, kcat)
-#   6. tests/librdkafka/run.sh (librdkafka's own suite, allowlisted tests)
+#   6. side by side, as both mostly wait: tests/librdkafka/run.sh
+#      (librdkafka's own suite, allowlisted tests) and the deploy tests —
+#      the container image built (deploy/build-image.sh), the Helm chart
+#      rendered and validated (tests/deploy/helm.sh), the compose cluster's
+#      container fault tests (tests/containers)
 #
 # Every step after the build runs even if an earlier one failed; the script
 # exits non-zero if any step failed and prints a summary with durations.
-# SKIP_LIBRDKAFKA=1 / SKIP_COMPAT=1 skip those steps for quick local runs.
+# SKIP_LIBRDKAFKA=1 / SKIP_COMPAT=1 / SKIP_DEPLOY=1 skip those steps for
+# quick local runs; the deploy tests need a Docker engine.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -66,6 +73,12 @@ else
 fi
 [ -f /usr/include/rapidjson/schema.h ] || apt_pkgs+=(rapidjson-dev) # librdkafka stats tests
 command -v kcat >/dev/null 2>&1 || command -v kafkacat >/dev/null 2>&1 || apt_pkgs+=(kcat)
+deploy=${SKIP_DEPLOY:-}
+if [ -z "$deploy" ]; then
+    # The base of the container image is made with debootstrap.
+    command -v debootstrap >/dev/null 2>&1 || apt_pkgs+=(debootstrap)
+    command -v objcopy >/dev/null 2>&1 || apt_pkgs+=(binutils)
+fi
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
     say "apt-get install ${apt_pkgs[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -92,16 +105,34 @@ if [ ! -f "$req_stamp" ]; then
     touch "$req_stamp"
 fi
 
+logs=$target/run-all-logs
+mkdir -p "$logs"
+
+# The base image needs no binary: made while cargo builds (mostly a download).
+base_pid=
+if [ -z "$deploy" ]; then
+    if docker info >/dev/null 2>&1; then
+        say "container base image in the background (log: $logs/base-image.log)"
+        bash deploy/build-image.sh --base-only >"$logs/base-image.log" 2>&1 &
+        base_pid=$!
+    else
+        summary+=("FAILED  0s  deploy tests: no usable Docker engine (docker info failed; SKIP_DEPLOY=1 skips them)")
+        failed=1
+        deploy=no-docker
+    fi
+fi
+
 # -------------------------------------------------------------- 2. build ---
-say "cargo build --workspace --all-targets"
+say "cargo build --workspace --all-targets --release"
 build_start=$SECONDS
-if ! cargo build --workspace --all-targets; then
+if ! cargo build --workspace --all-targets --release; then
     summary+=("FAILED  $((SECONDS - build_start))s  cargo build (nothing else can run)")
+    [ -n "$base_pid" ] && wait "$base_pid" || true
     print_summary
     exit 1
 fi
-summary+=("ok      $((SECONDS - build_start))s  cargo build --workspace --all-targets")
-export SAMSA_BIN=${SAMSA_BIN:-$target/debug/samsa}
+summary+=("ok      $((SECONDS - build_start))s  cargo build --workspace --all-targets --release")
+export SAMSA_BIN=${SAMSA_BIN:-$target/release/samsa}
 
 # ---------------------------------------------------------- 3. lint -------
 run_step "cargo fmt --check" cargo fmt --all -- --check
@@ -110,7 +141,7 @@ run_step "code map (docs/ARCHITECTURE.md names what exists)" python3 tests/check
 
 # ---------------------------------------------------------- 4. nextest ----
 run_step "cargo nextest (unit + integration)" \
-    cargo nextest run --workspace --profile ci --no-fail-fast
+    cargo nextest run --workspace --release --profile ci --no-fail-fast
 
 # ---------------------------------------------------------- 5. pytest -----
 if [ "${SKIP_COMPAT:-}" = "" ]; then
@@ -118,11 +149,68 @@ if [ "${SKIP_COMPAT:-}" = "" ]; then
         "$venv/bin/python" -m pytest tests/compat
 fi
 
-# ---------------------------------------------------------- 6. librdkafka -
+# ------------------------------------- 6. librdkafka and deploy, side by side
+# start_bg NAME COMMAND...: runs a step in the background, its output in a
+# log file; finish_bg prints the log and records the step like run_step.
+declare -a bg_names=() bg_pids=() bg_logs=() bg_starts=()
+start_bg() {
+    local name=$1; shift
+    local log
+    log="$logs/$(echo "$name" | tr -c 'a-zA-Z0-9\n' '-' | cut -c1-40).log"
+    say "$name (in the background, log: $log): $*"
+    "$@" >"$log" 2>&1 &
+    bg_names+=("$name"); bg_pids+=("$!"); bg_logs+=("$log"); bg_starts+=("$SECONDS")
+}
+finish_bg() {
+    local i rc took
+    for i in "${!bg_pids[@]}"; do
+        rc=0
+        wait "${bg_pids[$i]}" || rc=$?
+        took=$((SECONDS - ${bg_starts[$i]}))
+        say "${bg_names[$i]}: finished (exit $rc, ${took}s); its output:"
+        cat "${bg_logs[$i]}"
+        if [ "$rc" -eq 0 ]; then
+            summary+=("ok      ${took}s  ${bg_names[$i]}")
+        else
+            summary+=("FAILED  ${took}s  ${bg_names[$i]} (exit $rc)")
+            failed=1
+        fi
+    done
+}
+
+# The deploy tests, in order: the image (once per run, from the release
+# build), the chart, the container tests against that image.
+deploy_tests() {
+    local image=samsa-ci:$$ rc=0
+    if [ "$base_ok" != yes ]; then
+        echo "FAILED: the base image could not be built:"
+        cat "$logs/base-image.log"
+        return 1
+    fi
+    echo "== container image"
+    bash deploy/build-image.sh "$image" || return 1
+    echo "== the image on its own (tests/deploy/image.sh)"
+    SAMSA_IMAGE=$image bash tests/deploy/image.sh || rc=1
+    echo "== helm chart"
+    bash tests/deploy/helm.sh || rc=1
+    echo "== container tests"
+    SAMSA_IMAGE=$image cargo nextest run --release -p samsa-tests --test containers \
+        --profile containers --no-fail-fast || rc=1
+    docker image rm "$image" >/dev/null 2>&1 || true
+    return "$rc"
+}
+
 if [ "${SKIP_LIBRDKAFKA:-}" = "" ]; then
-    run_step "librdkafka test suite (tests/librdkafka/allowlist.txt)" \
+    start_bg "librdkafka test suite (tests/librdkafka/allowlist.txt)" \
         bash tests/librdkafka/run.sh
 fi
+if [ -z "$deploy" ]; then
+    # Waited for here: a background step cannot wait for a sibling.
+    base_ok=no
+    if [ -n "$base_pid" ] && wait "$base_pid"; then base_ok=yes; fi
+    start_bg "deploy: image, helm chart, container tests" deploy_tests
+fi
+finish_bg
 
 print_summary
 exit "$failed"

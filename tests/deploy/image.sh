@@ -9,13 +9,16 @@
 # non-zero on the first failed check.
 #
 # Usage: tests/deploy/image.sh    (needs docker; root for the first base build)
+# Environment: SAMSA_IMAGE=<image> tests that image instead of building one
+#              (tests/run-all.sh passes the one it built).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
 run=samsa-it-$$
-image=samsa-test:$$
-samsa=$repo/target/release/samsa
+image=${SAMSA_IMAGE:-samsa-test:$$}
+own_image=$([[ -z ${SAMSA_IMAGE:-} ]] && echo yes || echo no)
+samsa=${SAMSA_BIN:-${CARGO_TARGET_DIR:-$repo/target}/release/samsa}
 started=$SECONDS
 
 containers=()
@@ -32,7 +35,7 @@ cleanup() {
     for c in "${containers[@]}"; do docker rm -fv "$c" >/dev/null 2>&1 || true; done
     for n in "${networks[@]}"; do docker network rm "$n" >/dev/null 2>&1 || true; done
     for v in "${volumes[@]}"; do docker volume rm "$v" >/dev/null 2>&1 || true; done
-    docker image rm "$image" >/dev/null 2>&1 || true
+    [[ $own_image == yes ]] && docker image rm "$image" >/dev/null 2>&1 || true
     echo "image.sh: $([[ $status -eq 0 ]] && echo passed || echo FAILED) in $((SECONDS - started)) s" >&2
     exit "$status"
 }
@@ -62,8 +65,10 @@ wait_healthy() {
 }
 
 echo "== build"
-cargo build --release -p samsa
-deploy/build-image.sh "$image"
+if [[ $own_image == yes ]]; then
+    cargo build --release -p samsa
+    deploy/build-image.sh "$image"
+fi
 size=$(docker image inspect "$image" --format '{{.Size}}')
 ok "image $image built, $((size / 1000000)) MB"
 [[ $(docker image inspect "$image" --format '{{.Config.User}}') == samsa:samsa ]] ||
