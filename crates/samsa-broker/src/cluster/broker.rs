@@ -133,14 +133,19 @@ pub(super) async fn serve(
     // not register before that (samsa-controller's node.rs, step 4).
     let mut participating = controller.participating();
     let startup = async {
-        if participating
-            .wait_for(|taking_part| *taking_part)
-            .await
-            .is_err()
-        {
+        // Bounded like registration: too few voters answer, and the
+        // quorum is as unreachable as when registration fails.
+        let deciding = participating.wait_for(|taking_part| *taking_part);
+        match tokio::time::timeout(settings.startup_timeout, deciding).await {
+            Ok(Ok(_)) => {}
             // The controller stopped deciding: it refused, and the node
             // stops on that (cluster/node.rs).
-            std::future::pending::<()>().await;
+            Ok(Err(_)) => std::future::pending::<()>().await,
+            Err(_) => {
+                return Err(open.lifecycle.quorum_unreachable(
+                    "this node's controller, on an empty store, heard from too few voters",
+                ))
+            }
         }
         start_up(
             &open,

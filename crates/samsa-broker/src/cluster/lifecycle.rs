@@ -152,7 +152,7 @@ impl Lifecycle {
     }
 
     /// The error when registration kept failing until its deadline.
-    fn quorum_unreachable(&self, last_error: &str) -> BrokerError {
+    pub(super) fn quorum_unreachable(&self, last_error: &str) -> BrokerError {
         BrokerError::Cluster(format!(
             "could not register with the controller quorum {} within {:?} (last error: \
              {last_error}); at least {} of the {} voters must be running and reachable at the \
