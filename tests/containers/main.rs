@@ -151,17 +151,23 @@ fn await_failover(
     );
     let moved = Instant::now();
     let ctx = loads.idem.producer.context();
+    wait_ack_on_every_partition(ctx, moved, "after the leaders moved");
+    loads.txn.wait_progress(2, STATE);
+    report_gap(&loads.idem, at, what)
+}
+
+/// Waits until the idempotent producer has an acknowledgement newer than
+/// `since` on every partition: writes go on everywhere.
+fn wait_ack_on_every_partition(ctx: &rdk::CheckingContext, since: Instant, when: &str) {
     wait_until(
-        "an acknowledgement on every partition after the leaders moved",
+        &format!("an acknowledgement on every partition {when}"),
         STATE,
         || {
             (0..PARTITIONS)
-                .all(|p| ctx.last_ack(p).is_some_and(|t| t > moved))
+                .all(|p| ctx.last_ack(p).is_some_and(|t| t > since))
                 .then_some(())
         },
     );
-    loads.txn.wait_progress(2, STATE);
-    report_gap(&loads.idem, at, what)
 }
 
 fn report_gap(idem: &IdempotentLoad, at: Instant, what: &str) -> Duration {
@@ -438,15 +444,7 @@ fn paused_follower_leaves_and_rejoins_the_isr() {
     load.wait_progress(500, STATE);
     let ctx = load.producer.context();
     let now = Instant::now();
-    wait_until(
-        "an acknowledgement on every partition while paused",
-        STATE,
-        || {
-            (0..PARTITIONS)
-                .all(|p| ctx.last_ack(p).is_some_and(|t| t > now))
-                .then_some(())
-        },
-    );
+    wait_ack_on_every_partition(ctx, now, "while paused");
     let gap = report_gap(
         &load,
         at,
@@ -484,15 +482,7 @@ fn rolling_restart_loses_nothing_and_tears_no_transaction() {
         c.wait_full_isr(&topic_refs, STATE);
         let ctx = loads.idem.producer.context();
         let now = Instant::now();
-        wait_until(
-            "an acknowledgement on every partition after the restart",
-            STATE,
-            || {
-                (0..PARTITIONS)
-                    .all(|p| ctx.last_ack(p).is_some_and(|t| t > now))
-                    .then_some(())
-            },
-        );
+        wait_ack_on_every_partition(ctx, now, "after the restart");
         loads.txn.wait_progress(2, STATE);
         eprintln!(
             "containers: {} restarted (docker restart), ready and in every ISR after {} ms",

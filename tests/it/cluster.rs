@@ -88,14 +88,7 @@ fn create_attempt(
 /// `(leader, leader_epoch, error_code)` per partition of `topic`, as node
 /// `client` reports it; `None` if the topic is unknown there.
 fn leaders(client: &mut KafkaClient, topic: &str) -> Option<Vec<(i32, i32, i16)>> {
-    let md = client.metadata(Some(&[topic])).ok()?;
-    let t = md
-        .topics
-        .into_iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))?;
-    if t.error_code != 0 {
-        return None;
-    }
+    let t = client.topic_metadata(topic)?;
     let mut parts: Vec<_> = t
         .partitions
         .iter()

@@ -79,14 +79,7 @@ fn quick_client(cluster: &SamsaCluster, id: i32) -> Option<KafkaClient> {
 
 /// Every partition of `topic` as node `id` reports it.
 fn states(cluster: &SamsaCluster, id: i32, topic: &str) -> Option<Vec<PartitionState>> {
-    let md = quick_client(cluster, id)?.metadata(Some(&[topic])).ok()?;
-    let t = md
-        .topics
-        .into_iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))?;
-    if t.error_code != 0 {
-        return None;
-    }
+    let t = quick_client(cluster, id)?.topic_metadata(topic)?;
     let mut parts = BTreeMap::new();
     for p in t.partitions {
         let mut isr: Vec<i32> = p.isr_nodes.iter().map(|b| b.0).collect();

@@ -46,14 +46,7 @@ pub(crate) fn create_replicated_topic(
 
 /// `(leader, isr)` per partition as node `client` reports it.
 fn leader_and_isr(client: &mut KafkaClient, topic: &str) -> Option<Vec<(i32, Vec<i32>)>> {
-    let md = client.metadata(Some(&[topic])).ok()?;
-    let t = md
-        .topics
-        .into_iter()
-        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))?;
-    if t.error_code != 0 {
-        return None;
-    }
+    let t = client.topic_metadata(topic)?;
     let mut parts: BTreeMap<i32, (i32, Vec<i32>)> = BTreeMap::new();
     for p in t.partitions {
         let mut isr: Vec<i32> = p.isr_nodes.iter().map(|b| b.0).collect();

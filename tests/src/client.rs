@@ -382,6 +382,20 @@ impl KafkaClient {
         self.metadata_with(topics, false)
     }
 
+    /// The Metadata answer for one known topic; `None` when the request
+    /// fails or the topic is missing or answered with an error.
+    pub fn topic_metadata(
+        &mut self,
+        topic: &str,
+    ) -> Option<kafka_protocol::messages::metadata_response::MetadataResponseTopic> {
+        self.metadata(Some(&[topic]))
+            .ok()?
+            .topics
+            .into_iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+            .filter(|t| t.error_code == 0)
+    }
+
     /// Metadata with an explicit `allow_auto_topic_creation`.
     pub fn metadata_with(
         &mut self,

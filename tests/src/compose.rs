@@ -604,14 +604,7 @@ impl ComposeCluster {
 
     /// Every partition of `topic` as node `index` reports it.
     pub fn partitions(&self, index: usize, topic: &str) -> Option<Vec<PartitionState>> {
-        let md = self.quick_client(index)?.metadata(Some(&[topic])).ok()?;
-        let t = md
-            .topics
-            .into_iter()
-            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))?;
-        if t.error_code != 0 {
-            return None;
-        }
+        let t = self.quick_client(index)?.topic_metadata(topic)?;
         let mut out: Vec<PartitionState> = t
             .partitions
             .into_iter()

@@ -228,17 +228,22 @@ impl BrokerConfig {
         advertised_or_bound(self.advertised_listener.as_deref(), self.listen)
     }
 
+    /// The main listener (`listen`, `advertised_listener`).
+    pub fn main_listener(&self) -> KafkaListener {
+        let (advertised_host, advertised_port) = self.advertised_host_port();
+        KafkaListener {
+            name: MAIN_LISTENER.to_string(),
+            listen: self.listen,
+            advertised_host,
+            advertised_port,
+        }
+    }
+
     /// Every Kafka listener this broker serves, the main one first, with
     /// the address it advertises; an error names the listener whose
     /// settings cannot work.
     pub fn kafka_listeners(&self) -> Result<Vec<KafkaListener>, String> {
-        let (host, port) = self.advertised_host_port();
-        let mut out = vec![KafkaListener {
-            name: MAIN_LISTENER.to_string(),
-            listen: self.listen,
-            advertised_host: host,
-            advertised_port: port,
-        }];
+        let mut out = vec![self.main_listener()];
         for (key, listener) in &self.listeners {
             let name = key.to_ascii_uppercase();
             let listen = listener

@@ -130,15 +130,9 @@ pub fn local_broker_info(config: &BrokerConfig) -> BrokerInfo {
     // Unusable listener settings stop the start before this is asked
     // ([`server::bind_listeners`]); here they leave the broker with the
     // main listener only.
-    let endpoints = config.kafka_listeners().unwrap_or_else(|_| {
-        let (host, port) = config.advertised_host_port();
-        vec![config::KafkaListener {
-            name: config::MAIN_LISTENER.to_string(),
-            listen: config.listen,
-            advertised_host: host,
-            advertised_port: port,
-        }]
-    });
+    let endpoints = config
+        .kafka_listeners()
+        .unwrap_or_else(|_| vec![config.main_listener()]);
     BrokerInfo {
         node_id: config.node_id,
         endpoints: endpoints
