@@ -1,11 +1,17 @@
-//! Small file-system helpers whose ordering of syscalls is the point.
+//! Small file-system helpers whose ordering of syscalls is the point, and
+//! the two calls every data write of the crate goes through
+//! ([`write_all_at`], [`set_len`]), which is where tests make the disk fill up
+//! (`disk_fault`).
 //!
 //! Invariant: a file written with [`write_atomically`] is, after a crash at any
 //! moment, either its old content or its new content, never a mix, and once
-//! the call returns the new content survives a crash.
+//! the call returns the new content survives a crash. A failed atomic write
+//! leaves no temporary file behind (on a full disk it would hold the space
+//! the next attempt needs).
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, StorageError};
@@ -38,17 +44,94 @@ pub fn replace_file_durably(path: &Path, contents: &[u8]) -> io::Result<()> {
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(TMP_SUFFIX);
     let tmp = dir.join(tmp_name);
-    {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        file.write_all(contents)?;
-        file.sync_all()?;
+    let written = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .and_then(|file| {
+            write_all_at(&file, contents, 0)?;
+            file.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        // Best effort: what matters is the error of the write itself.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
     }
-    std::fs::rename(&tmp, path)?;
     File::open(dir).and_then(|d| d.sync_all())
+}
+
+/// Writes all of `bytes` at `position`. Every write of log data, index
+/// entries and state files goes through here.
+pub(crate) fn write_all_at(file: &File, bytes: &[u8], position: u64) -> io::Result<()> {
+    #[cfg(test)]
+    if let Some(fits) = disk_fault::claim(bytes.len()) {
+        file.write_all_at(&bytes[..fits], position)?;
+        return Err(io::Error::from(io::ErrorKind::StorageFull));
+    }
+    file.write_all_at(bytes, position)
+}
+
+/// Sets a file's length; the cut of a failed append goes through here.
+pub(crate) fn set_len(file: &File, len: u64) -> io::Result<()> {
+    #[cfg(test)]
+    if disk_fault::truncation_fails() {
+        return Err(io::Error::other("injected truncation failure"));
+    }
+    file.set_len(len)
+}
+
+/// A file system that fills up, for this thread's writes: after
+/// [`disk_fault::fill_after`]`(n)` the next `n` bytes are written and the
+/// write that crosses that limit stores its part below it and fails with
+/// `StorageFull` (ENOSPC), as a real file system does; [`disk_fault::free`]
+/// makes room again. The bytes really are written, so the files show what a
+/// full disk leaves.
+#[cfg(test)]
+pub(crate) mod disk_fault {
+    use std::cell::Cell;
+
+    thread_local! {
+        static ROOM: Cell<Option<u64>> = const { Cell::new(None) };
+        static TRUNCATION_FAILS: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// The disk holds `bytes` more bytes of writes, then is full.
+    pub fn fill_after(bytes: u64) {
+        ROOM.with(|r| r.set(Some(bytes)));
+    }
+
+    /// Room again, and truncations work.
+    pub fn free() {
+        ROOM.with(|r| r.set(None));
+        TRUNCATION_FAILS.with(|t| t.set(false));
+    }
+
+    /// Cutting files fails too (`set_len`), as when the process dies right
+    /// after a torn write, before it could cut it.
+    pub fn fail_truncations() {
+        TRUNCATION_FAILS.with(|t| t.set(true));
+    }
+
+    /// `Some(bytes that fit)` when a write of `len` bytes does not fit.
+    pub(super) fn claim(len: usize) -> Option<usize> {
+        ROOM.with(|r| {
+            let room = r.get()?;
+            let len = len as u64;
+            if len <= room {
+                r.set(Some(room - len));
+                None
+            } else {
+                r.set(Some(0));
+                Some(room as usize)
+            }
+        })
+    }
+
+    pub(super) fn truncation_fails() -> bool {
+        TRUNCATION_FAILS.with(Cell::get)
+    }
 }
 
 /// Deletes a file; a file that is already gone is not an error.

@@ -83,6 +83,8 @@ pub(crate) struct IndexFile<E: IndexEntry> {
     entries: Vec<E>,
     /// Entries `[..persisted]` have been written to the file (not necessarily fsynced).
     persisted: usize,
+    /// The last background write failed: logged once, not on every retry.
+    write_failing: bool,
 }
 
 impl<E: IndexEntry> IndexFile<E> {
@@ -114,6 +116,7 @@ impl<E: IndexEntry> IndexFile<E> {
                 file: Arc::new(file),
                 entries,
                 persisted,
+                write_failing: false,
             },
             intact,
         ))
@@ -132,6 +135,7 @@ impl<E: IndexEntry> IndexFile<E> {
             file: Arc::new(file),
             entries: Vec::new(),
             persisted: 0,
+            write_failing: false,
         })
     }
 
@@ -153,8 +157,16 @@ impl<E: IndexEntry> IndexFile<E> {
     pub fn push(&mut self, entry: E) {
         self.entries.push(entry);
         if self.entries.len() - self.persisted >= WRITE_BLOCK_ENTRIES {
-            if let Err(e) = self.write_pending() {
-                tracing::warn!(path = %self.path.display(), error = %e, "index write failed; will retry");
+            match self.write_pending() {
+                Err(e) if !self.write_failing => {
+                    self.write_failing = true;
+                    tracing::warn!(path = %self.path.display(), error = %e, "index write failed; will retry");
+                }
+                Ok(()) if self.write_failing => {
+                    self.write_failing = false;
+                    tracing::info!(path = %self.path.display(), "index writes work again");
+                }
+                _ => {}
             }
         }
     }
@@ -168,14 +180,13 @@ impl<E: IndexEntry> IndexFile<E> {
         for entry in &self.entries[self.persisted..] {
             entry.encode(&mut bytes);
         }
-        self.file
-            .write_all_at(&bytes, (self.persisted * E::SIZE) as u64)?;
+        crate::fsutil::write_all_at(&self.file, &bytes, (self.persisted * E::SIZE) as u64)?;
         self.persisted = self.entries.len();
         // A file longer than its entries (torn tail from an earlier life) would
         // be misread after a restart; cut it.
         let want = (self.entries.len() * E::SIZE) as u64;
         if self.file.metadata()?.len() != want {
-            self.file.set_len(want)?;
+            crate::fsutil::set_len(&self.file, want)?;
         }
         Ok(())
     }
@@ -190,7 +201,7 @@ impl<E: IndexEntry> IndexFile<E> {
     pub fn replace(&mut self, entries: Vec<E>) -> io::Result<()> {
         self.entries = entries;
         self.persisted = 0;
-        self.file.set_len(0)?;
+        crate::fsutil::set_len(&self.file, 0)?;
         self.write_pending()
     }
 }

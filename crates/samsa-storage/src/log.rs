@@ -38,8 +38,11 @@
 //!   the indexes of segments wholly below the recovery point are durable, the
 //!   others are rebuilt by recovery from a replay of producer state;
 //! - an append is validated completely before any byte is written: a request
-//!   is stored whole or not at all (short of an I/O error mid-write, which the
-//!   next append overwrites).
+//!   is stored whole or not at all. A write that fails (a full disk) leaves
+//!   the log as it was: the segment cuts the partial bytes (or refuses
+//!   appends until it can, see `segment`), producer state and offsets move
+//!   only after the bytes are written, and a roll that fails adds no
+//!   segment; the next append after space is freed just works.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -1041,9 +1044,27 @@ impl PartitionLog {
         // Indexes are fsynced now because nothing else will: once the recovery
         // point passes this segment, a crash leaves them trusted.
         active.seal()?;
-        let segment = Segment::create(&self.dir, new_base, now_ms)?;
+        // The new segment joins the log only once its files and the
+        // snapshot exist: a roll that fails (a full disk) leaves the log as
+        // it was, without files of a segment it does not have.
+        let created = Segment::create(&self.dir, new_base, now_ms)
+            .and_then(|segment| match self.producers.write_snapshot(&self.dir, new_base) {
+                Ok(()) => Ok(segment),
+                Err(e) => {
+                    drop(segment);
+                    Err(e)
+                }
+            });
+        let segment = match created {
+            Ok(segment) => segment,
+            Err(e) => {
+                if let Err(cleanup) = remove_segment_files(&self.dir, new_base) {
+                    warn!(dir = %self.dir.display(), error = %cleanup, "cannot remove the files of a failed roll");
+                }
+                return Err(e);
+            }
+        };
         self.segments.insert(new_base, segment);
-        self.producers.write_snapshot(&self.dir, new_base)?;
         self.delete_old_snapshots()?;
         if self.config.flush == (FlushPolicy::Interval { interval_ms: 0 }) {
             // "Only on roll/shutdown": the finished segment becomes durable now.
@@ -1722,3 +1743,7 @@ fn max_timestamp_of(placements: &[BatchPlacement]) -> (i64, i64) {
 #[cfg(test)]
 #[path = "log_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "disk_full_tests.rs"]
+mod disk_full_tests;

@@ -5,8 +5,11 @@
 //!
 //! Invariants while a `Segment` is alive:
 //! - bytes `[0, size)` of the log file are whole, CRC-valid batches whose
-//!   offsets run contiguously from `base_offset` to `next_offset - 1`; the file
-//!   may be longer only transiently after a failed write (cut on close);
+//!   offsets run contiguously from `base_offset` to `next_offset - 1`; a
+//!   failed write (a full disk) is cut back to `size` at once, and if even
+//!   the cut fails the segment refuses appends (`torn_tail`) until a later
+//!   append manages the cut: no batch is ever written after bytes that are
+//!   not a whole batch;
 //! - the in-memory indexes describe exactly those bytes (the index files may
 //!   lag; see `index`);
 //! - `max_timestamp` / `offset_of_max_timestamp` are the largest batch max
@@ -73,6 +76,9 @@ pub(crate) struct Segment {
     last_modified_ms: i64,
     /// Whether the directory entry of the log file is known to be on disk.
     pub dir_entry_durable: bool,
+    /// The file may hold bytes past `size` from a failed write that could
+    /// not be cut yet.
+    torn_tail: bool,
 }
 
 fn paths(dir: &Path, base_offset: i64) -> [PathBuf; 4] {
@@ -121,6 +127,7 @@ impl Segment {
             created_ms: now_ms,
             last_modified_ms: now_ms,
             dir_entry_durable: false,
+            torn_tail: false,
         })
     }
 
@@ -168,6 +175,7 @@ impl Segment {
             created_ms: now_ms,
             last_modified_ms,
             dir_entry_durable: true,
+            torn_tail: false,
         })
     }
 
@@ -292,13 +300,19 @@ impl Segment {
             }
             expected = p.last_offset + 1;
         }
+        if self.torn_tail {
+            // The cut of an earlier failed write did not happen: bytes past
+            // `size` may be the torn part of a batch, and nothing may follow
+            // them. Retry the cut; until it works, refuse.
+            self.cut_torn_tail()?;
+        }
         let start = self.size;
-        if let Err(source) = self.log.write_all_at(bytes, start) {
-            // Cut a partial write so the file never ends in a torn batch while
-            // the log runs. If the cut fails too, the next append overwrites
-            // the same bytes (positioned writes) and recovery would drop them.
-            if let Err(e) = self.log.set_len(start) {
-                tracing::warn!(path = %self.log_path.display(), error = %e, "cannot cut a failed append");
+        if let Err(source) = fsutil::write_all_at(&self.log, bytes, start) {
+            // Cut the partial write so the file never ends in a torn batch
+            // while the log runs.
+            self.torn_tail = true;
+            if let Err(e) = self.cut_torn_tail() {
+                tracing::warn!(path = %self.log_path.display(), error = %e, "cannot cut a failed append; the segment refuses appends until it can");
             }
             return Err(StorageError::Io {
                 path: self.log_path.clone(),
@@ -387,9 +401,19 @@ impl Segment {
     pub fn trim_file(&mut self) -> Result<(), StorageError> {
         let len = self.log.metadata().at(&self.log_path)?.len();
         if len != self.size {
-            self.log.set_len(self.size).at(&self.log_path)?;
+            fsutil::set_len(&self.log, self.size).at(&self.log_path)?;
             self.log.sync_data().at(&self.log_path)?;
         }
+        self.torn_tail = false;
+        Ok(())
+    }
+
+    /// Cuts the file back to `size` after a failed write. Not fsynced: a
+    /// crash before the cut reaches the disk leaves a torn tail, which
+    /// recovery cuts the same way.
+    fn cut_torn_tail(&mut self) -> Result<(), StorageError> {
+        fsutil::set_len(&self.log, self.size).at(&self.log_path)?;
+        self.torn_tail = false;
         Ok(())
     }
 
@@ -448,8 +472,9 @@ impl Segment {
                 reason = invalid.as_deref().unwrap_or("unknown"),
                 "truncating invalid tail of log segment during recovery"
             );
-            self.log.set_len(self.size).at(&self.log_path)?;
+            fsutil::set_len(&self.log, self.size).at(&self.log_path)?;
         }
+        self.torn_tail = false;
         Ok(outcome)
     }
 
@@ -647,7 +672,8 @@ impl Segment {
         position: u64,
         index_interval: u32,
     ) -> Result<(), StorageError> {
-        self.log.set_len(position).at(&self.log_path)?;
+        fsutil::set_len(&self.log, position).at(&self.log_path)?;
+        self.torn_tail = false;
         self.recover(index_interval)?;
         self.sync_all()
     }

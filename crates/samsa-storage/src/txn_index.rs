@@ -270,14 +270,13 @@ impl TxnIndex {
         for entry in &self.entries[self.persisted..] {
             entry.encode(&mut bytes);
         }
-        self.file
-            .write_all_at(&bytes, (self.persisted * ENTRY_SIZE) as u64)?;
+        crate::fsutil::write_all_at(&self.file, &bytes, (self.persisted * ENTRY_SIZE) as u64)?;
         self.persisted = self.entries.len();
         // A longer file (a torn tail from an earlier life) would be misread
         // after a restart; cut it.
         let want = (self.entries.len() * ENTRY_SIZE) as u64;
         if self.file.metadata()?.len() != want {
-            self.file.set_len(want)?;
+            crate::fsutil::set_len(&self.file, want)?;
         }
         Ok(())
     }
@@ -292,7 +291,7 @@ impl TxnIndex {
     pub fn replace(&mut self, entries: Vec<AbortedTxnEntry>) -> io::Result<()> {
         self.entries = entries;
         self.persisted = 0;
-        self.file.set_len(0)?;
+        crate::fsutil::set_len(&self.file, 0)?;
         self.sync()
     }
 
@@ -304,7 +303,7 @@ impl TxnIndex {
         }
         self.entries.truncate(keep);
         self.persisted = self.persisted.min(keep);
-        self.file.set_len((self.persisted * ENTRY_SIZE) as u64)?;
+        crate::fsutil::set_len(&self.file, (self.persisted * ENTRY_SIZE) as u64)?;
         self.sync()
     }
 
