@@ -9,6 +9,7 @@ mod cluster;
 mod compression;
 mod coordinator_loss;
 mod dev;
+mod disk_full;
 mod failover;
 mod groups;
 mod groups_smoke;

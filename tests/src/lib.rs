@@ -17,6 +17,7 @@ pub mod load;
 pub mod node;
 pub mod pipeline;
 pub mod rdk;
+pub mod small_fs;
 pub mod txn;
 pub mod wait;
 

@@ -115,6 +115,9 @@ pub struct SamsaNode {
     node_id: i32,
     settings: Vec<String>,
     dir: TempDir,
+    /// The data directory when it is not `dir/data` (a small file system
+    /// mounted elsewhere, see [`SamsaNode::start_with_data_dir`]).
+    data_dir: Option<PathBuf>,
     child: Option<Child>,
     /// Number of times the process was started (1 after `start`).
     starts: u32,
@@ -140,7 +143,19 @@ impl SamsaNode {
         Self::start_mode(Mode::Dev, settings)
     }
 
+    /// [`SamsaNode::start_with`], keeping the data in `data_dir` (which must
+    /// exist) instead of the node's temporary directory; the caller owns
+    /// and removes it.
+    pub fn start_with_data_dir(data_dir: &Path, settings: &[&str]) -> SamsaNode {
+        let settings: Vec<&str> = TEST_NODE_SETTINGS.iter().chain(settings).copied().collect();
+        Self::start_mode_in(Mode::Server, &settings, Some(data_dir.to_path_buf()))
+    }
+
     fn start_mode(mode: Mode, settings: &[&str]) -> SamsaNode {
+        Self::start_mode_in(mode, settings, None)
+    }
+
+    fn start_mode_in(mode: Mode, settings: &[&str], data_dir: Option<PathBuf>) -> SamsaNode {
         let bin = samsa_bin();
         assert!(
             bin.is_file(),
@@ -161,6 +176,7 @@ impl SamsaNode {
             node_id: 1,
             settings: settings.iter().map(|s| s.to_string()).collect(),
             dir,
+            data_dir,
             child: None,
             starts: 0,
         };
@@ -191,7 +207,9 @@ impl SamsaNode {
     }
 
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.data_dir
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("data"))
     }
 
     /// The file that collects the node's stdout and stderr (all starts).

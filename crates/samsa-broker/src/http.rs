@@ -303,6 +303,33 @@ fn render_metrics(state: &HttpState) -> String {
             ongoing.transactions.len() as i64,
         );
     }
+    let partitions = broker.replicas.all();
+    Gauge::new(
+        &mut out,
+        "samsa_partitions_with_failing_writes",
+        "hosted partitions whose last log write failed (a full or failing disk); they answer KAFKA_STORAGE_ERROR to writes until one succeeds",
+    )
+    .sample(
+        "samsa_partitions_with_failing_writes",
+        "",
+        partitions
+            .iter()
+            .filter(|p| p.write_failures.is_failing())
+            .count() as i64,
+    );
+    Gauge::counter(
+        &mut out,
+        "samsa_log_write_failures_total",
+        "log writes (appends, replicated appends, fsyncs) that failed on the disk, over all hosted partitions, since start",
+    )
+    .sample(
+        "samsa_log_write_failures_total",
+        "",
+        partitions
+            .iter()
+            .map(|p| i64::try_from(p.write_failures.total()).unwrap_or(i64::MAX))
+            .sum(),
+    );
     let mut hw = Gauge::new(
         &mut out,
         "samsa_partition_high_watermark",

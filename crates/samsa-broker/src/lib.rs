@@ -54,6 +54,7 @@ pub mod replica;
 pub mod replication;
 mod server;
 pub mod topic_partition;
+pub mod write_failures;
 
 // The unit tests run brokers in-process: they get the allocator the `samsa`
 // binary runs a broker with, so malformed-request tests exercise the same

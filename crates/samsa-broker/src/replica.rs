@@ -32,7 +32,7 @@
 use crate::error::PartitionError;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -40,11 +40,12 @@ use kafka_protocol::error::ResponseError;
 use samsa_storage::{FlushPolicy, LogConfig, PartitionLog, ReadResult, StorageError};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::error::{BrokerError, Refusal};
 use crate::metadata::{topic_log_config, TopicMetadata};
 use crate::replication::{LeaderAppend, LeaderEpochCache, ReplicaState};
+use crate::write_failures::{is_write_failure, WriteFailures, WriteOutcome};
 
 /// What [`Partition::read_to_log_end`] read, and the log end it read to.
 #[derive(Debug)]
@@ -128,6 +129,11 @@ pub struct Partition {
     /// append of that epoch and dropped by any marker of the producer, so a
     /// verification never outlives the transaction it was made for.
     verified_txns: Mutex<HashMap<i64, i16>>,
+    /// Whether writes to the log are failing (a full disk), for the log
+    /// line, a follower's back-off and the metrics.
+    pub(crate) write_failures: WriteFailures,
+    /// The last periodic checkpoint failed: logged once, not every interval.
+    checkpoint_failing: AtomicBool,
 }
 
 impl Partition {
@@ -151,6 +157,8 @@ impl Partition {
             flush_lock: tokio::sync::Mutex::new(()),
             checkpointed_high_watermark: AtomicI64::new(hw),
             verified_txns: Mutex::new(HashMap::new()),
+            write_failures: WriteFailures::default(),
+            checkpoint_failing: AtomicBool::new(false),
         }
     }
 
@@ -185,6 +193,30 @@ impl Partition {
         match guard.as_mut() {
             Some(log) => Ok(f(log)?),
             None => Err(PartitionError::Closed(self.name())),
+        }
+    }
+
+    /// Records how a write to the log went: one warning when writes start
+    /// failing, one line when they work again, nothing per failed write.
+    pub(crate) fn note_write<T>(&self, result: &Result<T, PartitionError>) {
+        let now = Instant::now();
+        match result {
+            Ok(_) => {
+                if let WriteOutcome::Recovered {
+                    failed_writes,
+                    failing_for,
+                } = self.write_failures.succeeded(now)
+                {
+                    info!(partition = %self.name(), failed_writes, failing_for_ms = failing_for.as_millis() as u64, "log writes work again");
+                }
+            }
+            Err(e) if is_write_failure(e) => match self.write_failures.failed(now) {
+                WriteOutcome::StartedFailing => {
+                    warn!(partition = %self.name(), error = %e, "log writes are failing (disk full?): writes are answered KAFKA_STORAGE_ERROR and retried, reads go on; logged again when writes work")
+                }
+                _ => debug!(partition = %self.name(), error = %e, "log write failed again"),
+            },
+            Err(_) => {}
         }
     }
 
@@ -311,7 +343,8 @@ impl Partition {
     ) -> Result<(), Refusal> {
         if self.flushes_before_ack {
             if let Err(e) = self.wait_durable(end_offset).await {
-                warn!(partition = %self.name(), error = %e, "fsync before acks=all answer failed");
+                // The partition logs when its writes start and stop failing.
+                debug!(partition = %self.name(), error = %e, "fsync before acks=all answer failed");
                 return Err(Refusal::new(
                     ResponseError::KafkaStorageError,
                     e.to_string(),
@@ -414,10 +447,12 @@ impl Partition {
                 continue;
             };
             let up_to = target.up_to_offset();
-            tokio::task::spawn_blocking(move || target.sync())
+            let synced = tokio::task::spawn_blocking(move || target.sync())
                 .await
-                .map_err(|e| PartitionError::Flush(std::io::Error::other(e)))?
-                .map_err(PartitionError::Flush)?;
+                .map_err(|e| PartitionError::Flush(std::io::Error::other(e)))
+                .and_then(|r| r.map_err(PartitionError::Flush));
+            self.note_write(&synced);
+            synced?;
             self.with_log(|log| log.mark_flushed(up_to))?;
         }
     }
@@ -691,8 +726,19 @@ impl ReplicaManager {
     /// since its last one.
     pub fn checkpoint_high_watermarks(&self) {
         for partition in self.all() {
-            if let Err(e) = partition.checkpoint_high_watermark() {
-                warn!(partition = %partition.name(), error = %e, "high-watermark checkpoint failed");
+            let result = partition.checkpoint_high_watermark();
+            let was_failing = partition
+                .checkpoint_failing
+                .swap(result.is_err(), Ordering::Relaxed);
+            match result {
+                Err(e) if !was_failing => {
+                    warn!(partition = %partition.name(), error = %e, "high-watermark checkpoint failed; retried every interval, logged again when it works")
+                }
+                Err(e) => debug!(partition = %partition.name(), error = %e, "high-watermark checkpoint failed again"),
+                Ok(()) if was_failing => {
+                    info!(partition = %partition.name(), "high-watermark checkpoint works again")
+                }
+                Ok(()) => {}
             }
         }
     }

@@ -36,7 +36,7 @@ use kafka_protocol::messages::produce_response::{
     LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
 use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
-use samsa_storage::BatchHeader;
+use samsa_storage::{BatchHeader, StorageError};
 use tracing::{debug, info, warn, Instrument};
 
 use super::str_bytes;
@@ -506,7 +506,10 @@ fn append(
         }
         Err(PartitionError::Storage(e)) => {
             let code = storage_error_code(&e);
-            if code == ResponseError::KafkaStorageError {
+            if matches!(e, StorageError::Io { .. }) {
+                // The partition logs when its writes start and stop failing.
+                debug!(partition = %partition.name(), error = %e, "append failed");
+            } else if code == ResponseError::KafkaStorageError {
                 warn!(partition = %partition.name(), error = %e, "append failed");
             } else if matches!(
                 code,

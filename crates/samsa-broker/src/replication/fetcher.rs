@@ -21,6 +21,7 @@ use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, warn, Instrument};
 
 use crate::replica::Partition;
+use crate::write_failures::is_write_failure;
 use crate::{now_ms, Broker};
 
 /// Pause when there is nothing to follow at this peer, or after a failure.
@@ -128,7 +129,13 @@ async fn fetch_once(
 ) -> Result<(), tonic::Status> {
     let mut partitions = Vec::with_capacity(followed.len());
     let mut sent = Vec::with_capacity(followed.len());
+    let now = tokio::time::Instant::now();
     for (partition, epoch) in followed {
+        // A replica whose last write failed (a full disk) waits out its
+        // back-off; it falls out of the ISR meanwhile by the leader's lag rule.
+        if partition.write_failures.retry_at().is_some_and(|at| at > now) {
+            continue;
+        }
         let Ok(position) = partition.follower_position() else {
             continue;
         };
@@ -141,6 +148,10 @@ async fn fetch_once(
             high_watermark: position.high_watermark,
         });
         sent.push((Arc::clone(partition), *epoch, position.fetch_offset));
+    }
+    if partitions.is_empty() {
+        tokio::time::sleep(RETRY).await;
+        return Ok(());
     }
     let mut request = tonic::Request::new(ReplicaFetchRequest {
         replica_id: broker.config.node_id,
@@ -165,6 +176,8 @@ async fn fetch_once(
         match crate::blocking_io(|| apply(partition, *epoch, *fetch_offset, &data)) {
             Ok(true) => all_failed = false,
             Ok(false) => {}
+            // The partition logs when its writes start and stop failing.
+            Err(e) if is_write_failure(&e) => {}
             Err(e) => {
                 warn!(partition = %partition.name(), error = %e, "applying fetched data failed")
             }

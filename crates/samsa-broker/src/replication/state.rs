@@ -268,6 +268,19 @@ impl Partition {
         )
             -> Result<Result<AppendInfo, PartitionError>, samsa_storage::StorageError>,
     ) -> Result<LeaderAppend, PartitionError> {
+        let result = self.leader_append_unrecorded(write);
+        self.note_write(&result);
+        result
+    }
+
+    fn leader_append_unrecorded(
+        &self,
+        write: impl FnOnce(
+            &mut PartitionLog,
+            i32,
+        )
+            -> Result<Result<AppendInfo, PartitionError>, samsa_storage::StorageError>,
+    ) -> Result<LeaderAppend, PartitionError> {
         let epoch = self.leader_epoch();
         let appended = self.with_log_and_state(|log, state| {
             // Checked under the log lock: the metadata may have moved
@@ -486,6 +499,29 @@ impl Partition {
     /// offsets and epochs) and takes the leader's HW, capped at this LEO.
     /// Records not starting at this log's end (a stale answer) are ignored.
     pub(crate) fn append_from_leader(
+        &self,
+        leader_epoch: i32,
+        fetch_offset: i64,
+        records: &[u8],
+        leader_hw: i64,
+        leader_log_start: i64,
+        now_ms: i64,
+    ) -> Result<(), PartitionError> {
+        let result = self.append_from_leader_unrecorded(
+            leader_epoch,
+            fetch_offset,
+            records,
+            leader_hw,
+            leader_log_start,
+            now_ms,
+        );
+        if !records.is_empty() || result.is_err() {
+            self.note_write(&result);
+        }
+        result
+    }
+
+    fn append_from_leader_unrecorded(
         &self,
         leader_epoch: i32,
         fetch_offset: i64,
