@@ -3,7 +3,8 @@
 //! process stays up and serves reads, nothing acknowledged is damaged,
 //! writes work again once space is freed without a restart, and after a
 //! crash on the full disk recovery cuts a torn tail and keeps every
-//! acknowledged record exactly once.
+//! acknowledged record exactly once. In a cluster, a follower on a full
+//! disk leaves the ISR and rejoins it.
 
 use std::path::Path;
 use std::time::Duration;
@@ -49,7 +50,10 @@ impl Producer {
         let values: Vec<String> = (0..8)
             .map(|i| {
                 let tag = format!("b{}-r{i}-", self.batches);
-                format!("{tag}{}", "x".repeat(self.value_len.saturating_sub(tag.len())))
+                format!(
+                    "{tag}{}",
+                    "x".repeat(self.value_len.saturating_sub(tag.len()))
+                )
             })
             .collect();
         let records = BatchBuilder::idempotent(self.pid, self.epoch, self.next_sequence)
@@ -114,7 +118,8 @@ fn start_on(fs: &SmallFs) -> (SamsaNode, std::path::PathBuf) {
 }
 
 fn segment_file(data: &Path, topic: &str) -> std::path::PathBuf {
-    data.join(format!("{topic}-0")).join("00000000000000000000.log")
+    data.join(format!("{topic}-0"))
+        .join("00000000000000000000.log")
 }
 
 #[test]
@@ -135,7 +140,10 @@ fn full_disk_answers_storage_error_and_recovers_without_restart() {
 
     fs.fill(0);
     let code = produce_until_refused(&mut c, &topic, &mut producer, &mut acked);
-    assert_eq!(code, KAFKA_STORAGE_ERROR, "a full disk answers KAFKA_STORAGE_ERROR");
+    assert_eq!(
+        code, KAFKA_STORAGE_ERROR,
+        "a full disk answers KAFKA_STORAGE_ERROR"
+    );
     // The same batch again (a client's retry): still refused, and nothing stalls.
     let pending = producer.next();
     for _ in 0..20 {
@@ -150,16 +158,23 @@ fn full_disk_answers_storage_error_and_recovers_without_restart() {
     );
     let (status, metrics) = http_get(node.http_addr(), "/metrics").unwrap();
     assert_eq!(status, 200);
-    assert_eq!(metric(&metrics, "samsa_partitions_with_failing_writes"), Some(1));
+    assert_eq!(
+        metric(&metrics, "samsa_partitions_with_failing_writes"),
+        Some(1)
+    );
     assert!(metric(&metrics, "samsa_log_write_failures_total").unwrap() >= 21);
 
     fs.free();
     // The retried batch goes in at the next offset: neither a duplicate nor
     // out of sequence, as nothing of it was kept.
-    let (code, base_offset) = wait_until("produce works once space is freed", Duration::from_secs(30), || {
-        let answer = produce(&mut c, &topic, &pending);
-        (answer.0 != KAFKA_STORAGE_ERROR).then_some(answer)
-    });
+    let (code, base_offset) = wait_until(
+        "produce works once space is freed",
+        Duration::from_secs(30),
+        || {
+            let answer = produce(&mut c, &topic, &pending);
+            (answer.0 != KAFKA_STORAGE_ERROR).then_some(answer)
+        },
+    );
     assert_eq!((code, base_offset), (NONE, acked.len() as i64));
     acked.extend(pending.values.iter().cloned());
     producer.acked(&pending);
@@ -171,7 +186,10 @@ fn full_disk_answers_storage_error_and_recovers_without_restart() {
     }
     assert_eq!(log_lines_with(&node, "log writes work again"), 1);
     let (_, metrics) = http_get(node.http_addr(), "/metrics").unwrap();
-    assert_eq!(metric(&metrics, "samsa_partitions_with_failing_writes"), Some(0));
+    assert_eq!(
+        metric(&metrics, "samsa_partitions_with_failing_writes"),
+        Some(0)
+    );
     assert_eq!(stored_values(&mut c, &topic), acked);
 
     node.sigkill();
@@ -223,16 +241,174 @@ fn crash_on_a_full_disk_keeps_acked_records_and_recovery_cuts_a_torn_tail() {
     fs.free();
     {
         use std::io::Write;
-        let mut file = std::fs::OpenOptions::new().append(true).open(&segment).unwrap();
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&segment)
+            .unwrap();
         file.write_all(&failed.records[..20 * 1024]).unwrap();
         file.sync_all().unwrap();
     }
     node.restart();
-    assert_eq!(log_lines_with(&node, "truncating invalid tail of log segment"), 1);
+    assert_eq!(
+        log_lines_with(&node, "truncating invalid tail of log segment"),
+        1
+    );
     let mut c = node.client();
     assert_eq!(stored_values(&mut c, &topic), acked);
     // The failed batch was never stored: its retry is the next write.
     assert_eq!(produce(&mut c, &topic, &failed), (NONE, acked.len() as i64));
     acked.extend(failed.values.iter().cloned());
     assert_eq!(stored_values(&mut c, &topic), acked);
+}
+
+/// A follower whose data disk fills up leaves the ISR while acks=all writes
+/// go on on the other two. Its broker keeps running; its controller, whose
+/// Raft store (sled) is on the same disk, cannot survive a failed write in
+/// the process, so the node stops with the reason once metadata changes
+/// reach it. Restarted after space is freed, it catches up and rejoins the
+/// ISR holding the leader's bytes, and its controller the quorum.
+#[test]
+fn a_follower_on_a_full_disk_leaves_the_isr_and_rejoins_once_space_is_freed() {
+    use crate::replication::{create_assigned_topic, isr_of, stored_batches, ACKS_ALL};
+    use samsa_tests::cluster::SamsaCluster;
+
+    // Declared before the cluster so it is unmounted after the processes die.
+    let fs = SmallFs::ext4(128);
+    let mut cluster = SamsaCluster::new(3, &["replica_lag_time_max_ms=2000"]);
+    let full = 3;
+    // The node's data directory (partitions and its controller's Raft
+    // store) is the small file system.
+    let data = cluster.node(full).data_dir();
+    std::fs::remove_dir(&data).unwrap();
+    std::os::unix::fs::symlink(fs.path(), &data).unwrap();
+    for id in cluster.ids() {
+        cluster.spawn(id);
+    }
+    for id in cluster.ids() {
+        cluster.wait_ready(id);
+    }
+    let leader = cluster.wait_leader(Duration::from_secs(20));
+    let leader = if leader == full { 1 } else { leader };
+    let other = cluster
+        .ids()
+        .into_iter()
+        .find(|id| *id != leader && *id != full)
+        .unwrap();
+    let topic = unique_topic("disk-full-follower");
+    let mut lc = cluster.client(leader);
+    create_assigned_topic(&mut lc, &topic, &[leader, full, other], None);
+    wait_until("a full ISR", Duration::from_secs(30), || {
+        isr_of(&mut lc, &topic).filter(|(l, isr)| *l == leader && isr == &[1, 2, 3])
+    });
+    let mut acked = Vec::new();
+    let mut write = |lc: &mut KafkaClient, tag: &str, n: usize| {
+        for i in 0..n {
+            let values: Vec<String> = (0..4)
+                .map(|r| format!("{tag}-{i}-{r}-{}", "v".repeat(4000)))
+                .collect();
+            let r = lc
+                .produce(
+                    &topic,
+                    0,
+                    BatchBuilder::new().values(&values).build(),
+                    ACKS_ALL,
+                )
+                .unwrap();
+            assert_eq!(r.error_code, NONE, "{tag} {i}: {:?}", r.error_message);
+            assert_eq!(r.base_offset, acked.len() as i64);
+            acked.extend(values);
+        }
+    };
+    write(&mut lc, "before", 20);
+
+    fs.fill(0);
+    // acks=all goes on: the full follower cannot append, falls behind and
+    // leaves the ISR (the first of these writes waits for that).
+    write(&mut lc, "full", 50);
+    let (_, isr) = wait_until(
+        "the full follower to leave the ISR",
+        Duration::from_secs(30),
+        || isr_of(&mut lc, &topic).filter(|(_, isr)| !isr.contains(&full)),
+    );
+    assert_eq!(isr.len(), 2);
+    let log = std::fs::read_to_string(cluster.node(full).log_path()).unwrap();
+    assert!(
+        log.contains("log writes are failing"),
+        "{}",
+        cluster.log_tail(full, 50)
+    );
+
+    // Metadata changes while the disk is full: the node's controller must
+    // append them to its Raft store on that disk, and cannot. sled keeps
+    // the first I/O error for good and openraft stops; the node stops with
+    // the reason rather than run on with metadata that no longer moves.
+    let mut created = 0;
+    let stopped = wait_until(
+        "the node whose controller store is full to stop",
+        Duration::from_secs(60),
+        || {
+            if !cluster.running().contains(&full) {
+                return Some(());
+            }
+            if created < 200 {
+                let t = unique_topic(&format!("disk-full-meta-{created}"));
+                create_assigned_topic(&mut lc, &t, &[leader, other], None);
+                created += 1;
+            }
+            None
+        },
+    );
+    let () = stopped;
+    let log = std::fs::read_to_string(cluster.node(full).log_path()).unwrap();
+    assert!(
+        log.contains("this node's controller stopped"),
+        "{}",
+        cluster.log_tail(full, 50)
+    );
+    cluster.sigkill(full);
+    // Nothing stalled on the two others.
+    write(&mut lc, "two", 5);
+
+    fs.free();
+    cluster.restart(full);
+    wait_until(
+        "the follower to rejoin the ISR",
+        Duration::from_secs(60),
+        || isr_of(&mut lc, &topic).filter(|(_, isr)| isr == &[1, 2, 3]),
+    );
+    write(&mut lc, "after", 5);
+    let values: Vec<String> = lc
+        .fetch_all(&topic, 0, 0)
+        .unwrap()
+        .iter()
+        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+        .collect();
+    assert_eq!(values, acked);
+    let dir = |id: i32| cluster.node(id).data_dir().join(format!("{topic}-0"));
+    let reference = stored_batches(&dir(leader));
+    for id in [full, other] {
+        wait_until(
+            &format!("node {id} to hold the leader's bytes"),
+            Duration::from_secs(30),
+            || (stored_batches(&dir(id)) == reference).then_some(()),
+        );
+    }
+    // The node's controller (its Raft store is on the same disk) took the
+    // metadata changes made meanwhile (the ISR shrink and expand).
+    wait_until(
+        "every controller at the same metadata offset",
+        Duration::from_secs(30),
+        || {
+            let offsets = cluster.metadata_offsets();
+            (offsets.len() == 3 && offsets.values().min() == offsets.values().max()).then_some(())
+        },
+    );
+    let log = std::fs::read_to_string(cluster.node(full).log_path()).unwrap();
+    for line in log.lines().filter(|l| {
+        ["sled", "raft", "failing", "work again", "checkpoint"]
+            .iter()
+            .any(|k| l.contains(k))
+    }) {
+        println!("node {full}: {line}");
+    }
 }

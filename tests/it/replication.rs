@@ -45,7 +45,10 @@ pub(crate) fn create_replicated_topic(
 }
 
 /// `(leader, isr)` per partition as node `client` reports it.
-fn leader_and_isr(client: &mut KafkaClient, topic: &str) -> Option<Vec<(i32, Vec<i32>)>> {
+pub(crate) fn leader_and_isr(
+    client: &mut KafkaClient,
+    topic: &str,
+) -> Option<Vec<(i32, Vec<i32>)>> {
     let t = client.topic_metadata(topic)?;
     let mut parts: BTreeMap<i32, (i32, Vec<i32>)> = BTreeMap::new();
     for p in t.partitions {
@@ -199,7 +202,7 @@ pub(crate) fn create_assigned_topic(
     );
 }
 
-fn isr_of(client: &mut KafkaClient, topic: &str) -> Option<(i32, Vec<i32>)> {
+pub(crate) fn isr_of(client: &mut KafkaClient, topic: &str) -> Option<(i32, Vec<i32>)> {
     leader_and_isr(client, topic).and_then(|p| p.into_iter().next())
 }
 

@@ -48,14 +48,24 @@ impl SmallFs {
         let image = dir.path().join("fs.img");
         let mount = dir.path().join("mnt");
         std::fs::create_dir(&mount).expect("create mount point");
-        let mut fs = SmallFs { dir, mounted: false };
+        let mut fs = SmallFs {
+            dir,
+            mounted: false,
+        };
         run(Command::new("truncate")
             .arg("-s")
             .arg(format!("{megabytes}M"))
             .arg(&image))
         .unwrap();
-        run(Command::new("mkfs.ext4").args(["-q", "-m", "0"]).arg(&image)).unwrap();
-        run(Command::new("mount").args(["-o", "loop"]).arg(&image).arg(&mount)).unwrap();
+        run(Command::new("mkfs.ext4")
+            .args(["-q", "-m", "0"])
+            .arg(&image))
+        .unwrap();
+        run(Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&image)
+            .arg(&mount))
+        .unwrap();
         fs.mounted = true;
         fs
     }
@@ -133,7 +143,10 @@ impl Drop for SmallFs {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
         if !unmounted {
-            eprintln!("small fs at {} is busy; detaching it lazily", mount.display());
+            eprintln!(
+                "small fs at {} is busy; detaching it lazily",
+                mount.display()
+            );
             let _ = run(Command::new("umount").arg("-l").arg(&mount));
         }
         // `mount -o loop` sets autoclear; detach explicitly if it did not.

@@ -734,7 +734,9 @@ impl ReplicaManager {
                 Err(e) if !was_failing => {
                     warn!(partition = %partition.name(), error = %e, "high-watermark checkpoint failed; retried every interval, logged again when it works")
                 }
-                Err(e) => debug!(partition = %partition.name(), error = %e, "high-watermark checkpoint failed again"),
+                Err(e) => {
+                    debug!(partition = %partition.name(), error = %e, "high-watermark checkpoint failed again")
+                }
                 Ok(()) if was_failing => {
                     info!(partition = %partition.name(), "high-watermark checkpoint works again")
                 }

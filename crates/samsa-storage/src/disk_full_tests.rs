@@ -177,14 +177,20 @@ fn a_roll_that_fails_adds_no_segment_and_leaves_no_files() {
                     // did not fit after it.
                     assert_eq!(log.segment_base_offsets(), vec![0, leo]);
                     let snapshot = producer_state::snapshot_path(dir.path(), leo);
-                    assert!(snapshot.exists(), "room {room}: a roll without its snapshot");
+                    assert!(
+                        snapshot.exists(),
+                        "room {room}: a roll without its snapshot"
+                    );
                 }
             }
         }
         // Every byte at first, where the small writes are; then faster.
         room += 1 + room / 64;
     }
-    assert!(room > next.len() as u64, "every step of the roll was failed once");
+    assert!(
+        room > next.len() as u64,
+        "every step of the roll was failed once"
+    );
     disk_fault::free();
     assert_eq!(log.segment_count(), 2);
     assert_eq!(log.segment_base_offsets()[1], leo);
@@ -271,7 +277,9 @@ fn index_writes_that_fail_are_retried_and_recovery_rebuilds_what_was_lost() {
         index_interval_bytes: 1,
         ..config()
     };
-    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW).unwrap().0;
+    let mut log = PartitionLog::open(dir.path(), config.clone(), NOW)
+        .unwrap()
+        .0;
     let small = simple_batch(1, NOW);
     // Enough index entries that blocks are written while the disk is full:
     // the log's writes fit (room for them is given per append), the
@@ -288,7 +296,10 @@ fn index_writes_that_fail_are_retried_and_recovery_rebuilds_what_was_lost() {
     assert_eq!(all.len(), 1800);
     log.close().unwrap();
     let (log, report) = PartitionLog::open(dir.path(), config, NOW).unwrap();
-    assert_eq!(report.indexes_rebuilt, 0, "the retried writes made the index whole");
+    assert_eq!(
+        report.indexes_rebuilt, 0,
+        "the retried writes made the index whole"
+    );
     assert_eq!(read_all(&log), all);
 }
 
@@ -302,5 +313,8 @@ fn a_failed_atomic_write_leaves_no_temporary_file() {
     assert!(is_storage_full(&err), "{err}");
     disk_fault::free();
     assert_eq!(file_names(dir.path()), vec!["checkpoint".to_string()]);
-    assert_eq!(std::fs::read(dir.path().join("checkpoint")).unwrap(), b"old");
+    assert_eq!(
+        std::fs::read(dir.path().join("checkpoint")).unwrap(),
+        b"old"
+    );
 }

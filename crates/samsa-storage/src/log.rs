@@ -1047,14 +1047,15 @@ impl PartitionLog {
         // The new segment joins the log only once its files and the
         // snapshot exist: a roll that fails (a full disk) leaves the log as
         // it was, without files of a segment it does not have.
-        let created = Segment::create(&self.dir, new_base, now_ms)
-            .and_then(|segment| match self.producers.write_snapshot(&self.dir, new_base) {
+        let created = Segment::create(&self.dir, new_base, now_ms).and_then(|segment| {
+            match self.producers.write_snapshot(&self.dir, new_base) {
                 Ok(()) => Ok(segment),
                 Err(e) => {
                     drop(segment);
                     Err(e)
                 }
-            });
+            }
+        });
         let segment = match created {
             Ok(segment) => segment,
             Err(e) => {

@@ -3,7 +3,9 @@
 //! broker, and their shutdown in order once the broker stops.
 //!
 //! Invariants: nothing is bound or started before the settings and the data
-//! directory are checked; the Kafka and HTTP ports are bound before the
+//! directory are checked; a controller that cannot go on (its store was lost,
+//! or its Raft core stopped on a store error such as a full disk) stops the
+//! node with the reason; the Kafka and HTTP ports are bound before the
 //! controller starts (a conflict fails fast); whatever way the broker stops,
 //! the controller is shut down, then the gRPC and HTTP servers, and the
 //! broker's outcome is what `run` returns.
@@ -88,10 +90,36 @@ async fn run_node(
             }
         }
     };
+    // A controller whose Raft core stopped on an error (its store failed:
+    // sled keeps the first I/O error, e.g. a full disk, and fails every
+    // later call until it is reopened) never takes part again in this
+    // process. Stopping the node with the reason (fail-stop, for a
+    // supervisor to restart it) beats a node whose metadata silently stops.
+    let raft_failure: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let raft_failed = {
+        let mut metrics = controller.raft().metrics();
+        let raft_failure = Arc::clone(&raft_failure);
+        async move {
+            loop {
+                let fatal = match &metrics.borrow_and_update().running_state {
+                    Err(fatal) => Some(fatal.to_string()),
+                    Ok(()) => None,
+                };
+                if let Some(fatal) = fatal {
+                    *raft_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(fatal);
+                    return;
+                }
+                if metrics.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    };
     let shutdown = async move {
         tokio::select! {
             () = shutdown => {}
             () = refused => {}
+            () = raft_failed => {}
         }
     };
     let result = serve(
@@ -108,9 +136,17 @@ async fn run_node(
         shutdown,
     )
     .await;
-    let result = match refusal.borrow_and_update().clone() {
-        Some(reason) => Err(BrokerError::Cluster(reason)),
-        None => result,
+    let raft_failure = raft_failure
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    let result = match (refusal.borrow_and_update().clone(), raft_failure) {
+        (Some(reason), _) => Err(BrokerError::Cluster(reason)),
+        (None, Some(fatal)) => Err(BrokerError::Cluster(format!(
+            "this node's controller stopped: {fatal}. The node stops so that it can be \
+             restarted; if the data directory's disk is full, free space first"
+        ))),
+        (None, None) => result,
     };
     if let Err(e) = controller.shutdown().await {
         warn!(error = %e, "controller did not stop cleanly");

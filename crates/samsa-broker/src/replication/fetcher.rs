@@ -133,7 +133,11 @@ async fn fetch_once(
     for (partition, epoch) in followed {
         // A replica whose last write failed (a full disk) waits out its
         // back-off; it falls out of the ISR meanwhile by the leader's lag rule.
-        if partition.write_failures.retry_at().is_some_and(|at| at > now) {
+        if partition
+            .write_failures
+            .retry_at()
+            .is_some_and(|at| at > now)
+        {
             continue;
         }
         let Ok(position) = partition.follower_position() else {
