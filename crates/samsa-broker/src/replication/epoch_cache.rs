@@ -11,8 +11,9 @@
 //!   (entries at or past it are dropped on open and on truncation);
 //! - the checkpoint file (`leader-epoch-checkpoint`, JSON, replaced
 //!   atomically) is written whenever an entry is added or removed, *before*
-//!   the batch that starts the new epoch is appended, so after a crash the
-//!   file may only be ahead of the log, never behind it.
+//!   the batch that starts the new epoch is appended (when that write fails,
+//!   on a full disk, the entry is not added and the append is refused), so
+//!   after a crash the file may only be ahead of the log, never behind it.
 
 use std::path::{Path, PathBuf};
 
@@ -145,54 +146,59 @@ impl LeaderEpochCache {
 
     /// Records that `epoch` starts at `start_offset` if it is newer than
     /// every known epoch; persists the change. Returns whether it changed.
-    pub fn assign(&mut self, epoch: i32, start_offset: i64) -> bool {
+    /// When the checkpoint cannot be written (a full disk) nothing changes,
+    /// in memory or on disk, and the caller must not append the batch that
+    /// starts the epoch: the file is never behind the log.
+    pub fn assign(&mut self, epoch: i32, start_offset: i64) -> std::io::Result<bool> {
         if epoch < 0 || self.latest_epoch().is_some_and(|latest| latest >= epoch) {
-            return false;
+            return Ok(false);
         }
+        let mut entries = self.entries.clone();
         // A newer epoch cannot start before an older one's first batch.
-        while self
-            .entries
+        while entries
             .last()
             .is_some_and(|last| last.start_offset >= start_offset)
         {
-            self.entries.pop();
+            entries.pop();
         }
-        self.entries.push(EpochEntry {
+        entries.push(EpochEntry {
             epoch,
             start_offset,
         });
-        self.persist();
-        true
+        self.replace_durably(entries)?;
+        Ok(true)
     }
 
     /// Notes the epoch of a batch already carrying its offsets (replication, rebuild).
     fn observe(&mut self, header: &BatchHeader) {
-        let epoch = header.partition_leader_epoch;
-        if epoch >= 0 && self.latest_epoch().is_none_or(|latest| epoch > latest) {
-            while self
-                .entries
-                .last()
-                .is_some_and(|last| last.start_offset >= header.base_offset)
-            {
-                self.entries.pop();
-            }
-            self.entries.push(EpochEntry {
-                epoch,
-                start_offset: header.base_offset,
-            });
-        }
+        observe_into(&mut self.entries, header);
     }
 
     /// Notes every batch of replicated `records` before they are appended;
-    /// persists if an epoch was added.
-    pub fn observe_batches(&mut self, records: &[u8]) {
-        let before = self.entries.len();
+    /// persists if an epoch was added. As for [`Self::assign`], a failed
+    /// write changes nothing and the records must not be appended.
+    pub fn observe_batches(&mut self, records: &[u8]) -> std::io::Result<()> {
+        let mut entries = self.entries.clone();
         for (header, _) in samsa_storage::batch::batches(records).flatten() {
-            self.observe(&header);
+            observe_into(&mut entries, &header);
         }
-        if self.entries.len() != before {
-            self.persist();
+        if entries != self.entries {
+            self.replace_durably(entries)?;
         }
+        Ok(())
+    }
+
+    /// The checkpoint file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn replace_durably(&mut self, entries: Vec<EpochEntry>) -> std::io::Result<()> {
+        if !self.path.as_os_str().is_empty() {
+            write_checkpoint(&self.path, &entries)?;
+        }
+        self.entries = entries;
+        Ok(())
     }
 
     /// Where the epoch of a follower's last batch (`requested`) ends here:
@@ -266,6 +272,24 @@ fn is_valid(entries: &[EpochEntry]) -> bool {
         .all(|w| w[0].epoch < w[1].epoch && w[0].start_offset < w[1].start_offset)
 }
 
+/// Adds `header`'s epoch to `entries` if it is newer than every known one.
+fn observe_into(entries: &mut Vec<EpochEntry>, header: &BatchHeader) {
+    let epoch = header.partition_leader_epoch;
+    let latest = entries.last().map(|e| e.epoch);
+    if epoch >= 0 && latest.is_none_or(|latest| epoch > latest) {
+        while entries
+            .last()
+            .is_some_and(|last| last.start_offset >= header.base_offset)
+        {
+            entries.pop();
+        }
+        entries.push(EpochEntry {
+            epoch,
+            start_offset: header.base_offset,
+        });
+    }
+}
+
 fn write_checkpoint(path: &Path, entries: &[EpochEntry]) -> std::io::Result<()> {
     let bytes = serde_json::to_vec(&CheckpointFile {
         version: 0,
@@ -277,6 +301,7 @@ fn write_checkpoint(path: &Path, entries: &[EpochEntry]) -> std::io::Result<()> 
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn e(epoch: i32, start_offset: i64) -> EpochEntry {
@@ -301,15 +326,43 @@ mod tests {
     #[test]
     fn assign_and_truncate() {
         let mut cache = LeaderEpochCache::in_memory(vec![e(0, 0)]);
-        assert!(!cache.assign(0, 5));
-        assert!(cache.assign(3, 5));
-        assert!(cache.assign(4, 9));
+        assert!(!cache.assign(0, 5).unwrap());
+        assert!(cache.assign(3, 5).unwrap());
+        assert!(cache.assign(4, 9).unwrap());
         cache.truncate_from_end(9);
         assert_eq!(cache.entries(), &[e(0, 0), e(3, 5)]);
         cache.truncate_from_start(7);
         assert_eq!(cache.entries(), &[e(3, 7)]);
         // A newer epoch starting where an older one did replaces it.
-        assert!(cache.assign(6, 7));
+        assert!(cache.assign(6, 7).unwrap());
         assert_eq!(cache.entries(), &[e(6, 7)]);
+    }
+
+    /// A checkpoint that cannot be written (a full disk) must not leave the
+    /// cache ahead of its file: the append that starts the epoch is then
+    /// refused, and after a crash the file would otherwise be behind the
+    /// log and answer divergence checks with a too-late end offset.
+    #[test]
+    fn a_checkpoint_that_cannot_be_written_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        // The checkpoint's directory cannot be created: a file is in the way.
+        let blocked = dir.path().join("blocked");
+        std::fs::write(&blocked, b"").unwrap();
+        let mut cache = LeaderEpochCache {
+            path: blocked.join(LEADER_EPOCH_CHECKPOINT_FILE),
+            entries: vec![e(1, 0)],
+        };
+        assert!(cache.assign(3, 10).is_err());
+        assert_eq!(cache.entries(), &[e(1, 0)]);
+        let mut batch = samsa_storage::testing::simple_batch(1, 0);
+        samsa_storage::batch::set_base_offset(&mut batch, 10);
+        samsa_storage::batch::set_partition_leader_epoch(&mut batch, 3);
+        assert!(cache.observe_batches(&batch).is_err());
+        assert_eq!(cache.entries(), &[e(1, 0)]);
+        // Writable again: the change goes in.
+        std::fs::remove_file(&blocked).unwrap();
+        assert!(cache.assign(3, 10).unwrap());
+        assert_eq!(cache.entries(), &[e(1, 0), e(3, 10)]);
+        assert!(cache.path().exists());
     }
 }

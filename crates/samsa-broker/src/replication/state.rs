@@ -289,7 +289,15 @@ impl Partition {
             if !self.is_leader() || state.leader != state.me || state.leader_epoch != epoch {
                 return Ok(None);
             }
-            state.epochs.assign(epoch, log.log_end_offset());
+            // Durable before the batch that starts the epoch (see epoch_cache).
+            let epochs_path = state.epochs.path().to_path_buf();
+            state
+                .epochs
+                .assign(epoch, log.log_end_offset())
+                .map_err(|source| samsa_storage::StorageError::Io {
+                    path: epochs_path,
+                    source,
+                })?;
             let info = match write(log, epoch)? {
                 Ok(info) => info,
                 Err(refused) => return Ok(Some(Err(refused))),
@@ -538,7 +546,13 @@ impl Partition {
                 return Ok((log.high_watermark(), log.log_end_offset()));
             }
             if !records.is_empty() {
-                state.epochs.observe_batches(records);
+                let epochs_path = state.epochs.path().to_path_buf();
+                state.epochs.observe_batches(records).map_err(|source| {
+                    samsa_storage::StorageError::Io {
+                        path: epochs_path,
+                        source,
+                    }
+                })?;
                 log.append_as_follower(records, now_ms)?;
             }
             // The leader's HW may be ahead of what this replica has fetched
