@@ -343,7 +343,7 @@ fn a_follower_on_a_full_disk_leaves_the_isr_and_rejoins_once_space_is_freed() {
     // the first I/O error for good and openraft stops; the node stops with
     // the reason rather than run on with metadata that no longer moves.
     let mut created = 0;
-    let stopped = wait_until(
+    wait_until(
         "the node whose controller store is full to stop",
         Duration::from_secs(60),
         || {
@@ -358,7 +358,6 @@ fn a_follower_on_a_full_disk_leaves_the_isr_and_rejoins_once_space_is_freed() {
             None
         },
     );
-    let () = stopped;
     let log = std::fs::read_to_string(cluster.node(full).log_path()).unwrap();
     assert!(
         log.contains("this node's controller stopped"),

@@ -24,7 +24,10 @@
 //!   topic of the same name and is removed first, so data never resurfaces
 //!   under a new topic;
 //! - a partition that fails to open is not hosted (requests for it get
-//!   NOT_LEADER_OR_FOLLOWER) and is retried by the next apply.
+//!   NOT_LEADER_OR_FOLLOWER) and is retried by the next apply; applying the
+//!   same image again is such an apply (the cluster applier does it after a
+//!   back-off, so a partition that could not be created on a full disk opens
+//!   once space is freed).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -306,6 +309,22 @@ mod tests {
             .unwrap();
         assert!(!stale.join("junk").exists(), "stale directory was adopted");
         assert_eq!(recorded_topic_id(&stale), Some(Uuid::from_u128(1)));
+    }
+
+    #[test]
+    fn a_partition_that_could_not_open_opens_when_the_same_image_is_applied_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = broker(dir.path());
+        // Something in the way of the partition's directory, as a full disk
+        // refuses creating it.
+        let blocked = partition_dir(dir.path(), "t", 0);
+        std::fs::write(&blocked, b"in the way").unwrap();
+        let view = image(1, Uuid::from_u128(1), vec![state(1, 1, 0)]);
+        assert!(broker.apply_image(&view).is_err());
+        assert!(broker.replicas.get("t", 0).is_none());
+        std::fs::remove_file(&blocked).unwrap();
+        broker.apply_image(&view).unwrap();
+        assert_eq!(broker.leader_partition("t", 0).unwrap().leader_epoch(), 0);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
+use std::time::Duration;
 
 use samsa_controller::client::{ControllerClient, MetadataFollower};
 use samsa_controller::node::ControllerNode;
@@ -413,14 +414,37 @@ fn start_replication(
     );
 }
 
-/// Keeps the hosted partitions in line with every later view, in order.
+/// Keeps the hosted partitions in line with every later view, in order. A
+/// view some partitions of which could not be opened (a full disk) is
+/// applied again after a back-off until they open or a newer view comes:
+/// freed space must not wait for an unrelated metadata change.
 async fn apply_views(broker: Arc<Broker>, mut views: watch::Receiver<Arc<MetadataView>>) {
-    while views.changed().await.is_ok() {
+    const FIRST_RETRY: Duration = Duration::from_millis(500);
+    const MAX_RETRY: Duration = Duration::from_secs(10);
+    let mut retry: Option<Duration> = None;
+    loop {
+        let next = match retry {
+            None => views.changed().await.is_ok(),
+            Some(pause) => tokio::select! {
+                changed = views.changed() => changed.is_ok(),
+                () = tokio::time::sleep(pause) => true,
+            },
+        };
+        if !next {
+            return;
+        }
         let view = Arc::clone(&views.borrow_and_update());
         match apply_view(&broker, view).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => {
+                if retry.take().is_some() {
+                    info!("applying metadata: every partition is open now");
+                }
+            }
             Ok(Err(e)) => {
-                warn!(error = %e, "applying metadata: some partitions could not be opened")
+                if retry.is_none() {
+                    warn!(error = %e, "applying metadata: some partitions could not be opened; retrying until they open");
+                }
+                retry = Some(retry.map_or(FIRST_RETRY, |r| (r * 2).min(MAX_RETRY)));
             }
             Err(e) => error!(error = %e, "applying metadata panicked"),
         }
