@@ -1048,13 +1048,9 @@ impl PartitionLog {
         // snapshot exist: a roll that fails (a full disk) leaves the log as
         // it was, without files of a segment it does not have.
         let created = Segment::create(&self.dir, new_base, now_ms).and_then(|segment| {
-            match self.producers.write_snapshot(&self.dir, new_base) {
-                Ok(()) => Ok(segment),
-                Err(e) => {
-                    drop(segment);
-                    Err(e)
-                }
-            }
+            self.producers
+                .write_snapshot(&self.dir, new_base)
+                .map(|()| segment)
         });
         let segment = match created {
             Ok(segment) => segment,
