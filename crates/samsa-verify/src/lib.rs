@@ -343,11 +343,25 @@ async fn run_workloads(args: RunArgs) -> Result<u8> {
             tracing::warn!("{failures} workload thread(s) ended with an error");
         }
         let deadline = Instant::now() + settle;
-        for t in &plan_topics {
-            for isolation in [Isolation::ReadCommitted, Isolation::ReadUncommitted] {
-                final_read(&job_env, &t.topic, t.partitions, isolation, deadline)?;
-            }
-        }
+        // Every read in parallel: each is mostly waiting for its client.
+        std::thread::scope(|scope| {
+            let reads: Vec<_> = plan_topics
+                .iter()
+                .flat_map(|t| {
+                    [Isolation::ReadCommitted, Isolation::ReadUncommitted].map(|isolation| {
+                        let env = &job_env;
+                        scope.spawn(move || {
+                            final_read(env, &t.topic, t.partitions, isolation, deadline)
+                        })
+                    })
+                })
+                .collect();
+            reads.into_iter().try_for_each(|r| {
+                r.join()
+                    .map_err(|_| anyhow!("a final read panicked"))
+                    .and_then(|r| r)
+            })
+        })?;
         job_env.recorder.record(EventKind::RunEnded {});
         Ok(())
     })
