@@ -52,17 +52,25 @@ fn report_of(out: &CliOutput) -> Value {
 /// Exit 0, no anomaly, every workload did something.
 fn assert_clean(out: &CliOutput) -> Value {
     let report = report_of(out);
+    let stderr_tail = || {
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    };
     assert_eq!(
         out.status.code(),
         Some(0),
         "verify failed:\n{report:#}\nstderr: {}",
-        out.stderr
+        stderr_tail()
     );
     assert_eq!(report["anomaly_count"], 0, "{report:#}");
     assert_eq!(report["valid"], true, "{report:#}");
     for w in WORKLOADS {
         let ops = report["workloads"][w]["ops"].as_u64().unwrap_or(0);
-        assert!(ops > 0, "workload {w} did nothing: {report:#}");
+        assert!(
+            ops > 0,
+            "workload {w} did nothing: {report:#}\n{}",
+            stderr_tail()
+        );
     }
     assert!(report["transactions"]["committed"].as_u64().unwrap_or(0) > 0);
     report

@@ -234,6 +234,10 @@ fn topic_of(plan: &Plan, workload: Workload, role: TopicRole) -> Result<String> 
         .ok_or_else(|| anyhow!("no {role:?} topic for {}", workload.name()))
 }
 
+/// How long the workloads' clients may take to be ready (transactional
+/// producers initialised: the first use of transactions may create the
+/// cluster's transaction state topic).
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
 /// How long topic creation may take to show leaders for every partition.
 const TOPICS_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -307,8 +311,31 @@ async fn run_workloads(args: RunArgs) -> Result<u8> {
         rate: args.rate / workloads.len() as f64,
         seed,
         partitions: args.partitions,
+        gate: Arc::new(workload::Gate::default()),
     };
     let (producers, consumers) = start(&env, &plan, &prefix, &workloads, args.abort_ratio)?;
+    let expected = producers.len()
+        + consumers
+            .iter()
+            .filter(|(name, _)| name.starts_with("pipeline-w"))
+            .count();
+    let gate = Arc::clone(&env.gate);
+    let arrived = tokio::task::spawn_blocking(move || gate.wait_arrivals(expected, READY_TIMEOUT))
+        .await
+        .map_err(|e| anyhow!("waiting for the workloads failed: {e}"))?;
+    if arrived < expected {
+        env.gate.close();
+        stop_producing.store(true, Ordering::Relaxed);
+        stop.store(true, Ordering::Relaxed);
+        tokio::task::spawn_blocking(move || join_all(producers) + join_all(consumers))
+            .await
+            .map_err(|e| anyhow!("stopping the workloads failed: {e}"))?;
+        bail!(
+            "only {arrived} of {expected} producers were ready within {READY_TIMEOUT:?} \
+             (are transactions available on the cluster? see the warnings above)"
+        );
+    }
+    env.gate.open();
     tracing::info!(
         workloads = workloads.len(),
         brokers,

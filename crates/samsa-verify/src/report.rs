@@ -8,7 +8,7 @@
 //! non-transactional records and committed transactions; failed ones are
 //! failed deliveries and failed commits. A gap is the time between two
 //! successive successful operations (of any workload), bounded by the
-//! start of the run and the moment producing stopped.
+//! first send and the moment producing stopped.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -224,6 +224,13 @@ pub fn build(
             EventKind::OffsetCommitted { .. } => stats.offset_commits += 1,
             _ => {}
         }
+    }
+    // The load starts with the first send (clients are set up before).
+    if let Some(first) = history
+        .iter()
+        .find(|e| matches!(e.kind, EventKind::Send { .. }))
+    {
+        start_ms = first.time_ms;
     }
     let end_ms = end_ms
         .or_else(|| history.last().map(|e| e.time_ms))

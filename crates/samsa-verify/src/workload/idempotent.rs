@@ -18,6 +18,9 @@ pub fn run_producer(env: &Env, topic: &str, index: usize) -> Result<()> {
     let name = format!("idempotent-p{index}");
     let producer = recording_producer(env, Workload::Idempotent, &name, &producer_settings(&name))
         .context("cannot create an idempotent producer")?;
+    if !env.gate.arrive_and_wait() {
+        return Ok(());
+    }
     let mut pacer = Pacer::new(env.rate / PRODUCERS as f64);
     let mut n: u64 = 0;
     while pacer.wait(|| env.producing()) {

@@ -13,7 +13,7 @@ pub mod queue;
 pub mod txn;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -42,6 +42,8 @@ pub struct Env {
     pub rate: f64,
     pub seed: u64,
     pub partitions: i32,
+    /// Where producing threads wait until every workload is ready.
+    pub gate: Arc<Gate>,
 }
 
 impl Env {
@@ -57,6 +59,70 @@ impl Env {
     pub fn config(&self, settings: &[(&str, String)]) -> Result<ClientConfig> {
         let borrowed: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
         self.connect.client_config(&borrowed)
+    }
+}
+
+/// The start line: every producing thread arrives once its clients are
+/// set up (transactional ones initialised), and none produces before all
+/// have, so `--duration` is time under the whole load and no workload's
+/// rate is spent while another waits for its transaction coordinator.
+#[derive(Default)]
+pub struct Gate {
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    arrived: usize,
+    open: bool,
+    closed: bool,
+}
+
+impl Gate {
+    fn lock(&self) -> MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts this thread as ready and waits until the gate opens; false
+    /// if the run was called off instead.
+    pub fn arrive_and_wait(&self) -> bool {
+        let mut s = self.lock();
+        s.arrived += 1;
+        self.changed.notify_all();
+        while !s.open && !s.closed {
+            s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+        s.open
+    }
+
+    /// Waits until `expected` threads arrived, at most `timeout`: how many did.
+    pub fn wait_arrivals(&self, expected: usize, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        let mut s = self.lock();
+        while s.arrived < expected {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            s = self
+                .changed
+                .wait_timeout(s, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        s.arrived
+    }
+
+    pub fn open(&self) {
+        self.lock().open = true;
+        self.changed.notify_all();
+    }
+
+    /// Calls the run off: waiting threads return false.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.changed.notify_all();
     }
 }
 

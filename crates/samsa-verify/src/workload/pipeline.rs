@@ -47,6 +47,9 @@ pub fn run_input_producer(env: &Env, topic: &str) -> Result<()> {
     let name = "pipeline-in".to_string();
     let producer = recording_producer(env, W, &name, &producer_settings(&name))
         .context("cannot create the pipeline's input producer")?;
+    if !env.gate.arrive_and_wait() {
+        return Ok(());
+    }
     let mut pacer = Pacer::new(env.rate);
     let mut n: u64 = 0;
     while pacer.wait(|| env.producing()) {
@@ -410,9 +413,17 @@ pub fn run_worker(env: &Env, topics: &Topics, index: usize) -> Result<()> {
     let name = format!("pipeline-w{index}");
     let transactional_id = format!("{}-{index}", topics.transactional_id_prefix);
     let mut generation = 0u64;
+    let mut arrived = false;
     while env.running() {
         generation += 1;
-        match worker_generation(env, topics, &name, &transactional_id, generation) {
+        match worker_generation(
+            env,
+            topics,
+            &name,
+            &transactional_id,
+            generation,
+            &mut arrived,
+        ) {
             Ok(()) => break,
             Err(e) => {
                 tracing::warn!(worker = %name, "starting over after: {e:#}");
@@ -429,6 +440,7 @@ fn worker_generation(
     name: &str,
     transactional_id: &str,
     generation: u64,
+    arrived: &mut bool,
 ) -> Result<()> {
     let producer = recording_producer(
         env,
@@ -440,6 +452,12 @@ fn worker_generation(
     producer
         .init_transactions(TXN_CALL_TIMEOUT)
         .with_context(|| format!("init_transactions of {transactional_id}"))?;
+    if !*arrived {
+        *arrived = true;
+        if !env.gate.arrive_and_wait() {
+            return Ok(());
+        }
+    }
     let worker = Arc::new(Worker {
         env: env.clone(),
         name: name.to_string(),

@@ -37,6 +37,9 @@ pub fn run_producer(env: &Env, topic: &str, index: usize) -> Result<()> {
     let name = format!("queue-p{index}");
     let producer = recording_producer(env, W, &name, &producer_settings(&name))
         .context("cannot create a queue producer")?;
+    if !env.gate.arrive_and_wait() {
+        return Ok(());
+    }
     let mut pacer = Pacer::new(env.rate / PRODUCERS as f64);
     let mut n: u64 = 0;
     while pacer.wait(|| env.producing()) {

@@ -45,7 +45,7 @@ pub fn run_producer(
     let name = format!("txn-p{index}");
     let mut rng = StdRng::seed_from_u64(env.seed ^ (0x7478_6e00 + index as u64));
     let txns_per_sec = env.rate / (PRODUCERS * RECORDS_PER_TXN) as f64;
-    let mut pacer = Pacer::new(txns_per_sec);
+    let mut pacer: Option<Pacer> = None;
     let mut generation = 0u64;
     let mut n = 0u64;
     'producers: while env.producing() {
@@ -70,6 +70,15 @@ pub fn run_producer(
             }
         }
         let label = format!("{name}-g{generation}");
+        let pacer = match &mut pacer {
+            Some(p) => p,
+            None => {
+                if !env.gate.arrive_and_wait() {
+                    return Ok(());
+                }
+                pacer.insert(Pacer::new(txns_per_sec))
+            }
+        };
         while pacer.wait(|| env.producing()) {
             n += 1;
             let id = txn_id(&label, n);
