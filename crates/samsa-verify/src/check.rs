@@ -47,6 +47,11 @@ pub enum AnomalyKind {
     CommitSkipsInput,
     /// A group's committed offset went back.
     CommitBackwards,
+    /// Two records of one producer in one partition are in the final read
+    /// in an order other than the one they were sent in.
+    Reordered,
+    /// A read returned a value no producer of the run sent.
+    UnknownValue,
 }
 
 impl AnomalyKind {
@@ -61,6 +66,8 @@ impl AnomalyKind {
             AnomalyKind::PollBackwards => "poll-backwards",
             AnomalyKind::CommitSkipsInput => "commit-skips-input",
             AnomalyKind::CommitBackwards => "commit-backwards",
+            AnomalyKind::Reordered => "reordered",
+            AnomalyKind::UnknownValue => "unknown-value",
         }
     }
 }
@@ -511,6 +518,39 @@ pub fn check(history: &[Event]) -> Findings {
         }
     }
 
+    check_order(history, &committed_read, &mut c);
+    for e in history {
+        let (value, place) = match &e.kind {
+            EventKind::Poll {
+                consumer,
+                topic,
+                partition,
+                offset,
+                value,
+                ..
+            } => (
+                value,
+                format!("polled by {consumer} at {topic}[{partition}]@{offset}"),
+            ),
+            EventKind::FinalRead {
+                isolation,
+                topic,
+                partition,
+                offset,
+                value,
+            } => (
+                value,
+                format!(
+                    "in the final {} read at {topic}[{partition}]@{offset}",
+                    isolation.as_config()
+                ),
+            ),
+            _ => continue,
+        };
+        if !sends.contains_key(value) {
+            c.add(AnomalyKind::UnknownValue, || format!("{value:?} {place}"));
+        }
+    }
     check_polls(history, &mut c);
     check_queue_commits(history, &roles, &committed_read, &mut c);
     check_pipeline(&txns, &roles, &committed_read, &mut c);
@@ -521,6 +561,50 @@ pub fn check(history: &[Event]) -> Findings {
         unchecked,
         drained,
         txns: counts,
+    }
+}
+
+/// Each producer's records of one partition are in the final read in the
+/// order it sent them (idempotent and transactional producers keep it).
+fn check_order(history: &[Event], committed_read: &FinalRead, c: &mut Collector) {
+    // (workload, producer, topic, partition) → (highest offset so far, its value).
+    let mut last: HashMap<(Workload, &str, &str, i32), (i64, &str)> = HashMap::new();
+    for e in history {
+        let EventKind::Send {
+            workload,
+            producer,
+            value,
+            topic,
+            partition,
+            ..
+        } = &e.kind
+        else {
+            continue;
+        };
+        let Some(places) = committed_read.by_value.get(value) else {
+            continue;
+        };
+        let Some((_, offset)) = places
+            .iter()
+            .find(|((t, p), _)| t == topic && p == partition)
+        else {
+            continue;
+        };
+        let key = (*workload, producer.as_str(), topic.as_str(), *partition);
+        match last.get(&key) {
+            Some((prev, prev_value)) if offset < prev => {
+                let prev_value = prev_value.to_string();
+                c.add(AnomalyKind::Reordered, || {
+                    format!(
+                        "{}: {producer} sent {prev_value} before {value}, but they are at {topic}[{partition}]@{prev} and @{offset}",
+                        workload.name()
+                    )
+                });
+            }
+            _ => {
+                last.insert(key, (*offset, value.as_str()));
+            }
+        }
     }
 }
 

@@ -417,6 +417,8 @@ fn a_failed_delivery_may_be_present_once() {
 fn offset_conflicts_between_ack_poll_and_reads() {
     let mut h = clean();
     // Acknowledged at DATA[0]@0 as i-1; the uncommitted read says otherwise.
+    h.send(Workload::Idempotent, DATA, 0, "other", None);
+    h.send(Workload::Queue, QUEUE, 0, "q-x", None);
     h.final_read(Isolation::ReadUncommitted, DATA, &[(0, 0, "other")]);
     // A poll saw something else at QUEUE[0]@1 than the final read.
     h.poll(Workload::Queue, "c2", QUEUE, 0, 1, "q-x");
@@ -487,6 +489,7 @@ fn polls_going_backwards_within_an_assignment() {
 fn a_queue_commit_past_unpolled_input() {
     let mut h = clean();
     // The final read has q-3 at offset 2, never polled; c1 commits 3.
+    h.send(Workload::Queue, QUEUE, 0, "q-3", None);
     h.final_read(Isolation::ReadCommitted, QUEUE, &[(0, 2, "q-3")]);
     h.queue_commit("c1", 0, 3);
     let f = h.check();
@@ -496,6 +499,7 @@ fn a_queue_commit_past_unpolled_input() {
 #[test]
 fn a_queue_commit_before_the_poll_skips_it() {
     let mut h = clean();
+    h.send(Workload::Queue, QUEUE, 0, "q-3", None);
     h.final_read(Isolation::ReadCommitted, QUEUE, &[(0, 2, "q-3")]);
     h.queue_commit("c1", 0, 3);
     h.poll(Workload::Queue, "c1", QUEUE, 0, 2, "q-3");
@@ -508,6 +512,7 @@ fn a_pipeline_commit_past_input_without_output() {
     let mut h = clean();
     // pin-2 at offset 1 is in the input, the committed offset 2 passes it,
     // and its output is nowhere.
+    h.send(Workload::Pipeline, PIN, 0, "pin-2", None);
     h.final_read(Isolation::ReadCommitted, PIN, &[(0, 1, "pin-2")]);
     h.push(EventKind::TxnBegin {
         workload: Workload::Pipeline,
@@ -534,6 +539,13 @@ fn a_pipeline_commit_past_input_without_output() {
 #[test]
 fn a_pipeline_input_with_two_outputs() {
     let mut h = clean();
+    h.push(EventKind::TxnBegin {
+        workload: Workload::Pipeline,
+        producer: "w2".into(),
+        txn: "w2-t1".into(),
+    });
+    h.send(Workload::Pipeline, POUT, 1, "pin-1@w2#w2-t1", Some("w2-t1"));
+    h.committed("w2-t1");
     h.final_read(Isolation::ReadCommitted, POUT, &[(1, 0, "pin-1@w2#w2-t1")]);
     let f = h.check();
     only(&f, AnomalyKind::Duplicate, 1);
@@ -601,4 +613,31 @@ fn pipeline_commits_going_backwards() {
     h.committed("w2-t1");
     let f = h.check();
     only(&f, AnomalyKind::CommitBackwards, 1);
+}
+
+#[test]
+fn records_of_one_producer_out_of_send_order() {
+    let mut h = H::new();
+    h.acked(DATA, 0, 1, "i-1");
+    h.acked(DATA, 0, 0, "i-2");
+    h.acked(DATA, 0, 2, "i-3");
+    // Another partition's order is its own.
+    h.acked(DATA, 1, 0, "i-4");
+    h.final_read(
+        Isolation::ReadCommitted,
+        DATA,
+        &[(0, 0, "i-2"), (0, 1, "i-1"), (0, 2, "i-3"), (1, 0, "i-4")],
+    );
+    h.final_done(DATA);
+    let f = h.check();
+    only(&f, AnomalyKind::Reordered, 1);
+}
+
+#[test]
+fn values_nobody_sent() {
+    let mut h = clean();
+    h.final_read(Isolation::ReadUncommitted, DATA, &[(0, 9, "from-nowhere")]);
+    h.poll(Workload::Queue, "c1", QUEUE, 1, 5, "from-nowhere-too");
+    let f = h.check();
+    only(&f, AnomalyKind::UnknownValue, 2);
 }
