@@ -121,7 +121,7 @@ fn a_run_across_a_partition_leader_kill_is_clean() {
     let dir = tempfile::tempdir().unwrap();
     let history = history_in(dir.path());
     let prefix = unique_topic("verify3");
-    let args = verify_args(&cluster.bootstrap(), &prefix, &history, "25s");
+    let args = verify_args(&cluster.bootstrap(), &prefix, &history, "20s");
     let run = std::thread::spawn(move || run_cli(&samsa_bin(), &args, RUN_TIMEOUT));
 
     // Mid-run: once the workloads have written for a while, kill the

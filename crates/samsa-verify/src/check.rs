@@ -206,6 +206,7 @@ pub fn check(history: &[Event]) -> Findings {
     let mut group_workload: HashMap<String, Workload> = HashMap::new();
     let mut sends: HashMap<String, SendInfo> = HashMap::new();
     let mut acks: Vec<(Workload, String, Tp, i64)> = Vec::new();
+    let mut every_ack: Vec<(String, Tp, i64)> = Vec::new();
     let mut txns: BTreeMap<String, Txn> = BTreeMap::new();
     let mut committed_read = FinalRead::default();
     let mut uncommitted_read = FinalRead::default();
@@ -260,6 +261,7 @@ pub fn check(history: &[Event]) -> Findings {
                     .or_default()
                     .entry(value.clone())
                     .or_insert("ack");
+                every_ack.push((value.clone(), (topic.clone(), *partition), *offset));
                 if txn.is_none() {
                     acks.push((
                         *workload,
@@ -402,6 +404,28 @@ pub fn check(history: &[Event]) -> Findings {
                 let vs: Vec<String> = values.iter().map(|(v, w)| format!("{v} ({w})")).collect();
                 format!("{}[{}]@{offset}: {}", tp.0, tp.1, vs.join(" vs "))
             });
+        }
+    }
+
+    // A record read only somewhere else than where it was acknowledged
+    // (read there too and elsewhere as well is a duplicate).
+    for (value, tp, offset) in &every_ack {
+        for read in [&committed_read, &uncommitted_read] {
+            let Some(places) = read.by_value.get(value) else {
+                continue;
+            };
+            if places.iter().any(|(at, o)| at == tp && o == offset) {
+                continue;
+            }
+            if let Some(((t, p), o)) = places.first() {
+                c.add(AnomalyKind::OffsetConflict, || {
+                    format!(
+                        "{value} acknowledged at {}[{}]@{offset} but read at {t}[{p}]@{o}",
+                        tp.0, tp.1
+                    )
+                });
+                break;
+            }
         }
     }
 

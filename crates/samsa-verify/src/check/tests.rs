@@ -641,3 +641,18 @@ fn values_nobody_sent() {
     let f = h.check();
     only(&f, AnomalyKind::UnknownValue, 2);
 }
+
+#[test]
+fn a_record_read_elsewhere_than_acknowledged() {
+    let mut h = clean();
+    // i-2 was acknowledged at DATA[1]@0; the reads have it at @4 instead.
+    for e in &mut h.events {
+        if let EventKind::FinalRead { value, offset, .. } = &mut e.kind {
+            if value == "i-2" {
+                *offset = 4;
+            }
+        }
+    }
+    let f = h.check();
+    only(&f, AnomalyKind::OffsetConflict, 1);
+}
