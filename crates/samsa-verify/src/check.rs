@@ -864,12 +864,15 @@ fn check_pipeline(
     }
 }
 
+/// One acknowledged commit of a partition's offset: (issued_ms, acked_ms,
+/// offset, who).
+type Commit = (i64, i64, i64, String);
+
 /// A group's committed offset of a partition never goes back: a commit
 /// issued after another was acknowledged may not name a lower offset.
 fn check_commit_order(history: &[Event], txns: &BTreeMap<String, Txn>, c: &mut Collector) {
     // (group, topic, partition) → commits (issued_ms, acked_ms, offset, who).
-    let mut commits: BTreeMap<(String, String, i32), Vec<(i64, i64, i64, String)>> =
-        BTreeMap::new();
+    let mut commits: BTreeMap<(String, String, i32), Vec<Commit>> = BTreeMap::new();
     let mut issued: HashMap<u64, &Event> = HashMap::new();
     for e in history {
         match &e.kind {
@@ -914,12 +917,12 @@ fn check_commit_order(history: &[Event], txns: &BTreeMap<String, Txn>, c: &mut C
         }
     }
     for ((group, topic, partition), list) in &mut commits {
-        let mut by_ack: Vec<&(i64, i64, i64, String)> = list.iter().collect();
+        let mut by_ack: Vec<&Commit> = list.iter().collect();
         by_ack.sort_by_key(|x| x.1);
-        let mut by_issue: Vec<&(i64, i64, i64, String)> = list.iter().collect();
+        let mut by_issue: Vec<&Commit> = list.iter().collect();
         by_issue.sort_by_key(|x| x.0);
         let mut acked = 0;
-        let mut max_before: Option<&(i64, i64, i64, String)> = None;
+        let mut max_before: Option<&Commit> = None;
         for b in by_issue {
             while acked < by_ack.len() && by_ack[acked].1 < b.0 {
                 if max_before.is_none_or(|m| by_ack[acked].2 > m.2) {

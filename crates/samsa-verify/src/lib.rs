@@ -251,7 +251,7 @@ async fn run_workloads(args: RunArgs) -> Result<u8> {
     if !(0.0..=1.0).contains(&args.abort_ratio) {
         bail!("--abort-ratio must be between 0 and 1");
     }
-    if !(args.rate > 0.0) {
+    if args.rate.is_nan() || args.rate <= 0.0 {
         bail!("--rate must be positive");
     }
     let mut workloads = args.workload.clone();
@@ -593,10 +593,9 @@ fn assigning_consumer(
         ("auto.offset.reset", "earliest".to_string()),
     ];
     let borrowed: Vec<(&str, String)> = settings.to_vec();
-    Ok(env
-        .config(&borrowed)?
+    env.config(&borrowed)?
         .create_with_context(CliContext)
-        .context("cannot create a reader")?)
+        .context("cannot create a reader")
 }
 
 /// Waits until every group's committed offsets reach its input's end
