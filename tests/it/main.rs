@@ -28,3 +28,4 @@ mod stage_start;
 mod transactions;
 mod transactions_smoke;
 mod txn_tools;
+mod verify;

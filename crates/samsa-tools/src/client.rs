@@ -25,6 +25,7 @@ pub struct BootstrapArgs {
     #[arg(
         long,
         short = 'b',
+        alias = "bootstrap",
         value_name = "HOST:PORT",
         default_value = "127.0.0.1:9092",
         env = "SAMSA_BOOTSTRAP_SERVER"

@@ -689,8 +689,9 @@ const STABLE_OFFSETS_TIMEOUT: Duration = Duration::from_secs(60);
 /// log start: everything already committed is read and written again. Here
 /// an UNSTABLE_OFFSET_COMMIT (or any other per-partition error) is asked
 /// again until the offset is stable, and only an answer without error and
-/// without offset means the log start.
-fn start_offsets<C: ConsumerContext>(
+/// without offset means the log start. (`samsa verify`'s pipeline workload
+/// starts its partitions the same way.)
+pub fn start_offsets<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     tpl: &TopicPartitionList,
 ) -> Result<TopicPartitionList> {

@@ -2,7 +2,7 @@
 //! processes (`server`, `dev`: [`server`], [`config`], [`dev`]) and dispatch to the
 //! other subcommands, which live in the `samsa_tools` crate (Kafka client
 //! tools, benchmarks, demos, the pipeline stage, the offline segment dumper,
-//! the container health check).
+//! the container health check) and the `samsa_verify` crate (`verify`).
 //! This file owns the shape of the command line and how errors become exit
 //! codes; the process allocator is the broker's guard
 //! ([`samsa_broker::alloc_guard`]).
@@ -66,6 +66,10 @@ enum Command {
     /// Exactly-once consume-transform-produce stage processes and their benchmark.
     #[command(subcommand)]
     Pipeline(pipeline::PipelineCommand),
+    /// Run workloads against any Kafka-compatible cluster and check what
+    /// they saw (lost, duplicated, aborted or torn records, group offsets);
+    /// `verify check` re-checks a history. Exit 0 clean, 1 anomalies, 2 could not run.
+    Verify(samsa_verify::VerifyArgs),
 }
 
 fn main() -> ExitCode {
@@ -107,6 +111,7 @@ fn main() -> ExitCode {
             Command::Demo(cmd) => demo::run(cmd).await,
             Command::Txn(cmd) => txn::run(cmd).await,
             Command::Pipeline(cmd) => pipeline::run(cmd).await,
+            Command::Verify(args) => samsa_verify::run(args).await,
         }
     });
     // Blocking client tasks have all been joined by now; don't let a stray one

@@ -1,0 +1,658 @@
+//! Synthetic histories: a clean one, and one per anomaly kind, each
+//! detected with the right count.
+
+use super::*;
+use crate::history::{FinalPartition, GroupInfo, PartitionOffset, TopicInfo, TopicPartition};
+
+const DATA: &str = "t-data";
+const TXN: &str = "t-txn";
+const QUEUE: &str = "t-queue";
+const PIN: &str = "t-pin";
+const POUT: &str = "t-pout";
+
+/// A history under construction; time advances by 1 ms per event.
+struct H {
+    events: Vec<Event>,
+    now: i64,
+    commit_id: u64,
+}
+
+impl H {
+    fn new() -> H {
+        let topic = |topic: &str, workload, role| TopicInfo {
+            topic: topic.into(),
+            workload,
+            role,
+            partitions: 2,
+        };
+        let mut h = H {
+            events: Vec::new(),
+            now: 1_000,
+            commit_id: 0,
+        };
+        h.push(EventKind::RunStarted {
+            seed: 1,
+            bootstrap: "b".into(),
+            workloads: Workload::ALL.to_vec(),
+            topics: vec![
+                topic(DATA, Workload::Idempotent, TopicRole::Data),
+                topic(TXN, Workload::Txn, TopicRole::Data),
+                topic(QUEUE, Workload::Queue, TopicRole::Data),
+                topic(PIN, Workload::Pipeline, TopicRole::PipelineInput),
+                topic(POUT, Workload::Pipeline, TopicRole::PipelineOutput),
+            ],
+            groups: vec![
+                GroupInfo {
+                    group: "gq".into(),
+                    workload: Workload::Queue,
+                    input_topic: QUEUE.into(),
+                },
+                GroupInfo {
+                    group: "gp".into(),
+                    workload: Workload::Pipeline,
+                    input_topic: PIN.into(),
+                },
+            ],
+        });
+        h
+    }
+
+    fn push(&mut self, kind: EventKind) -> &mut H {
+        self.now += 1;
+        self.events.push(Event {
+            time_ms: self.now,
+            kind,
+        });
+        self
+    }
+
+    fn send(&mut self, w: Workload, topic: &str, p: i32, value: &str, txn: Option<&str>) {
+        self.push(EventKind::Send {
+            workload: w,
+            producer: "p".into(),
+            value: value.into(),
+            topic: topic.into(),
+            partition: p,
+            txn: txn.map(str::to_string),
+        });
+    }
+
+    fn ack(
+        &mut self,
+        w: Workload,
+        topic: &str,
+        p: i32,
+        offset: i64,
+        value: &str,
+        txn: Option<&str>,
+    ) {
+        self.push(EventKind::Ack {
+            workload: w,
+            producer: "p".into(),
+            value: value.into(),
+            topic: topic.into(),
+            partition: p,
+            offset,
+            txn: txn.map(str::to_string),
+        });
+    }
+
+    /// An idempotent send acknowledged at `offset`.
+    fn acked(&mut self, topic: &str, p: i32, offset: i64, value: &str) {
+        self.send(Workload::Idempotent, topic, p, value, None);
+        self.ack(Workload::Idempotent, topic, p, offset, value, None);
+    }
+
+    fn txn(&mut self, id: &str, records: &[(i32, &str)]) {
+        self.push(EventKind::TxnBegin {
+            workload: Workload::Txn,
+            producer: "p".into(),
+            txn: id.into(),
+        });
+        for (p, v) in records {
+            self.send(Workload::Txn, TXN, *p, v, Some(id));
+        }
+    }
+
+    fn commit_issued(&mut self, id: &str) {
+        self.push(EventKind::TxnCommitIssued {
+            workload: Workload::Txn,
+            txn: id.into(),
+        });
+    }
+
+    fn committed(&mut self, id: &str) {
+        self.commit_issued(id);
+        self.push(EventKind::TxnCommitted {
+            workload: Workload::Txn,
+            txn: id.into(),
+        });
+    }
+
+    fn aborted(&mut self, id: &str, intentional: bool) {
+        self.push(EventKind::TxnAborted {
+            workload: Workload::Txn,
+            txn: id.into(),
+            intentional,
+        });
+    }
+
+    fn poll(&mut self, w: Workload, consumer: &str, topic: &str, p: i32, offset: i64, value: &str) {
+        self.push(EventKind::Poll {
+            workload: w,
+            consumer: consumer.into(),
+            topic: topic.into(),
+            partition: p,
+            offset,
+            value: value.into(),
+        });
+    }
+
+    fn assigned(&mut self, w: Workload, consumer: &str, group: &str, topic: &str, ps: &[i32]) {
+        self.push(EventKind::Assigned {
+            workload: w,
+            consumer: consumer.into(),
+            group: group.into(),
+            partitions: ps
+                .iter()
+                .map(|p| TopicPartition {
+                    topic: topic.into(),
+                    partition: *p,
+                })
+                .collect(),
+        });
+    }
+
+    /// A queue offset commit, acknowledged.
+    fn queue_commit(&mut self, consumer: &str, p: i32, offset: i64) {
+        self.commit_id += 1;
+        let commit = self.commit_id;
+        self.push(EventKind::OffsetCommitIssued {
+            workload: Workload::Queue,
+            consumer: consumer.into(),
+            group: "gq".into(),
+            commit,
+            offsets: vec![PartitionOffset {
+                topic: QUEUE.into(),
+                partition: p,
+                offset,
+            }],
+        });
+        self.push(EventKind::OffsetCommitted {
+            workload: Workload::Queue,
+            consumer: consumer.into(),
+            group: "gq".into(),
+            commit,
+        });
+    }
+
+    fn final_read(&mut self, isolation: Isolation, topic: &str, records: &[(i32, i64, &str)]) {
+        for (p, o, v) in records {
+            self.push(EventKind::FinalRead {
+                isolation,
+                topic: topic.into(),
+                partition: *p,
+                offset: *o,
+                value: (*v).into(),
+            });
+        }
+    }
+
+    /// Both final reads of `topic` done; every partition complete.
+    fn final_done(&mut self, topic: &str) {
+        for isolation in [Isolation::ReadCommitted, Isolation::ReadUncommitted] {
+            self.push(EventKind::FinalReadDone {
+                isolation,
+                topic: topic.into(),
+                partitions: (0..2)
+                    .map(|p| FinalPartition {
+                        partition: p,
+                        end_offset: 100,
+                        complete: true,
+                    })
+                    .collect(),
+            });
+        }
+    }
+
+    fn check(&self) -> Findings {
+        check(&self.events)
+    }
+}
+
+/// A run of every workload with nothing wrong.
+fn clean() -> H {
+    let mut h = H::new();
+    // Idempotent: two acked records, one failed delivery that never landed.
+    h.acked(DATA, 0, 0, "i-1");
+    h.acked(DATA, 1, 0, "i-2");
+    h.send(Workload::Idempotent, DATA, 0, "i-3", None);
+    h.push(EventKind::AckFailed {
+        workload: Workload::Idempotent,
+        producer: "p".into(),
+        value: "i-3".into(),
+        topic: DATA.into(),
+        partition: 0,
+        txn: None,
+        error: "timed out".into(),
+    });
+    // Txn: a committed one across two partitions, one aborted on purpose,
+    // one with an unknown outcome that did commit.
+    h.txn("x1", &[(0, "x1-a"), (1, "x1-b")]);
+    h.ack(Workload::Txn, TXN, 0, 0, "x1-a", Some("x1"));
+    h.ack(Workload::Txn, TXN, 1, 0, "x1-b", Some("x1"));
+    h.committed("x1");
+    h.txn("x2", &[(0, "x2-a"), (1, "x2-b")]);
+    h.aborted("x2", true);
+    h.txn("x3", &[(0, "x3-a"), (1, "x3-b")]);
+    h.commit_issued("x3");
+    h.push(EventKind::TxnCommitFailed {
+        workload: Workload::Txn,
+        txn: "x3".into(),
+        error: "timed out".into(),
+    });
+    // Queue: two records polled, then committed.
+    h.acked(QUEUE, 0, 0, "q-1");
+    h.acked(QUEUE, 0, 1, "q-2");
+    h.assigned(Workload::Queue, "c1", "gq", QUEUE, &[0, 1]);
+    h.poll(Workload::Queue, "c1", QUEUE, 0, 0, "q-1");
+    h.poll(Workload::Queue, "c1", QUEUE, 0, 1, "q-2");
+    h.queue_commit("c1", 0, 2);
+    // Pipeline: one input, processed in a committed transaction.
+    h.acked(PIN, 0, 0, "pin-1");
+    h.assigned(Workload::Pipeline, "w1", "gp", PIN, &[0, 1]);
+    h.poll(Workload::Pipeline, "w1", PIN, 0, 0, "pin-1");
+    h.push(EventKind::TxnBegin {
+        workload: Workload::Pipeline,
+        producer: "w1".into(),
+        txn: "w1-t1".into(),
+    });
+    h.send(Workload::Pipeline, POUT, 0, "pin-1@w1#w1-t1", Some("w1-t1"));
+    h.push(EventKind::TxnOffsets {
+        workload: Workload::Pipeline,
+        txn: "w1-t1".into(),
+        group: "gp".into(),
+        offsets: vec![PartitionOffset {
+            topic: PIN.into(),
+            partition: 0,
+            offset: 1,
+        }],
+    });
+    h.committed("w1-t1");
+    h.push(EventKind::ProducingStopped {});
+    h.push(EventKind::Drained {
+        complete: true,
+        detail: String::new(),
+    });
+    for isolation in [Isolation::ReadCommitted, Isolation::ReadUncommitted] {
+        h.final_read(isolation, DATA, &[(0, 0, "i-1"), (1, 0, "i-2")]);
+        h.final_read(isolation, QUEUE, &[(0, 0, "q-1"), (0, 1, "q-2")]);
+        h.final_read(isolation, PIN, &[(0, 0, "pin-1")]);
+        h.final_read(isolation, POUT, &[(0, 0, "pin-1@w1#w1-t1")]);
+    }
+    // x3 (unknown) committed: all of it is there, as is x1.
+    h.final_read(
+        Isolation::ReadCommitted,
+        TXN,
+        &[
+            (0, 0, "x1-a"),
+            (1, 0, "x1-b"),
+            (0, 3, "x3-a"),
+            (1, 3, "x3-b"),
+        ],
+    );
+    h.final_read(
+        Isolation::ReadUncommitted,
+        TXN,
+        &[
+            (0, 0, "x1-a"),
+            (1, 0, "x1-b"),
+            (0, 1, "x2-a"),
+            (1, 1, "x2-b"),
+            (0, 3, "x3-a"),
+            (1, 3, "x3-b"),
+        ],
+    );
+    for topic in [DATA, TXN, QUEUE, PIN, POUT] {
+        h.final_done(topic);
+    }
+    h.push(EventKind::RunEnded {});
+    h
+}
+
+fn only(f: &Findings, kind: AnomalyKind, count: usize) {
+    assert_eq!(f.count(kind), count, "{kind:?} in {f:#?}");
+    let others: Vec<&Finding> = f.anomalies.iter().filter(|a| a.kind != kind).collect();
+    assert!(others.is_empty(), "only {kind:?} expected: {others:#?}");
+    let finding = f.anomalies.iter().find(|a| a.kind == kind);
+    assert!(finding.is_some_and(|a| !a.examples.is_empty()));
+}
+
+/// `clean()` with the final read_committed entries of `values` removed.
+fn without_committed_reads(mut h: H, values: &[&str]) -> H {
+    h.events.retain(|e| {
+        !matches!(&e.kind, EventKind::FinalRead { isolation: Isolation::ReadCommitted, value, .. }
+            if values.contains(&value.as_str()))
+    });
+    h
+}
+
+#[test]
+fn a_clean_history_has_no_anomalies() {
+    let f = clean().check();
+    assert!(f.anomalies.is_empty(), "{f:#?}");
+    assert!(f.unchecked.is_empty());
+    assert!(f.drained);
+    assert_eq!(
+        f.txns,
+        TxnCounts {
+            committed: 2,
+            aborted: 1,
+            unknown: 1,
+            never_committed: 0
+        }
+    );
+}
+
+#[test]
+fn an_unknown_outcome_may_also_be_all_absent() {
+    let h = without_committed_reads(clean(), &["x3-a", "x3-b"]);
+    assert!(h.check().anomalies.is_empty());
+}
+
+#[test]
+fn lost_acknowledged_records() {
+    let f = without_committed_reads(clean(), &["i-1", "q-2"]).check();
+    only(&f, AnomalyKind::Lost, 2);
+}
+
+#[test]
+fn lost_committed_transaction() {
+    let f = without_committed_reads(clean(), &["x1-a", "x1-b"]).check();
+    only(&f, AnomalyKind::Lost, 2);
+}
+
+#[test]
+fn nothing_is_missing_from_an_incomplete_partition() {
+    let mut h = without_committed_reads(clean(), &["i-1"]);
+    for e in &mut h.events {
+        if let EventKind::FinalReadDone {
+            isolation: Isolation::ReadCommitted,
+            topic,
+            partitions,
+        } = &mut e.kind
+        {
+            if topic == DATA {
+                partitions[0].complete = false;
+            }
+        }
+    }
+    let f = h.check();
+    assert!(f.anomalies.is_empty(), "{f:#?}");
+    assert_eq!(f.unchecked.len(), 1);
+}
+
+#[test]
+fn duplicates_in_the_final_read() {
+    let mut h = clean();
+    // i-2 written twice (a retry the idempotent producer should have caught),
+    // the failed i-3 present twice too.
+    h.final_read(
+        Isolation::ReadCommitted,
+        DATA,
+        &[(1, 1, "i-2"), (0, 5, "i-3"), (0, 6, "i-3")],
+    );
+    let f = h.check();
+    only(&f, AnomalyKind::Duplicate, 2);
+}
+
+#[test]
+fn a_failed_delivery_may_be_present_once() {
+    let mut h = clean();
+    h.final_read(Isolation::ReadCommitted, DATA, &[(0, 5, "i-3")]);
+    assert!(h.check().anomalies.is_empty());
+}
+
+#[test]
+fn offset_conflicts_between_ack_poll_and_reads() {
+    let mut h = clean();
+    // Acknowledged at DATA[0]@0 as i-1; the uncommitted read says otherwise.
+    h.send(Workload::Idempotent, DATA, 0, "other", None);
+    h.send(Workload::Queue, QUEUE, 0, "q-x", None);
+    h.final_read(Isolation::ReadUncommitted, DATA, &[(0, 0, "other")]);
+    // A poll saw something else at QUEUE[0]@1 than the final read.
+    h.poll(Workload::Queue, "c2", QUEUE, 0, 1, "q-x");
+    let f = h.check();
+    only(&f, AnomalyKind::OffsetConflict, 2);
+}
+
+#[test]
+fn aborted_reads_in_polls_and_the_final_read() {
+    let mut h = clean();
+    h.final_read(
+        Isolation::ReadCommitted,
+        TXN,
+        &[(0, 1, "x2-a"), (1, 1, "x2-b")],
+    );
+    h.poll(Workload::Queue, "c1", TXN, 0, 1, "x2-a");
+    let f = h.check();
+    only(&f, AnomalyKind::AbortedRead, 3);
+    assert!(f.anomalies[0].examples[0].contains("aborted on purpose"));
+}
+
+#[test]
+fn reads_before_the_commit_was_issued() {
+    let mut h = H::new();
+    h.txn("x1", &[(0, "x1-a")]);
+    h.poll(Workload::Txn, "c1", TXN, 0, 0, "x1-a");
+    h.committed("x1");
+    // A transaction that never issued a commit, seen in the final read.
+    h.txn("x2", &[(1, "x2-a")]);
+    h.final_read(
+        Isolation::ReadCommitted,
+        TXN,
+        &[(0, 0, "x1-a"), (1, 0, "x2-a")],
+    );
+    h.final_done(TXN);
+    let f = h.check();
+    only(&f, AnomalyKind::ReadBeforeCommit, 2);
+}
+
+#[test]
+fn torn_transactions_committed_or_unknown() {
+    let f = without_committed_reads(clean(), &["x1-b", "x3-a"]).check();
+    only(&f, AnomalyKind::TornTransaction, 2);
+}
+
+#[test]
+fn polls_going_backwards_within_an_assignment() {
+    let mut h = clean();
+    // Repeats q-2's offset: backwards. After a re-assignment it is fine.
+    h.poll(Workload::Queue, "c1", QUEUE, 0, 1, "q-2");
+    h.assigned(Workload::Queue, "c1", "gq", QUEUE, &[0]);
+    h.poll(Workload::Queue, "c1", QUEUE, 0, 0, "q-1");
+    h.poll(Workload::Queue, "c1", QUEUE, 0, 1, "q-2");
+    h.push(EventKind::Seek {
+        workload: Workload::Queue,
+        consumer: "c1".into(),
+        topic: QUEUE.into(),
+        partition: 0,
+        offset: 0,
+    });
+    h.poll(Workload::Queue, "c1", QUEUE, 0, 0, "q-1");
+    h.poll(Workload::Queue, "c1", QUEUE, 0, 0, "q-1");
+    let f = h.check();
+    only(&f, AnomalyKind::PollBackwards, 2);
+}
+
+#[test]
+fn a_queue_commit_past_unpolled_input() {
+    let mut h = clean();
+    // The final read has q-3 at offset 2, never polled; c1 commits 3.
+    h.send(Workload::Queue, QUEUE, 0, "q-3", None);
+    h.final_read(Isolation::ReadCommitted, QUEUE, &[(0, 2, "q-3")]);
+    h.queue_commit("c1", 0, 3);
+    let f = h.check();
+    only(&f, AnomalyKind::CommitSkipsInput, 1);
+}
+
+#[test]
+fn a_queue_commit_before_the_poll_skips_it() {
+    let mut h = clean();
+    h.send(Workload::Queue, QUEUE, 0, "q-3", None);
+    h.final_read(Isolation::ReadCommitted, QUEUE, &[(0, 2, "q-3")]);
+    h.queue_commit("c1", 0, 3);
+    h.poll(Workload::Queue, "c1", QUEUE, 0, 2, "q-3");
+    let f = h.check();
+    only(&f, AnomalyKind::CommitSkipsInput, 1);
+}
+
+#[test]
+fn a_pipeline_commit_past_input_without_output() {
+    let mut h = clean();
+    // pin-2 at offset 1 is in the input, the committed offset 2 passes it,
+    // and its output is nowhere.
+    h.send(Workload::Pipeline, PIN, 0, "pin-2", None);
+    h.final_read(Isolation::ReadCommitted, PIN, &[(0, 1, "pin-2")]);
+    h.push(EventKind::TxnBegin {
+        workload: Workload::Pipeline,
+        producer: "w1".into(),
+        txn: "w1-t2".into(),
+    });
+    h.push(EventKind::TxnOffsets {
+        workload: Workload::Pipeline,
+        txn: "w1-t2".into(),
+        group: "gp".into(),
+        offsets: vec![PartitionOffset {
+            topic: PIN.into(),
+            partition: 0,
+            offset: 2,
+        }],
+    });
+    h.committed("w1-t2");
+    let f = h.check();
+    assert_eq!(f.count(AnomalyKind::CommitSkipsInput), 1, "{f:#?}");
+    assert_eq!(f.count(AnomalyKind::Lost), 1, "{f:#?}");
+    assert_eq!(f.anomalies.len(), 2, "{f:#?}");
+}
+
+#[test]
+fn a_pipeline_input_with_two_outputs() {
+    let mut h = clean();
+    h.push(EventKind::TxnBegin {
+        workload: Workload::Pipeline,
+        producer: "w2".into(),
+        txn: "w2-t1".into(),
+    });
+    h.send(Workload::Pipeline, POUT, 1, "pin-1@w2#w2-t1", Some("w2-t1"));
+    h.committed("w2-t1");
+    h.final_read(Isolation::ReadCommitted, POUT, &[(1, 0, "pin-1@w2#w2-t1")]);
+    let f = h.check();
+    only(&f, AnomalyKind::Duplicate, 1);
+}
+
+#[test]
+fn committed_offsets_going_backwards() {
+    let mut h = clean();
+    // c1 committed 2 (acknowledged), then c2 commits 1.
+    h.queue_commit("c2", 0, 1);
+    let f = h.check();
+    only(&f, AnomalyKind::CommitBackwards, 1);
+}
+
+#[test]
+fn overlapping_commits_are_not_ordered() {
+    let mut h = clean();
+    // c2's commit of 1 was issued before c1's commit of 2 was acknowledged.
+    h.commit_id += 1;
+    let a = h.commit_id;
+    h.commit_id += 1;
+    let b = h.commit_id;
+    let issue = |consumer: &str, commit, offset| EventKind::OffsetCommitIssued {
+        workload: Workload::Queue,
+        consumer: consumer.into(),
+        group: "gq".into(),
+        commit,
+        offsets: vec![PartitionOffset {
+            topic: QUEUE.into(),
+            partition: 1,
+            offset,
+        }],
+    };
+    let done = |consumer: &str, commit| EventKind::OffsetCommitted {
+        workload: Workload::Queue,
+        consumer: consumer.into(),
+        group: "gq".into(),
+        commit,
+    };
+    h.push(issue("c1", a, 0));
+    h.push(issue("c2", b, 0));
+    h.push(done("c1", a));
+    h.push(done("c2", b));
+    assert!(h.check().anomalies.is_empty());
+}
+
+#[test]
+fn pipeline_commits_going_backwards() {
+    let mut h = clean();
+    h.push(EventKind::TxnBegin {
+        workload: Workload::Pipeline,
+        producer: "w2".into(),
+        txn: "w2-t1".into(),
+    });
+    h.push(EventKind::TxnOffsets {
+        workload: Workload::Pipeline,
+        txn: "w2-t1".into(),
+        group: "gp".into(),
+        offsets: vec![PartitionOffset {
+            topic: PIN.into(),
+            partition: 0,
+            offset: 0,
+        }],
+    });
+    h.committed("w2-t1");
+    let f = h.check();
+    only(&f, AnomalyKind::CommitBackwards, 1);
+}
+
+#[test]
+fn records_of_one_producer_out_of_send_order() {
+    let mut h = H::new();
+    h.acked(DATA, 0, 1, "i-1");
+    h.acked(DATA, 0, 0, "i-2");
+    h.acked(DATA, 0, 2, "i-3");
+    // Another partition's order is its own.
+    h.acked(DATA, 1, 0, "i-4");
+    h.final_read(
+        Isolation::ReadCommitted,
+        DATA,
+        &[(0, 0, "i-2"), (0, 1, "i-1"), (0, 2, "i-3"), (1, 0, "i-4")],
+    );
+    h.final_done(DATA);
+    let f = h.check();
+    only(&f, AnomalyKind::Reordered, 1);
+}
+
+#[test]
+fn values_nobody_sent() {
+    let mut h = clean();
+    h.final_read(Isolation::ReadUncommitted, DATA, &[(0, 9, "from-nowhere")]);
+    h.poll(Workload::Queue, "c1", QUEUE, 1, 5, "from-nowhere-too");
+    let f = h.check();
+    only(&f, AnomalyKind::UnknownValue, 2);
+}
+
+#[test]
+fn a_record_read_elsewhere_than_acknowledged() {
+    let mut h = clean();
+    // i-2 was acknowledged at DATA[1]@0; the reads have it at @4 instead.
+    for e in &mut h.events {
+        if let EventKind::FinalRead { value, offset, .. } = &mut e.kind {
+            if value == "i-2" {
+                *offset = 4;
+            }
+        }
+    }
+    let f = h.check();
+    only(&f, AnomalyKind::OffsetConflict, 1);
+}
