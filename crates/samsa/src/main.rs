@@ -66,6 +66,10 @@ enum Command {
     /// Exactly-once consume-transform-produce stage processes and their benchmark.
     #[command(subcommand)]
     Pipeline(pipeline::PipelineCommand),
+    /// Faults for a cluster run with Docker Compose (kill, pause, partitions,
+    /// slow and lossy links, full disk), from a replayable schedule; needs root.
+    #[command(subcommand)]
+    Nemesis(samsa_nemesis::cli::NemesisCommand),
 }
 
 fn main() -> ExitCode {
@@ -107,6 +111,7 @@ fn main() -> ExitCode {
             Command::Demo(cmd) => demo::run(cmd).await,
             Command::Txn(cmd) => txn::run(cmd).await,
             Command::Pipeline(cmd) => pipeline::run(cmd).await,
+            Command::Nemesis(cmd) => samsa_nemesis::cli::run(cmd).await,
         }
     });
     // Blocking client tasks have all been joined by now; don't let a stray one
