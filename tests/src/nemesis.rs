@@ -121,7 +121,11 @@ impl Probe {
                     if client.is_none() {
                         client = KafkaClient::connect_with_timeout(addr, Duration::from_secs(1))
                             .ok()
-                            .filter(|c| c.set_read_timeout(Some(Duration::from_secs(5))).is_ok());
+                            .and_then(|mut c| {
+                                c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+                                c.api_versions().ok()?;
+                                Some(c)
+                            });
                         if client.is_none() {
                             // Back-off between reconnects, not synchronisation.
                             std::thread::sleep(Duration::from_millis(100));
@@ -157,7 +161,11 @@ impl Probe {
                             *errors.lock().unwrap().entry(p.error_code).or_default() += 1;
                             std::thread::sleep(Duration::from_millis(20));
                         }
-                        None => client = None,
+                        None => {
+                            client = None;
+                            // Back-off before reconnecting, not synchronisation.
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
                     }
                 }
             })
@@ -175,7 +183,11 @@ impl Probe {
         let first = try_wait_until(Duration::from_secs(60), || {
             (!probe.acks.lock().unwrap().is_empty()).then_some(())
         });
-        assert!(first.is_some(), "the probe to node {node} got no ack");
+        assert!(
+            first.is_some(),
+            "the probe to node {node} got no ack in 60 s; produce answers (code → count): {:?}",
+            probe.errors.lock().unwrap()
+        );
         probe
     }
 
