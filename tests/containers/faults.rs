@@ -95,7 +95,10 @@ fn clients_moved_on(loads: &Loads, since: Instant) -> String {
             .all(|p| ctx.last_ack(p).is_some_and(|t| t > since))
             .then_some(())
     });
-    let txn = loads.txn.finished.load(std::sync::atomic::Ordering::Relaxed);
+    let txn = loads
+        .txn
+        .finished
+        .load(std::sync::atomic::Ordering::Relaxed);
     match all {
         Some(()) => format!(
             "the idempotent load took writes on every partition {} ms later (transactions ended \
@@ -164,7 +167,11 @@ fn isolated_partition_leader_stops_acking_and_a_new_leader_takes_writes() {
          {new_leader} elected after {} ms (broker session timeout {SESSION_TIMEOUT_MS} ms); the \
          isolated node kept answering the probe: error codes {errors:?}",
         since_cut,
-        if last_ack < at { " (none after it)" } else { "" },
+        if last_ack < at {
+            " (none after it)"
+        } else {
+            ""
+        },
         (elected - at).as_millis()
     );
     assert!(
@@ -182,7 +189,11 @@ fn isolated_partition_leader_stops_acking_and_a_new_leader_takes_writes() {
     nem.heal(fault).unwrap();
     c.wait_full_isr(&[&ptopic], STATE);
     loads.idem.wait_progress(300, STATE);
-    let gap = report_gap(&loads.idem, at, &format!("partition-leader: node {victim} isolated"));
+    let gap = report_gap(
+        &loads.idem,
+        at,
+        &format!("partition-leader: node {victim} isolated"),
+    );
     for (name, p) in [("old", probe), ("new", fresh)] {
         let report = p.finish(&c.bootstrap());
         eprintln!("containers: probe through the {name} leader: {report}");
@@ -219,8 +230,12 @@ fn isolated_controller_is_replaced_and_metadata_keeps_working() {
     });
     let elected = at.elapsed();
     let topic = unique_topic("ctrl-created");
-    let client = c.quick_client(majority[0]).expect("a majority node");
-    c.create_topic_through(client, &topic, 1, None);
+    // Replication factor 1: the isolated node is fenced by now, so two
+    // brokers are available (CreateTopics with 3 answers INVALID_REPLICATION_FACTOR).
+    c.quick_client(majority[0])
+        .expect("a majority node")
+        .create_topic(&topic, 1)
+        .unwrap_or_else(|e| panic!("CreateTopics through the majority: {e:#}"));
     wait_until("the new topic in the majority's Metadata", STATE, || {
         c.partitions(majority[1], &topic).filter(|p| !p.is_empty())
     });
@@ -231,10 +246,17 @@ fn isolated_controller_is_replaced_and_metadata_keeps_working() {
         majority[0] + 1,
         at.elapsed().as_millis()
     );
-    eprintln!("containers: controller isolated: {}", clients_moved_on(&loads, at));
+    eprintln!(
+        "containers: controller isolated: {}",
+        clients_moved_on(&loads, at)
+    );
     nem.heal(fault).unwrap();
     loads.idem.wait_progress(300, STATE);
-    let gap = report_gap(&loads.idem, at, &format!("partition-controller: node {controller} isolated"));
+    let gap = report_gap(
+        &loads.idem,
+        at,
+        &format!("partition-controller: node {controller} isolated"),
+    );
     settle_and_check(&c, loads, &[]);
     eprintln!(
         "containers: partition-controller test: unavailability {} ms, wall time {:.1} s",
@@ -255,10 +277,7 @@ fn transaction_coordinator_cut_off_mid_commit_never_tears_a_transaction() {
     let loads = Loads::start(&c, "txncoord");
     loads.txn.wait_progress(4, STATE);
     let coordinator = wait_until("the transaction coordinator", STATE, || {
-        let (err, node) = c
-            .any_client()?
-            .find_coordinator(1, &loads.tid)
-            .ok()?;
+        let (err, node) = c.any_client()?.find_coordinator(1, &loads.tid).ok()?;
         (err == 0 && node > 0).then_some(node)
     });
     let at = Instant::now();
@@ -268,13 +287,25 @@ fn transaction_coordinator_cut_off_mid_commit_never_tears_a_transaction() {
             u32::try_from(coordinator).unwrap(),
         )
         .unwrap();
-    let before = loads.txn.finished.load(std::sync::atomic::Ordering::Relaxed);
+    let before = loads
+        .txn
+        .finished
+        .load(std::sync::atomic::Ordering::Relaxed);
     let during = try_wait_until(Duration::from_secs(30), || {
-        (loads.txn.finished.load(std::sync::atomic::Ordering::Relaxed) >= before + 4).then_some(())
+        (loads
+            .txn
+            .finished
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= before + 4)
+            .then_some(())
     });
     eprintln!(
         "containers: transaction coordinator node {coordinator} isolated: {} ({})",
-        if during.is_some() { "4 more transactions ended" } else { "fewer than 4 transactions ended in 30 s" },
+        if during.is_some() {
+            "4 more transactions ended"
+        } else {
+            "fewer than 4 transactions ended in 30 s"
+        },
         clients_moved_on(&loads, at)
     );
     nem.heal(fault).unwrap();
@@ -307,10 +338,16 @@ fn paused_leader_that_lost_leadership_cannot_acknowledge() {
     });
     let elected = Instant::now();
     let target = load.acked() + 300;
-    let during = try_wait_until(Duration::from_secs(20), || (load.acked() >= target).then_some(()));
+    let during = try_wait_until(Duration::from_secs(20), || {
+        (load.acked() >= target).then_some(())
+    });
     eprintln!(
         "containers: paused leader {victim}: the load {} during the pause",
-        if during.is_some() { "took 300 more acks" } else { "did NOT take 300 more acks in 20 s" }
+        if during.is_some() {
+            "took 300 more acks"
+        } else {
+            "did NOT take 300 more acks in 20 s"
+        }
     );
     nem.heal(fault).unwrap();
     load.wait_progress(300, STATE);
@@ -392,7 +429,11 @@ fn slow_and_lossy_links_lose_nothing() {
             "containers: {kind} on node {node}: 500 acks and 2 transactions took {} ms",
             took.as_millis()
         );
-        gaps.push(report_gap(&loads.idem, at, &format!("{kind} on node {node}")));
+        gaps.push(report_gap(
+            &loads.idem,
+            at,
+            &format!("{kind} on node {node}"),
+        ));
     }
     settle_and_check(&c, loads, &[]);
     eprintln!(
@@ -447,7 +488,10 @@ fn full_disk_on_follower_then_leader_recovers_without_restart() {
         let errors_before = probe.errors.lock().unwrap().clone();
         let at = Instant::now();
         let fault = nem.disk_full(u32::try_from(node).unwrap()).unwrap();
-        eprintln!("containers: disk-full on {role} node {node}: {}", fault.detail);
+        eprintln!(
+            "containers: disk-full on {role} node {node}: {}",
+            fault.detail
+        );
         if role == "follower" {
             wait_until(
                 &format!("follower {node} with a full disk out of an ISR"),
@@ -459,9 +503,11 @@ fn full_disk_on_follower_then_leader_recovers_without_restart() {
             );
             load.wait_progress(300, STATE);
         } else {
-            wait_until("a produce error from the leader with a full disk", STATE, || {
-                (*probe.errors.lock().unwrap() != errors_before).then_some(())
-            });
+            wait_until(
+                "a produce error from the leader with a full disk",
+                STATE,
+                || (*probe.errors.lock().unwrap() != errors_before).then_some(()),
+            );
         }
         let errors = probe.errors.lock().unwrap().clone();
         nem.heal(fault).unwrap();

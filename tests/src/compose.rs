@@ -661,6 +661,10 @@ impl ComposeCluster {
         let req = CreateTopicsRequest::default()
             .with_topics(vec![t])
             .with_timeout_ms(30_000);
+        // CreateTopics waits for the controller (up to the request's 30 s).
+        client
+            .set_read_timeout(Some(Duration::from_secs(35)))
+            .unwrap();
         let resp = client.call(&req).unwrap();
         assert_eq!(
             resp.topics[0].error_code, 0,

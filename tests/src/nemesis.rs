@@ -114,6 +114,8 @@ impl Probe {
                 Arc::clone(&stop),
                 topic.to_string(),
             );
+            // Values name the node: probes of two nodes may share a partition.
+            let prefix = format!("probe-{node}-");
             std::thread::spawn(move || {
                 let mut client: Option<KafkaClient> = None;
                 let mut n = 0u64;
@@ -132,9 +134,11 @@ impl Probe {
                             continue;
                         }
                     }
-                    let Some(conn) = client.as_mut() else { continue };
+                    let Some(conn) = client.as_mut() else {
+                        continue;
+                    };
                     n += 1;
-                    let value = format!("probe-{n:07}");
+                    let value = format!("{prefix}{n:07}");
                     checker.lock().unwrap().send("probe", value.as_bytes());
                     let req = produce_request(
                         &topic,
@@ -198,7 +202,11 @@ impl Probe {
 
     /// The last acknowledgement before `t`, if any.
     pub fn last_ack_before(&self, t: Instant) -> Option<Instant> {
-        self.acks().into_iter().map(|(at, _)| at).filter(|at| *at <= t).max()
+        self.acks()
+            .into_iter()
+            .map(|(at, _)| at)
+            .filter(|at| *at <= t)
+            .max()
     }
 
     /// Acknowledgements that arrived after `t`.
@@ -220,7 +228,8 @@ impl Probe {
             partitions,
             Duration::from_secs(120),
             |p, o, v| {
-                if p == self.partition {
+                // Only this probe's records (a probe may share its partition).
+                if p == self.partition && v.starts_with(format!("probe-{}-", self.node).as_bytes()) {
                     self.checker.lock().unwrap().read(p, o, v);
                 }
             },

@@ -206,7 +206,10 @@ async fn one_shot(s: OneShot, kind: FaultKind, extra: Vec<u32>, strength: u32) -
     });
     blocking(move || {
         let log = s.log.as_deref().map(FaultLog::create).transpose()?;
-        let mut n = Nemesis::new(ComposeProject::new(&s.project.project, s.project.nodes), log);
+        let mut n = Nemesis::new(
+            ComposeProject::new(&s.project.project, s.project.nodes),
+            log,
+        );
         // Split lists the minority itself; one-way adds the sender.
         let nodes: Vec<u32> = if kind == FaultKind::PartitionMajority {
             extra
@@ -214,7 +217,10 @@ async fn one_shot(s: OneShot, kind: FaultKind, extra: Vec<u32>, strength: u32) -
             std::iter::once(s.node).chain(extra).collect()
         };
         let fault = inject(&mut n, kind, &nodes, strength)?;
-        println!("start {} on {:?}: {}", fault.kind, fault.targets, fault.detail);
+        println!(
+            "start {} on {:?}: {}",
+            fault.kind, fault.targets, fault.detail
+        );
         let Some(length) = s.length else {
             n.keep_faults_on_drop();
             println!(

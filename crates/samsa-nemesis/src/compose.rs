@@ -200,8 +200,13 @@ pub enum Direction {
 enum Action {
     Killed(u32),
     Paused(u32),
+    /// SIGSTOP of the main process.
+    Stopped(u32),
     /// iptables rule arguments (after `-A CHAIN`) added in `node`'s namespace.
-    Rule { node: u32, rule: Vec<String> },
+    Rule {
+        node: u32,
+        rule: Vec<String>,
+    },
     Qdisc(u32),
     Filler(PathBuf),
 }
@@ -248,11 +253,22 @@ impl Nemesis {
         Ok(f)
     }
 
-    /// `docker pause` of `node` (SIGSTOP of its processes, cgroup freezer).
+    /// `docker pause` of `node` (the cgroup freezer); where the freezer is
+    /// unavailable (Docker answers "unable to freeze"), SIGSTOP of the
+    /// container's main process (samsa is PID 1 of the image), healed by
+    /// SIGCONT.
     pub fn pause(&mut self, node: u32) -> Result<ActiveFault, NemesisError> {
         let mut f = ActiveFault::new(FaultKind::Pause, vec![node], "docker pause");
-        self.project.docker_on("pause", node)?;
-        f.actions.push(Action::Paused(node));
+        match self.project.docker_on("pause", node) {
+            Ok(()) => f.actions.push(Action::Paused(node)),
+            Err(NemesisError::Command { output, .. }) if output.contains("freeze") => {
+                let id = self.project.container(node)?;
+                run("docker", &["kill", "--signal", "SIGSTOP", &id])?;
+                f.detail = "SIGSTOP of the container's main process (no cgroup freezer here)".into();
+                f.actions.push(Action::Stopped(node));
+            }
+            Err(e) => return Err(e),
+        }
         Ok(f)
     }
 
@@ -265,7 +281,8 @@ impl Nemesis {
         self.split(kind, &[node], &others, detail)
     }
 
-    /// Cuts every node of `a` off from every node of `b`, both ways.
+    /// Cuts every node of `a` off from every node of `b`, both ways; the
+    /// fault's targets are `a`.
     pub fn split(
         &mut self,
         kind: FaultKind,
@@ -273,7 +290,8 @@ impl Nemesis {
         b: &[u32],
         detail: String,
     ) -> Result<ActiveFault, NemesisError> {
-        let mut targets: Vec<u32> = a.iter().chain(b).copied().collect();
+        // The fault log names the cut-off side (the isolated node, the minority).
+        let mut targets = a.to_vec();
         targets.sort_unstable();
         let mut f = ActiveFault::new(kind, targets, &detail);
         for x in a {
@@ -294,7 +312,9 @@ impl Nemesis {
         let rest: Vec<u32> = self.project.node_ids().filter(|n| *n != bridge).collect();
         let (a, b) = rest.split_at(rest.len() / 2);
         let detail = format!("nodes {a:?} and {b:?} cut apart; node {bridge} bridges both");
-        self.split(FaultKind::PartitionBridge, a, b, detail)
+        let mut f = self.split(FaultKind::PartitionBridge, a, b, detail)?;
+        f.targets = rest;
+        Ok(f)
     }
 
     /// `receiver` drops every packet `sender` sends it; the other way works.
@@ -320,7 +340,12 @@ impl Nemesis {
     ) -> Result<(), NemesisError> {
         let ip = self.project.ip(peer)?;
         self.project.ensure_chain(node)?;
-        let mut rules = vec![vec!["-s".to_string(), ip.clone(), "-j".into(), "DROP".into()]];
+        let mut rules = vec![vec![
+            "-s".to_string(),
+            ip.clone(),
+            "-j".into(),
+            "DROP".into(),
+        ]];
         if direction == Direction::Both {
             rules.push(vec!["-d".to_string(), ip, "-j".into(), "DROP".into()]);
         }
@@ -411,7 +436,7 @@ impl Nemesis {
             path: dir.clone(),
             source: e.into(),
         })?;
-        let size = u64::from(st.blocks()).saturating_mul(u64::from(st.fragment_size()));
+        let size = st.blocks().saturating_mul(st.fragment_size());
         if size > self.max_fill_bytes {
             return Err(NemesisError::FilesystemTooLarge {
                 path: dir,
@@ -475,20 +500,30 @@ impl Nemesis {
                 }
                 Ok(())
             }
+            Action::Stopped(n) => {
+                let id = p.container(*n)?;
+                run("docker", &["kill", "--signal", "SIGCONT", &id]).map(drop)
+            }
             Action::Rule { node, rule } => {
                 let mut args = vec!["-D", CHAIN];
                 args.extend(rule.iter().map(String::as_str));
                 match p.iptables(*node, &args) {
                     // A restarted container has a fresh namespace without the rule.
                     Err(NemesisError::NotRunning(_)) => Ok(()),
-                    Err(NemesisError::Command { .. }) if p.iptables(*node, &["-L", CHAIN, "-n"]).is_err() => Ok(()),
+                    Err(NemesisError::Command { .. })
+                        if p.iptables(*node, &["-L", CHAIN, "-n"]).is_err() =>
+                    {
+                        Ok(())
+                    }
                     other => other.map(drop),
                 }
             }
-            Action::Qdisc(n) => match p.in_netns(*n, "tc", &["qdisc", "del", "dev", "eth0", "root"]) {
-                Err(NemesisError::NotRunning(_)) => Ok(()),
-                other => other.map(drop),
-            },
+            Action::Qdisc(n) => {
+                match p.in_netns(*n, "tc", &["qdisc", "del", "dev", "eth0", "root"]) {
+                    Err(NemesisError::NotRunning(_)) => Ok(()),
+                    other => other.map(drop),
+                }
+            }
             Action::Filler(path) => remove_filler(path),
         }
     }
@@ -506,6 +541,11 @@ impl Nemesis {
                 }
                 if status == "exited" || status == "created" {
                     p.docker_on("start", n)?;
+                } else {
+                    // A pause made with SIGSTOP (no freezer) leaves no trace
+                    // in the status; SIGCONT to a running process is harmless.
+                    let id = p.container(n)?;
+                    run("docker", &["kill", "--signal", "SIGCONT", &id])?;
                 }
                 if p.iptables(n, &["-L", CHAIN, "-n"]).is_ok() {
                     p.iptables(n, &["-F", CHAIN])?;

@@ -61,7 +61,9 @@ impl FaultLog {
     }
 
     fn line<T: Serialize>(&mut self, value: &T) -> Result<(), NemesisError> {
-        let json = serde_json::to_string(value).map_err(std::io::Error::other).map_err(NemesisError::Log)?;
+        let json = serde_json::to_string(value)
+            .map_err(std::io::Error::other)
+            .map_err(NemesisError::Log)?;
         writeln!(self.out, "{json}").map_err(NemesisError::Log)?;
         self.out.flush().map_err(NemesisError::Log)
     }
@@ -88,8 +90,10 @@ mod tests {
         };
         log.write(&r).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
-        let lines: Vec<serde_json::Value> =
-            text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(lines[0]["seed"], 7);
         assert!(lines[0].get("fault").is_none());
         assert_eq!(

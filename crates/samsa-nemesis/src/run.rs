@@ -59,13 +59,13 @@ pub fn inject(
     nodes: &[u32],
     strength: u32,
 ) -> Result<ActiveFault, NemesisError> {
-    let first = *nodes.first().ok_or(NemesisError::RoleUnknown("target node"))?;
+    let first = *nodes
+        .first()
+        .ok_or(NemesisError::RoleUnknown("target node"))?;
     match kind {
         FaultKind::Kill => nemesis.kill(first),
         FaultKind::Pause => nemesis.pause(first),
-        FaultKind::PartitionLeader | FaultKind::PartitionController => {
-            nemesis.isolate(kind, first)
-        }
+        FaultKind::PartitionLeader | FaultKind::PartitionController => nemesis.isolate(kind, first),
         FaultKind::PartitionMajority => {
             let rest: Vec<u32> = nemesis
                 .project
@@ -77,7 +77,9 @@ pub fn inject(
         }
         FaultKind::PartitionBridge => nemesis.bridge(first),
         FaultKind::PartitionOneWay => {
-            let sender = *nodes.get(1).ok_or(NemesisError::RoleUnknown("sender node"))?;
+            let sender = *nodes
+                .get(1)
+                .ok_or(NemesisError::RoleUnknown("sender node"))?;
             nemesis.one_way(first, sender)
         }
         FaultKind::Delay => nemesis.delay(first, strength.max(1)),
