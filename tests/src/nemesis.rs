@@ -229,7 +229,8 @@ impl Probe {
             Duration::from_secs(120),
             |p, o, v| {
                 // Only this probe's records (a probe may share its partition).
-                if p == self.partition && v.starts_with(format!("probe-{}-", self.node).as_bytes()) {
+                if p == self.partition && v.starts_with(format!("probe-{}-", self.node).as_bytes())
+                {
                     self.checker.lock().unwrap().read(p, o, v);
                 }
             },

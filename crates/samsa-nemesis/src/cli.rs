@@ -210,6 +210,9 @@ async fn one_shot(s: OneShot, kind: FaultKind, extra: Vec<u32>, strength: u32) -
             ComposeProject::new(&s.project.project, s.project.nodes),
             log,
         );
+        // A failed injection undoes its own part; the one fault made here
+        // is healed below (or left on purpose), never everything on exit.
+        n.keep_faults_on_drop();
         // Split lists the minority itself; one-way adds the sender.
         let nodes: Vec<u32> = if kind == FaultKind::PartitionMajority {
             extra
@@ -222,7 +225,6 @@ async fn one_shot(s: OneShot, kind: FaultKind, extra: Vec<u32>, strength: u32) -
             fault.kind, fault.targets, fault.detail
         );
         let Some(length) = s.length else {
-            n.keep_faults_on_drop();
             println!(
                 "left in place: undo with `samsa nemesis heal --project {}`",
                 s.project.project

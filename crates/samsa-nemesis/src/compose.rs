@@ -264,7 +264,8 @@ impl Nemesis {
             Err(NemesisError::Command { output, .. }) if output.contains("freeze") => {
                 let id = self.project.container(node)?;
                 run("docker", &["kill", "--signal", "SIGSTOP", &id])?;
-                f.detail = "SIGSTOP of the container's main process (no cgroup freezer here)".into();
+                f.detail =
+                    "SIGSTOP of the container's main process (no cgroup freezer here)".into();
                 f.actions.push(Action::Stopped(node));
             }
             Err(e) => return Err(e),
