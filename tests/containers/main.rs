@@ -37,6 +37,8 @@ use samsa_tests::rdk;
 use samsa_tests::txn::{read_values, Isolation, TxnProducer};
 use samsa_tests::{unique_topic, wait_until, KafkaClient};
 
+mod faults;
+
 const PARTITIONS: i32 = 3;
 /// How long a cluster state the tests wait for may take.
 const STATE: Duration = Duration::from_secs(60);
@@ -60,6 +62,8 @@ fn leader_client(c: &ComposeCluster, topic: &str, partition: i32) -> Option<Kafk
 struct Loads {
     idem: IdempotentLoad,
     txn: TxnLoad,
+    /// The transactional load's transactional id.
+    tid: String,
 }
 
 impl Loads {
@@ -70,13 +74,9 @@ impl Loads {
         c.create_topic(&txn_topic, PARTITIONS, None);
         c.wait_full_isr(&[&idem_topic, &txn_topic], STATE);
         let idem = IdempotentLoad::start(&c.bootstrap(), &idem_topic, PARTITIONS);
-        let txn = TxnLoad::start(
-            &c.bootstrap(),
-            &txn_topic,
-            PARTITIONS,
-            &unique_topic(&format!("{name}-tid")),
-        );
-        Loads { idem, txn }
+        let tid = unique_topic(&format!("{name}-tid"));
+        let txn = TxnLoad::start(&c.bootstrap(), &txn_topic, PARTITIONS, &tid);
+        Loads { idem, txn, tid }
     }
 
     fn topics(&self) -> [String; 2] {

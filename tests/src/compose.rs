@@ -246,12 +246,47 @@ pub struct ComposeCluster {
     /// Host ports of the HTTP endpoints.
     pub http_ports: [u16; 3],
     helpers: Mutex<Vec<String>>,
+    /// Mount points of the nodes' small filesystems ([`ComposeCluster::with_small_disks`]).
+    disks: Vec<PathBuf>,
+}
+
+/// The uid:gid the image runs samsa as (deploy/Dockerfile).
+const IMAGE_USER: &str = "10001:10001";
+
+/// Runs a command on the host that must succeed.
+fn host(program: &str, args: &[&str]) {
+    let out = run(program, args, &[]);
+    assert!(
+        out.status.success(),
+        "{program} {} failed: {}",
+        args.join(" "),
+        text(&out)
+    );
 }
 
 impl ComposeCluster {
     /// A new project with [`TEST_SETTINGS`] plus `settings` (`SAMSA_*`
     /// variables for every node); nothing started yet.
     pub fn new(settings: &[(&str, &str)]) -> ComposeCluster {
+        Self::new_with_disks(settings, None)
+    }
+
+    /// [`ComposeCluster::new`] with each node's data directory on a
+    /// filesystem of its own of `mib` MiB (an ext4 image loop-mounted on the
+    /// host, bind-mounted at /var/lib/samsa: data survives restarts, and a
+    /// nemesis `disk-full` can fill it). Needs root; unmounted by Drop.
+    pub fn with_small_disks(settings: &[(&str, &str)], mib: u64) -> ComposeCluster {
+        let mut c = Self::new_with_disks(settings, Some(mib));
+        let took = c.up();
+        eprintln!(
+            "containers: {}: up (data on {mib} MiB filesystems) to all ready in {:.1} s",
+            c.project,
+            took.as_secs_f64()
+        );
+        c
+    }
+
+    fn new_with_disks(settings: &[(&str, &str)], disk_mib: Option<u64>) -> ComposeCluster {
         static N: AtomicU32 = AtomicU32::new(0);
         let image = test_image();
         compose_command();
@@ -265,11 +300,34 @@ impl ComposeCluster {
             .tempdir()
             .expect("create temp dir");
         let ports = [free_port(), free_port(), free_port()];
+        let mut disks = Vec::new();
+        if let Some(mib) = disk_mib {
+            for service in SERVICES {
+                let image = dir.path().join(format!("{service}.ext4"));
+                File::create(&image)
+                    .and_then(|f| f.set_len(mib << 20))
+                    .expect("create a filesystem image");
+                let image = image.display().to_string();
+                host("mkfs.ext4", &["-q", "-F", "-m", "0", &image]);
+                let mount = dir.path().join(format!("{service}-data"));
+                std::fs::create_dir(&mount).expect("create a mount point");
+                let mount_s = mount.display().to_string();
+                host("mount", &["-o", "loop", &image, &mount_s]);
+                disks.push(mount);
+                host("chown", &[IMAGE_USER, &mount_s]);
+            }
+        }
         let mut yaml = String::from("services:\n");
-        for service in SERVICES {
+        for (i, service) in SERVICES.iter().enumerate() {
             yaml.push_str(&format!("  {service}:\n    environment:\n"));
             for (k, v) in TEST_SETTINGS.iter().chain(settings) {
                 yaml.push_str(&format!("      {k}: \"{v}\"\n"));
+            }
+            if let Some(mount) = disks.get(i) {
+                yaml.push_str(&format!(
+                    "    volumes:\n      - {}:/var/lib/samsa\n",
+                    mount.display()
+                ));
             }
         }
         std::fs::write(dir.path().join("override.yaml"), yaml).expect("write the override file");
@@ -280,6 +338,7 @@ impl ComposeCluster {
             ports,
             http_ports: [free_port(), free_port(), free_port()],
             helpers: Mutex::new(Vec::new()),
+            disks,
         }
     }
 
@@ -564,6 +623,18 @@ impl ComposeCluster {
     /// and `min.insync.replicas=2`, with the replica lists `assignments` (node
     /// ids, preferred leader first) if given.
     pub fn create_topic(&self, topic: &str, partitions: i32, assignments: Option<&[[i32; 3]]>) {
+        let client = self.any_client().expect("a node to create a topic on");
+        self.create_topic_through(client, topic, partitions, assignments);
+    }
+
+    /// [`Self::create_topic`] through `client`.
+    pub fn create_topic_through(
+        &self,
+        mut client: KafkaClient,
+        topic: &str,
+        partitions: i32,
+        assignments: Option<&[[i32; 3]]>,
+    ) {
         let mut t = CreatableTopic::default()
             .with_name(topic_name(topic))
             .with_configs(vec![CreatableTopicConfig::default()
@@ -590,11 +661,11 @@ impl ComposeCluster {
         let req = CreateTopicsRequest::default()
             .with_topics(vec![t])
             .with_timeout_ms(30_000);
-        let resp = self
-            .any_client()
-            .expect("a node to create a topic on")
-            .call(&req)
+        // CreateTopics waits for the controller (up to the request's 30 s).
+        client
+            .set_read_timeout(Some(Duration::from_secs(35)))
             .unwrap();
+        let resp = client.call(&req).unwrap();
         assert_eq!(
             resp.topics[0].error_code, 0,
             "CreateTopics {topic}: {:?}",
@@ -774,6 +845,16 @@ impl Drop for ComposeCluster {
         // Volumes left by a removed and recreated container.
         for v in self.existing_volumes() {
             let _ = run("docker", &["volume", "rm", "-f", &v], &[]);
+        }
+        for mount in &self.disks {
+            let m = mount.display().to_string();
+            if !run("umount", &[&m], &[]).status.success() {
+                // Still busy (a container being torn down): detach lazily.
+                let out = run("umount", &["-l", &m], &[]);
+                if !out.status.success() {
+                    eprintln!("umount {m} failed: {}", text(&out));
+                }
+            }
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod compose;
 pub mod group;
 pub mod http;
 pub mod load;
+pub mod nemesis;
 pub mod node;
 pub mod pipeline;
 pub mod rdk;

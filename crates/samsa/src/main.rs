@@ -70,6 +70,10 @@ enum Command {
     /// they saw (lost, duplicated, aborted or torn records, group offsets);
     /// `verify check` re-checks a history. Exit 0 clean, 1 anomalies, 2 could not run.
     Verify(samsa_verify::VerifyArgs),
+    /// Faults for a cluster run with Docker Compose (kill, pause, partitions,
+    /// slow and lossy links, full disk), from a replayable schedule; needs root.
+    #[command(subcommand)]
+    Nemesis(samsa_nemesis::cli::NemesisCommand),
 }
 
 fn main() -> ExitCode {
@@ -112,6 +116,7 @@ fn main() -> ExitCode {
             Command::Txn(cmd) => txn::run(cmd).await,
             Command::Pipeline(cmd) => pipeline::run(cmd).await,
             Command::Verify(args) => samsa_verify::run(args).await,
+            Command::Nemesis(cmd) => samsa_nemesis::cli::run(cmd).await,
         }
     });
     // Blocking client tasks have all been joined by now; don't let a stray one
