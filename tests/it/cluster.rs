@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::{
     DescribeClusterRequest, InitProducerIdRequest, MetadataResponse, ProducerId,
 };
@@ -601,6 +602,28 @@ fn producer_ids_stay_unique_across_controller_failovers() {
     );
 }
 
+/// Produces one record acks=all through `c`, whose broker another broker's
+/// Metadata named leader: it may not have applied that metadata yet and
+/// answers NOT_LEADER_OR_FOLLOWER (appending nothing) until it has, which a
+/// client retries. Any other answer is returned.
+fn produce_once_leading(
+    c: &mut KafkaClient,
+    topic: &str,
+    partition: i32,
+    value: &str,
+) -> PartitionProduceResponse {
+    wait_until(
+        &format!("{topic}-{partition}'s leader to take a write"),
+        Duration::from_secs(10),
+        || {
+            let r = c
+                .produce(topic, partition, one_record(value), ACKS_ALL)
+                .unwrap();
+            (r.error_code != NOT_LEADER_OR_FOLLOWER).then_some(r)
+        },
+    )
+}
+
 /// A SIGKILLed broker is fenced after the session timeout, its single-replica
 /// partitions become unavailable, and it leads them again when it returns.
 #[test]
@@ -622,10 +645,7 @@ fn killed_broker_is_fenced_and_unfenced_when_it_returns() {
     // One acknowledged record in every partition, through its leader.
     for (partition, (leader, _, _)) in initial.iter().enumerate() {
         let partition = i32::try_from(partition).unwrap();
-        let r = cluster
-            .client(*leader)
-            .produce(&topic, partition, one_record("before"), ACKS_ALL)
-            .unwrap();
+        let r = produce_once_leading(&mut cluster.client(*leader), &topic, partition, "before");
         assert_eq!(r.error_code, 0);
     }
     // The victim: a broker that leads partitions but is not the controller
@@ -728,9 +748,7 @@ fn killed_broker_is_fenced_and_unfenced_when_it_returns() {
             back[*p]
         );
         let partition = i32::try_from(*p).unwrap();
-        let r = vc
-            .produce(&topic, partition, one_record("after"), ACKS_ALL)
-            .unwrap();
+        let r = produce_once_leading(&mut vc, &topic, partition, "after");
         assert_eq!(r.error_code, 0, "produce to {partition} after the return");
         assert_eq!(r.base_offset, 1, "the record from before the kill is kept");
         let values: Vec<String> = vc
