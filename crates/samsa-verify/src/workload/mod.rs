@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -313,6 +313,48 @@ pub fn send(
             }
         }
     }
+}
+
+/// One idempotent producer writing unique values (`<name>-<n>`) round-robin
+/// over the partitions of `topic` at `rate` records/s until producing stops,
+/// then waiting for its outstanding acknowledgements: the producer of the
+/// idempotent and queue workloads and the pipeline's input.
+pub fn produce_round_robin(
+    env: &Env,
+    workload: Workload,
+    name: &str,
+    topic: &str,
+    rate: f64,
+) -> Result<()> {
+    let producer = recording_producer(env, workload, name, &producer_settings(name))
+        .with_context(|| format!("cannot create producer {name}"))?;
+    if !env.gate.arrive_and_wait() {
+        return Ok(());
+    }
+    let partitions = u64::try_from(env.partitions.max(1)).unwrap_or(1);
+    let mut pacer = Pacer::new(rate);
+    let mut n: u64 = 0;
+    while pacer.wait(|| env.producing()) {
+        let pending = Pending {
+            value: format!("{name}-{n}"),
+            topic: topic.to_string(),
+            partition: i32::try_from(n % partitions).unwrap_or(0),
+            txn: None,
+        };
+        n += 1;
+        if let Err(e) = send(&producer, workload, name, pending) {
+            tracing::warn!(producer = %name, "send failed: {e}");
+        }
+        if let Some((code, reason)) = producer.client().fatal_error() {
+            tracing::warn!(producer = %name, "fatal producer error {code:?}: {reason}; stopping it");
+            break;
+        }
+    }
+    // Every outstanding record is acknowledged or fails by its message timeout.
+    if let Err(e) = producer.flush(MESSAGE_TIMEOUT * 2) {
+        tracing::warn!(producer = %name, "flush: {e}");
+    }
+    Ok(())
 }
 
 /// Paces one thread at `rate` per second: [`Pacer::wait`] returns when the

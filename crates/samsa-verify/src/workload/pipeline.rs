@@ -29,9 +29,9 @@ use rdkafka::TopicPartitionList;
 use samsa_tools::client::{forward_error, forward_log};
 
 use super::{
-    group_consumer_settings, offsets_list, partitions_of, positions, producer_settings,
-    recording_producer, send, transactional_settings, txn_id, Env, Pacer, Pending,
-    RecordingProducer, MAX_POLL, MESSAGE_TIMEOUT, TXN_CALL_TIMEOUT,
+    group_consumer_settings, offsets_list, partitions_of, positions, produce_round_robin,
+    recording_producer, send, transactional_settings, txn_id, Env, Pending, RecordingProducer,
+    MAX_POLL, TXN_CALL_TIMEOUT,
 };
 use crate::history::{EventKind, Workload};
 
@@ -44,31 +44,7 @@ const W: Workload = Workload::Pipeline;
 
 /// Fills the input topic until producing stops.
 pub fn run_input_producer(env: &Env, topic: &str) -> Result<()> {
-    let name = "pipeline-in".to_string();
-    let producer = recording_producer(env, W, &name, &producer_settings(&name))
-        .context("cannot create the pipeline's input producer")?;
-    if !env.gate.arrive_and_wait() {
-        return Ok(());
-    }
-    let mut pacer = Pacer::new(env.rate);
-    let mut n: u64 = 0;
-    while pacer.wait(|| env.producing()) {
-        let partitions = u64::try_from(env.partitions.max(1)).unwrap_or(1);
-        let pending = Pending {
-            value: format!("{name}-{n}"),
-            topic: topic.to_string(),
-            partition: i32::try_from(n % partitions).unwrap_or(0),
-            txn: None,
-        };
-        n += 1;
-        if let Err(e) = send(&producer, W, &name, pending) {
-            tracing::warn!(producer = %name, "send failed: {e}");
-        }
-    }
-    if let Err(e) = producer.flush(MESSAGE_TIMEOUT * 2) {
-        tracing::warn!(producer = %name, "flush: {e}");
-    }
-    Ok(())
+    produce_round_robin(env, W, "pipeline-in", topic, env.rate)
 }
 
 /// Where a worker reads and writes.

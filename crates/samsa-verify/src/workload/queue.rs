@@ -14,12 +14,11 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use rdkafka::producer::Producer;
 use samsa_tools::client::{forward_error, forward_log};
 
 use super::{
-    group_consumer_settings, offsets_list, partitions_of, positions, producer_settings,
-    recording_producer, send, Env, Pacer, Pending, MAX_POLL, MESSAGE_TIMEOUT,
+    group_consumer_settings, offsets_list, partitions_of, positions, produce_round_robin, Env,
+    MAX_POLL,
 };
 use crate::history::{EventKind, PartitionOffset, Recorder, Workload};
 
@@ -35,30 +34,7 @@ static NEXT_COMMIT: AtomicU64 = AtomicU64::new(1);
 
 pub fn run_producer(env: &Env, topic: &str, index: usize) -> Result<()> {
     let name = format!("queue-p{index}");
-    let producer = recording_producer(env, W, &name, &producer_settings(&name))
-        .context("cannot create a queue producer")?;
-    if !env.gate.arrive_and_wait() {
-        return Ok(());
-    }
-    let mut pacer = Pacer::new(env.rate / PRODUCERS as f64);
-    let mut n: u64 = 0;
-    while pacer.wait(|| env.producing()) {
-        let partitions = u64::try_from(env.partitions.max(1)).unwrap_or(1);
-        let pending = Pending {
-            value: format!("{name}-{n}"),
-            topic: topic.to_string(),
-            partition: i32::try_from(n % partitions).unwrap_or(0),
-            txn: None,
-        };
-        n += 1;
-        if let Err(e) = send(&producer, W, &name, pending) {
-            tracing::warn!(producer = %name, "send failed: {e}");
-        }
-    }
-    if let Err(e) = producer.flush(MESSAGE_TIMEOUT * 2) {
-        tracing::warn!(producer = %name, "flush: {e}");
-    }
-    Ok(())
+    produce_round_robin(env, W, &name, topic, env.rate / PRODUCERS as f64)
 }
 
 /// Consumer context of a group member: assignments and revocations
