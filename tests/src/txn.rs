@@ -290,21 +290,8 @@ pub fn requires_abort(e: &KafkaError) -> bool {
     matches!(e, KafkaError::Transaction(t) if t.txn_requires_abort())
 }
 
-/// Consumer isolation level.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Isolation {
-    ReadCommitted,
-    ReadUncommitted,
-}
-
-impl Isolation {
-    pub fn as_config(self) -> &'static str {
-        match self {
-            Isolation::ReadCommitted => "read_committed",
-            Isolation::ReadUncommitted => "read_uncommitted",
-        }
-    }
-}
+/// Consumer isolation level: the one `samsa verify` records in its histories.
+pub use samsa_verify::history::Isolation;
 
 /// One record a reader saw: (partition, offset, value).
 pub type Seen = (i32, i64, String);
