@@ -432,31 +432,14 @@ pub fn check(history: &[Event]) -> Findings {
     // Aborted reads and reads before commit: polls (always read_committed)
     // and the final read_committed read.
     for e in history {
-        let (value, place, poll_ms) = match &e.kind {
-            EventKind::Poll {
-                consumer,
-                topic,
-                partition,
-                offset,
-                value,
-                ..
-            } => (
-                value,
-                format!("polled by {consumer} at {topic}[{partition}]@{offset}"),
-                Some(e.time_ms),
-            ),
-            EventKind::FinalRead {
-                isolation: Isolation::ReadCommitted,
-                topic,
-                partition,
-                offset,
-                value,
-            } => (
-                value,
-                format!("in the final read_committed read at {topic}[{partition}]@{offset}"),
-                None,
-            ),
-            _ => continue,
+        let Some(SeenRecord {
+            value,
+            isolation: Isolation::ReadCommitted,
+            poll_ms,
+            place,
+        }) = seen_record(e)
+        else {
+            continue;
         };
         let Some((id, outcome)) = outcome_of(value) else {
             continue;
@@ -544,32 +527,8 @@ pub fn check(history: &[Event]) -> Findings {
 
     check_order(history, &committed_read, &mut c);
     for e in history {
-        let (value, place) = match &e.kind {
-            EventKind::Poll {
-                consumer,
-                topic,
-                partition,
-                offset,
-                value,
-                ..
-            } => (
-                value,
-                format!("polled by {consumer} at {topic}[{partition}]@{offset}"),
-            ),
-            EventKind::FinalRead {
-                isolation,
-                topic,
-                partition,
-                offset,
-                value,
-            } => (
-                value,
-                format!(
-                    "in the final {} read at {topic}[{partition}]@{offset}",
-                    isolation.as_config()
-                ),
-            ),
-            _ => continue,
+        let Some(SeenRecord { value, place, .. }) = seen_record(e) else {
+            continue;
         };
         if !sends.contains_key(value) {
             c.add(AnomalyKind::UnknownValue, || format!("{value:?} {place}"));
@@ -585,6 +544,51 @@ pub fn check(history: &[Event]) -> Findings {
         unchecked,
         drained,
         txns: counts,
+    }
+}
+
+/// A record a reader saw, with where it was seen (for examples).
+struct SeenRecord<'a> {
+    value: &'a String,
+    /// Polls are always read_committed.
+    isolation: Isolation,
+    /// When a poll saw it; `None` for the final reads.
+    poll_ms: Option<i64>,
+    place: String,
+}
+
+/// The record a poll or a final read saw; `None` for other events.
+fn seen_record(e: &Event) -> Option<SeenRecord<'_>> {
+    match &e.kind {
+        EventKind::Poll {
+            consumer,
+            topic,
+            partition,
+            offset,
+            value,
+            ..
+        } => Some(SeenRecord {
+            value,
+            isolation: Isolation::ReadCommitted,
+            poll_ms: Some(e.time_ms),
+            place: format!("polled by {consumer} at {topic}[{partition}]@{offset}"),
+        }),
+        EventKind::FinalRead {
+            isolation,
+            topic,
+            partition,
+            offset,
+            value,
+        } => Some(SeenRecord {
+            value,
+            isolation: *isolation,
+            poll_ms: None,
+            place: format!(
+                "in the final {} read at {topic}[{partition}]@{offset}",
+                isolation.as_config()
+            ),
+        }),
+        _ => None,
     }
 }
 
