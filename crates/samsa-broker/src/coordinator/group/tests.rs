@@ -618,7 +618,13 @@ fn standalone_commit_with_generation_minus_one_creates_an_empty_group() {
     assert_eq!(h.committed(false), Ok(Some(42)));
     assert_eq!(h.state(), GroupState::Empty);
     let t = h.commit(3, "", 43);
-    assert_eq!(h.commit_error(t), Some(E::IllegalGeneration));
+    assert_eq!(
+        h.commit_error(t),
+        Some(E::UnknownMemberId),
+        "a member-less commit with a generation names no member of the empty group"
+    );
+    let t = h.commit(3, "gone", 43);
+    assert_eq!(h.commit_error(t), Some(E::UnknownMemberId));
 }
 
 #[test]

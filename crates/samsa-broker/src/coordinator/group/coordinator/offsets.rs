@@ -390,8 +390,11 @@ fn answer(
     GroupStep::reply(token, Reply::Commit(refused))
 }
 
-/// OffsetCommit's generation and member checks. Generation -1 with no
-/// member on an empty group is a simple (standalone) commit.
+/// OffsetCommit's generation and member checks, in Kafka's order: the
+/// member before the generation, so a consumer that lost its membership
+/// hears UNKNOWN_MEMBER_ID (and rejoins with a fresh id) also when the group
+/// has meanwhile gone Empty. Generation -1 with no member on an empty group
+/// is a simple (standalone) commit.
 pub(super) fn validate_commit(
     group: &mut Group,
     generation: i32,
@@ -402,13 +405,6 @@ pub(super) fn validate_commit(
     match group.state {
         GroupState::Dead => return Err(ResponseError::CoordinatorNotAvailable),
         GroupState::Empty if generation < 0 => return Ok(()),
-        GroupState::Empty => {
-            return Err(if member_id.is_empty() {
-                ResponseError::IllegalGeneration
-            } else {
-                ResponseError::UnknownMemberId
-            })
-        }
         _ => {}
     }
     validate_member(group, member_id, instance_id)?;
