@@ -12,9 +12,20 @@
 //! Retries: NOT_CONTROLLER and transport failures before the request reached
 //! a controller are retried; a timeout (`REQUEST_TIMED_OUT`) is returned,
 //! because the write may still have been committed.
+//!
+//! Invariant: no call outlives its deadline. Every attempt is bounded by
+//! what is left of it, because a controller that is cut off (packets
+//! dropped, process paused) keeps its TCP connection open and would never
+//! answer: the call would hang until HTTP/2 keep-alive gives up, long after
+//! the broker's session expired. An attempt that times out forgets the
+//! remembered leader, so the next attempt or call asks another controller.
+//! A client built [`ControllerClient::with_attempt_timeout`] (for calls that
+//! are safe to repeat, such as heartbeats) retries elsewhere within the
+//! same call.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -76,7 +87,15 @@ struct ClientInner {
     leader: Mutex<Option<String>>,
     /// One lazily connected channel per address, reused across calls.
     channels: Mutex<HashMap<String, Channel>>,
+    /// Which endpoint to ask next when no leader is known; shared by all
+    /// calls so that one that gave up on a silent controller does not make
+    /// the next call start at the same one.
+    next_endpoint: AtomicUsize,
     deadline: Duration,
+    /// Bound of one attempt when calls may be repeated (see the module doc);
+    /// `None`: an attempt may use the whole remaining deadline and a timeout
+    /// ends the call.
+    attempt_timeout: Option<Duration>,
 }
 
 /// Client of the controller quorum; cheap to clone.
@@ -106,12 +125,38 @@ impl ControllerClient {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        Self::build(endpoints, deadline, None)
+    }
+
+    /// Like [`ControllerClient::new`], for calls that are safe to repeat
+    /// (heartbeats, registration with one incarnation id): an attempt that
+    /// gets no answer within `attempt_timeout` is retried on another
+    /// controller while the deadline lasts.
+    pub fn with_attempt_timeout<I, S>(
+        endpoints: I,
+        deadline: Duration,
+        attempt_timeout: Duration,
+    ) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::build(endpoints, deadline, Some(attempt_timeout))
+    }
+
+    fn build<I, S>(endpoints: I, deadline: Duration, attempt_timeout: Option<Duration>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
         Self {
             inner: Arc::new(ClientInner {
                 endpoints: endpoints.into_iter().map(Into::into).collect(),
                 leader: Mutex::new(None),
                 channels: Mutex::new(HashMap::new()),
+                next_endpoint: AtomicUsize::new(0),
                 deadline,
+                attempt_timeout,
             }),
         }
     }
@@ -162,7 +207,7 @@ impl ControllerClient {
         Fut: Future<Output = Result<Response<Resp>, Status>>,
     {
         let started = Instant::now();
-        let mut attempt = 0usize;
+        let mut attempt = 0u64;
         let mut last_error = ControllerError::NotController { leader: None };
         let endpoints = &self.inner.endpoints;
         if endpoints.is_empty() {
@@ -170,13 +215,36 @@ impl ControllerClient {
                 "no controller endpoints".into(),
             ));
         }
-        while started.elapsed() < self.inner.deadline {
-            let addr = self
-                .remembered_leader()
-                .unwrap_or_else(|| endpoints[attempt % endpoints.len()].clone());
+        while let Some(remaining) = self
+            .inner
+            .deadline
+            .checked_sub(started.elapsed())
+            .filter(|left| !left.is_zero())
+        {
+            let addr = self.remembered_leader().unwrap_or_else(|| {
+                let next = self.inner.next_endpoint.fetch_add(1, Ordering::Relaxed);
+                endpoints[next % endpoints.len()].clone()
+            });
             attempt += 1;
             let client = self.connect(&addr)?;
-            match call(client).await {
+            let bound = self
+                .inner
+                .attempt_timeout
+                .map_or(remaining, |t| t.min(remaining));
+            let answer = match tokio::time::timeout(bound, call(client)).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    tracing::debug!(%addr, ?bound, "controller did not answer in time");
+                    self.remember_leader(None);
+                    last_error =
+                        ControllerError::Timeout(format!("{addr} did not answer within {bound:?}"));
+                    if self.inner.attempt_timeout.is_none() {
+                        return Err(last_error);
+                    }
+                    continue;
+                }
+            };
+            match answer {
                 Ok(response) => {
                     let response = response.into_inner();
                     match convert::error_from_pb(response.error()) {
@@ -210,8 +278,9 @@ impl ControllerClient {
                 }
             }
             // Nobody knows a leader yet (election in progress) or a node is down.
-            let pause = Duration::from_millis(50 * (attempt as u64).min(8));
-            tokio::time::sleep(pause).await;
+            let pause = Duration::from_millis(50 * attempt.min(8));
+            tokio::time::sleep(pause.min(self.inner.deadline.saturating_sub(started.elapsed())))
+                .await;
         }
         Err(last_error)
     }

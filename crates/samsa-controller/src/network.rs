@@ -198,7 +198,12 @@ pub(crate) fn lazy_channel(addr: &str) -> Result<Channel, tonic::transport::Erro
     Ok(Endpoint::from_shared(uri)?
         .connect_timeout(Duration::from_secs(1))
         .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(10))
+        // A peer that is cut off or paused keeps the connection open; these
+        // pings find out within seconds, so streams (metadata subscriptions)
+        // and calls on it fail and move to another node instead of hanging.
+        .http2_keep_alive_interval(Duration::from_secs(2))
+        .keep_alive_timeout(Duration::from_secs(3))
+        .keep_alive_while_idle(true)
         .connect_lazy())
 }
 

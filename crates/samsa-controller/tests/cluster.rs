@@ -364,3 +364,105 @@ async fn an_embedded_controller_is_served_by_the_callers_grpc_server() {
     let _ = stop_tx.send(());
     server.await.unwrap().unwrap();
 }
+
+/// Forwards TCP connections to `target` until `silence` is set; from then on
+/// it keeps every connection open and passes nothing, as a peer behind a
+/// dropping firewall or a paused process does.
+async fn silenceable_proxy(
+    target: std::net::SocketAddr,
+    silence: tokio::sync::watch::Receiver<bool>,
+) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Silenced: whatever arrives is dropped, and both halves stay open.
+    async fn pump(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        silence: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) if *silence.borrow() => {}
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let Ok(outbound) = tokio::net::TcpStream::connect(target).await else {
+                continue;
+            };
+            let (in_read, in_write) = inbound.into_split();
+            let (out_read, out_write) = outbound.into_split();
+            tokio::spawn(pump(in_read, out_write, silence.clone()));
+            tokio::spawn(pump(out_read, in_write, silence.clone()));
+        }
+    });
+    addr
+}
+
+/// Finding 2 of docs/RELIABILITY.md: a broker whose remembered controller
+/// leader goes silent (its packets dropped) must still heartbeat another
+/// controller within its heartbeat deadline, not hang on the old connection
+/// until keep-alive gives up (the session then expired on every broker at
+/// once and the new controller fenced them all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_moves_on_when_the_remembered_controller_goes_silent() {
+    init_tracing();
+    let dir = TempDir::new().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let node = ControllerNode::start_with_listener(config(1, &[(1, addr.to_string())], &dir), listener)
+        .await
+        .unwrap();
+    let (silence_tx, silence_rx) = tokio::sync::watch::channel(false);
+    let proxy = silenceable_proxy(addr, silence_rx).await;
+    let deadline = Duration::from_secs(2);
+    // The proxy first: it is asked first and remembered as the leader.
+    let client = ControllerClient::with_attempt_timeout(
+        [proxy.to_string(), addr.to_string()],
+        deadline,
+        Duration::from_millis(500),
+    );
+    let follower = MetadataFollower::spawn(
+        ControllerClient::new([addr.to_string()], Duration::from_secs(10)),
+        1,
+    );
+    let broker = register(&client, &follower, 1).await;
+
+    silence_tx.send(true).unwrap();
+    let heartbeat = Heartbeat {
+        broker_id: broker.id,
+        broker_epoch: broker.epoch,
+        metadata_offset: follower.image().offset(),
+        want_fence: false,
+    };
+    let reply = tokio::time::timeout(deadline * 2, client.heartbeat(&heartbeat))
+        .await
+        .expect("the heartbeat call outlived twice its deadline");
+    assert!(
+        reply.is_ok(),
+        "a heartbeat with another live controller failed: {reply:?}"
+    );
+
+    // A client whose calls may not be repeated gives up at its deadline
+    // (shorter than the 1 s connect timeout, so it is the deadline that ends
+    // the call, not a failed connection).
+    let once = ControllerClient::new([proxy.to_string()], Duration::from_millis(700));
+    let reply = tokio::time::timeout(Duration::from_secs(3), once.heartbeat(&heartbeat))
+        .await
+        .expect("a call outlived its deadline");
+    assert!(
+        matches!(reply, Err(samsa_controller::ControllerError::Timeout(_))),
+        "{reply:?}"
+    );
+    drop(follower);
+    node.shutdown().await.unwrap();
+}
