@@ -12,6 +12,8 @@
 //!   HW over the ISR, ISR changes, the leader-epoch cache;
 //! - [`metadata`]: the broker's view of the cluster ([`metadata::MetadataView`]) behind the [`metadata::MetadataStore`] boundary;
 //! - `apply`: makes the hosted partitions and their leadership match an image;
+//! - [`controller_contact`]: when the controller last answered, and when a
+//!   leader cut off from it and from its followers stops acting as leader;
 //! - [`producer_ids`]: producer id blocks behind [`producer_ids::ProducerIdBlockSource`];
 //! - [`coordinator`]: the transaction and group coordinators — sans-IO
 //!   state machines over `__transaction_state` and `__consumer_offsets`
@@ -41,6 +43,7 @@ mod apply;
 pub mod cluster;
 mod codec;
 pub mod config;
+pub mod controller_contact;
 pub mod coordinator;
 pub mod dispatch;
 pub mod error;
@@ -201,17 +204,29 @@ impl Broker {
         })
     }
 
+    /// Whether this broker hosts `topic`-`index` and may act on its
+    /// leadership: Metadata and leader hints name this broker as the leader
+    /// the image gives it only then.
+    pub fn leads_usably(&self, topic: &str, index: i32) -> bool {
+        self.replicas
+            .get(topic, index)
+            .is_some_and(|partition| !partition.leadership_in_doubt_now())
+    }
+
     /// The partition `topic`-`index` if this broker leads it; otherwise the
     /// error Kafka answers: NOT_LEADER_OR_FOLLOWER for a partition that
-    /// exists (led elsewhere, or by no one), UNKNOWN_TOPIC_OR_PARTITION for
-    /// one the metadata does not know.
+    /// exists (led elsewhere, by no one, or by this broker while its
+    /// leadership is in doubt), UNKNOWN_TOPIC_OR_PARTITION for one the
+    /// metadata does not know.
     pub fn leader_partition(
         &self,
         topic: &str,
         index: i32,
     ) -> Result<Arc<Partition>, ResponseError> {
         match self.replicas.get(topic, index) {
-            Some(partition) if partition.is_leader() => Ok(partition),
+            Some(partition) if partition.is_leader() && !partition.leadership_in_doubt_now() => {
+                Ok(partition)
+            }
             Some(_) => Err(ResponseError::NotLeaderOrFollower),
             None if self.metadata.image().partition(topic, index).is_some() => {
                 Err(ResponseError::NotLeaderOrFollower)

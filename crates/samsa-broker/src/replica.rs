@@ -42,6 +42,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::controller_contact::ControllerContact;
 use crate::error::{BrokerError, Refusal};
 use crate::metadata::{topic_log_config, TopicMetadata};
 use crate::replication::{LeaderAppend, LeaderEpochCache, ReplicaState};
@@ -134,10 +135,19 @@ pub struct Partition {
     pub(crate) write_failures: WriteFailures,
     /// The last periodic checkpoint failed: logged once, not every interval.
     checkpoint_failing: AtomicBool,
+    /// This broker's contact with the controller (shared by all partitions),
+    /// for [`Self::leadership_in_doubt_now`].
+    controller_contact: Arc<ControllerContact>,
 }
 
 impl Partition {
-    fn new(topic: String, index: i32, log: PartitionLog, leadership: Leadership) -> Self {
+    fn new(
+        topic: String,
+        index: i32,
+        log: PartitionLog,
+        leadership: Leadership,
+        controller_contact: Arc<ControllerContact>,
+    ) -> Self {
         let hw = log.high_watermark();
         let leo = log.log_end_offset();
         let epochs = LeaderEpochCache::open(&log);
@@ -159,6 +169,7 @@ impl Partition {
             verified_txns: Mutex::new(HashMap::new()),
             write_failures: WriteFailures::default(),
             checkpoint_failing: AtomicBool::new(false),
+            controller_contact,
         }
     }
 
@@ -172,6 +183,16 @@ impl Partition {
 
     pub fn is_leader(&self) -> bool {
         self.leadership().is_leader
+    }
+
+    /// This broker leads the partition by its metadata but has lost the
+    /// controller and every in-sync follower for a session timeout (see
+    /// [`crate::controller_contact`]): it must not act as the leader.
+    pub fn leadership_in_doubt_now(&self) -> bool {
+        let now = crate::now_ms();
+        self.controller_contact
+            .lost(now)
+            .is_some_and(|session_ms| self.leadership_in_doubt(session_ms, now))
     }
 
     /// The current leader epoch (stamped into appended batches, compared with
@@ -386,7 +407,10 @@ impl Partition {
             // the new leader's records at those offsets.
             let covered = *hw.borrow_and_update() >= end_offset;
             let leadership = self.leadership();
-            if !leadership.is_leader || leadership.leader_epoch != leader_epoch {
+            if !leadership.is_leader
+                || leadership.leader_epoch != leader_epoch
+                || self.leadership_in_doubt_now()
+            {
                 return Err(ResponseError::NotLeaderOrFollower);
             }
             if covered {
@@ -562,6 +586,7 @@ pub struct ReplicaManager {
     data_dir: PathBuf,
     defaults: LogConfig,
     partitions: RwLock<HashMap<(String, i32), Arc<Partition>>>,
+    controller_contact: Arc<ControllerContact>,
 }
 
 pub(crate) fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
@@ -574,7 +599,14 @@ impl ReplicaManager {
             data_dir,
             defaults,
             partitions: RwLock::new(HashMap::new()),
+            controller_contact: Arc::new(ControllerContact::standalone()),
         }
+    }
+
+    /// When this broker last heard the controller (cluster mode updates it
+    /// from its heartbeats; a single node never loses contact).
+    pub fn controller_contact(&self) -> &Arc<ControllerContact> {
+        &self.controller_contact
     }
 
     pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
@@ -639,7 +671,13 @@ impl ReplicaManager {
             })?;
         }
         info!(partition = %name, log_end_offset, ?leadership, recovery = ?report, "partition opened");
-        let partition = Arc::new(Partition::new(topic.name.clone(), index, log, leadership));
+        let partition = Arc::new(Partition::new(
+            topic.name.clone(),
+            index,
+            log,
+            leadership,
+            Arc::clone(&self.controller_contact),
+        ));
         self.partitions
             .write()
             .unwrap_or_else(|p| p.into_inner())

@@ -290,7 +290,12 @@ async fn open_broker(
     }));
     let (fenced_tx, fenced_rx) = watch::channel(true);
     let lifecycle = Arc::new(Lifecycle::new(
-        settings, endpoints, cluster_id, epoch, fenced_tx,
+        settings,
+        endpoints,
+        cluster_id,
+        epoch,
+        fenced_tx,
+        Arc::clone(broker.replicas.controller_contact()),
     ));
     let open = OpenBroker {
         broker,

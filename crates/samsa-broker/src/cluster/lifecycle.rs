@@ -6,7 +6,11 @@
 //! a registration lost while running (stale epoch, unknown broker) is
 //! redone, bounded; a failed heartbeat keeps the current leaderships (the
 //! controller fences this broker after `broker_session_timeout_ms` and moves
-//! them, which it learns on return); every wait is bounded.
+//! them, which it learns on return) until contact is lost for a session
+//! timeout: then a leadership whose in-sync followers went silent too is in
+//! doubt and refused (see [`crate::controller_contact`]); every wait is
+//! bounded, and a heartbeat asks another controller when the one it
+//! remembers does not answer within half a heartbeat interval.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -23,6 +27,7 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use super::ClusterSettings;
+use crate::controller_contact::ControllerContact;
 use crate::error::BrokerError;
 
 /// How long SIGTERM waits for the controller to move leaderships away.
@@ -41,6 +46,8 @@ pub(super) struct Lifecycle {
     /// This broker's epoch; negative until it is registered.
     pub(super) epoch: Arc<AtomicI64>,
     fenced: watch::Sender<bool>,
+    /// Told of every heartbeat answered unfenced.
+    contact: Arc<ControllerContact>,
 }
 
 impl Lifecycle {
@@ -53,11 +60,17 @@ impl Lifecycle {
         cluster_id: Option<String>,
         epoch: Arc<AtomicI64>,
         fenced: watch::Sender<bool>,
+        contact: Arc<ControllerContact>,
     ) -> Self {
+        contact.follow_controller(settings.session_timeout, crate::now_ms());
         Self {
-            client: ControllerClient::new(
+            // Half a heartbeat interval per controller asked: a heartbeat
+            // whose remembered leader went silent reaches another controller
+            // within the same call, well inside the session timeout.
+            client: ControllerClient::with_attempt_timeout(
                 settings.endpoints(),
                 settings.heartbeat_interval.max(Duration::from_secs(1)),
+                (settings.heartbeat_interval / 2).max(Duration::from_millis(500)),
             ),
             settings: settings.clone(),
             incarnation_id: Uuid::new_v4(),
@@ -65,6 +78,7 @@ impl Lifecycle {
             cluster_id,
             epoch,
             fenced,
+            contact,
         }
     }
 
@@ -173,7 +187,25 @@ impl Lifecycle {
         let mut ticker = tokio::time::interval(self.settings.heartbeat_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failures = 0u32;
+        let mut contact_lost = false;
         loop {
+            match self.contact.lost(crate::now_ms()) {
+                Some(session_ms) if !contact_lost => {
+                    warn!(
+                        session_ms,
+                        "no heartbeat answered unfenced for a session timeout: leaderships whose \
+                         in-sync followers stopped fetching are refused until the controller answers"
+                    );
+                    contact_lost = true;
+                }
+                None if contact_lost => {
+                    info!(
+                        "the controller answers again: leaderships are served as the metadata says"
+                    );
+                    contact_lost = false;
+                }
+                _ => {}
+            }
             tokio::select! {
                 _ = ticker.tick() => {}
                 _ = async { stop.wait_for(|s| *s).await.is_ok() } => return None,
@@ -186,6 +218,12 @@ impl Lifecycle {
             };
             match self.client.heartbeat(&request).await {
                 Ok(reply) => {
+                    // A fenced broker leads nothing in the controller's
+                    // view (its leaderships were moved when it was fenced):
+                    // only an unfenced answer confirms them.
+                    if !reply.is_fenced {
+                        self.contact.heard(crate::now_ms());
+                    }
                     if failures > 0 {
                         info!(failures, "heartbeats reach the active controller again");
                     }
@@ -207,7 +245,7 @@ impl Lifecycle {
                 Err(e) => {
                     failures += 1;
                     if failures == 1 || failures % 10 == 0 {
-                        warn!(failures, error = %e, "heartbeat failed; keeping current leaderships");
+                        warn!(failures, error = %e, "heartbeat failed");
                     }
                 }
             }

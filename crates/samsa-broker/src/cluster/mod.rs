@@ -59,7 +59,9 @@
 //! - the broker serves produce/fetch/list-offsets only for partitions its
 //!   applied image says it leads (see `apply`); when it cannot reach the
 //!   quorum it keeps the leaderships it has (the controller fences it after
-//!   `broker_session_timeout_ms` and moves them, which it learns on return);
+//!   `broker_session_timeout_ms` and moves them, which it learns on return),
+//!   except those whose in-sync followers stopped fetching as long ago: it
+//!   refuses to act on those (see [`crate::controller_contact`]);
 //! - a metadata change answered as successful is committed by the quorum and
 //!   (unless the wait for it timed out) visible in this broker's image;
 //! - producer-id blocks come only from the quorum, which commits each block

@@ -174,6 +174,11 @@ impl<C: Hosted> Runtime<C> {
             let Some(epoch) = led_epoch(broker, C::STATE_TOPIC, p) else {
                 return Err(ResponseError::CoordinatorNotAvailable);
             };
+            // Cut off from the controller and the state partition's
+            // followers: another broker most likely coordinates by now.
+            if !broker.leads_usably(C::STATE_TOPIC, p) {
+                return Err(ResponseError::CoordinatorNotAvailable);
+            }
             if self.lock().coordinator_epoch(p) != Some(epoch) {
                 self.reconcile(broker);
             }

@@ -101,7 +101,8 @@ fn error_topic(name: Option<String>, id: Uuid, error: ResponseError) -> Metadata
 
 /// One partition as clients are told about it (Metadata,
 /// DescribeTopicPartitions): the image's leadership, except that a partition
-/// this node should lead but could not open has no leader, a leader
+/// this node should lead but could not open (or whose leadership is in
+/// doubt, see [`crate::controller_contact`]) has no leader, a leader
 /// without the client's listener is none the client can use, and replicas
 /// on brokers that are not live are offline.
 pub(crate) struct PartitionView {
@@ -125,7 +126,7 @@ pub(crate) fn partition_view(
 ) -> Option<PartitionView> {
     let state = topic.partition(index)?;
     let me = broker.config.node_id;
-    let mut leader = if state.leader == me && broker.replicas.get(&topic.name, index).is_none() {
+    let mut leader = if state.leader == me && !broker.leads_usably(&topic.name, index) {
         NO_LEADER
     } else {
         state.leader

@@ -75,9 +75,13 @@ pub(crate) fn leader_hint(
     listener: &str,
 ) -> LeaderHint {
     let image = broker.metadata.image();
-    let (leader_id, leader_epoch) = image
+    let (mut leader_id, leader_epoch) = image
         .partition(topic, partition)
         .map_or((-1, -1), |p| (p.leader, p.leader_epoch));
+    // Never point a client back at this broker when it refused as leader.
+    if leader_id == broker.config.node_id && !broker.leads_usably(topic, partition) {
+        leader_id = -1;
+    }
     LeaderHint {
         leader_id,
         leader_epoch,

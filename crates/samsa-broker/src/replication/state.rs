@@ -137,6 +137,23 @@ impl ReplicaState {
         self.isr.len().max(1)
     }
 
+    /// Leader: every other member of the committed ISR has been silent (no
+    /// fetch) since before `silent_since_ms`, and there is at least one. A
+    /// leader alone in its ISR (replication factor 1, or after a committed
+    /// shrink) is never silent-followed: nobody else could have taken over.
+    pub fn isr_followers_silent_since(&self, silent_since_ms: i64) -> bool {
+        if self.leader != self.me {
+            return false;
+        }
+        let mut others = self.isr.iter().filter(|id| **id != self.me).peekable();
+        others.peek().is_some()
+            && others.all(|id| {
+                self.followers
+                    .get(id)
+                    .is_none_or(|f| f.prev_fetch_ms < silent_since_ms)
+            })
+    }
+
     /// The HW the ISR allows: min LEO over the ISR members; `None` while a
     /// member's LEO is unknown.
     fn hw_bound(&self, my_leo: i64) -> Option<i64> {
@@ -664,6 +681,20 @@ impl Partition {
         }
     }
 
+    /// Leader: whether its leadership is in doubt at `now_ms` because the
+    /// broker lost contact with the controller for a session timeout
+    /// (`contact_lost_for_ms`, see [`crate::controller_contact`]) and every
+    /// in-sync follower has been silent for as long: then the controller has
+    /// most likely fenced this broker and elected another leader.
+    pub(crate) fn leadership_in_doubt(&self, contact_lost_for_ms: i64, now_ms: i64) -> bool {
+        self.is_leader()
+            && self
+                .replication
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .isr_followers_silent_since(now_ms.saturating_sub(contact_lost_for_ms))
+    }
+
     /// What the controller must see to accept an ISR change from this leader.
     pub(crate) fn alter_context(&self) -> AlterContext {
         self.replication
@@ -716,5 +747,48 @@ impl Partition {
     /// A receiver that changes whenever the log end offset moves.
     pub(crate) fn watch_log_end(&self) -> tokio::sync::watch::Receiver<i64> {
         self.log_end.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leader_of(isr: &[i32]) -> ReplicaState {
+        let mut state = ReplicaState::new(LeaderEpochCache::in_memory(Vec::new()));
+        state.me = 1;
+        state.leader = 1;
+        state.replicas = vec![1, 2, 3];
+        state.isr = isr.to_vec();
+        state
+    }
+
+    fn fetched_at(state: &mut ReplicaState, follower: i32, at_ms: i64) {
+        let progress = state
+            .followers
+            .entry(follower)
+            .or_insert_with(|| FollowerProgress::new(at_ms));
+        progress.prev_fetch_ms = at_ms;
+    }
+
+    #[test]
+    fn followers_are_silent_only_when_every_other_isr_member_is() {
+        let mut state = leader_of(&[1, 2, 3]);
+        fetched_at(&mut state, 2, 1_000);
+        fetched_at(&mut state, 3, 5_000);
+        assert!(!state.isr_followers_silent_since(2_000), "3 fetched since");
+        assert!(state.isr_followers_silent_since(6_000));
+        // A follower that never fetched in this leadership is silent.
+        state.followers.remove(&3);
+        assert!(state.isr_followers_silent_since(2_000));
+    }
+
+    #[test]
+    fn a_leader_alone_in_its_isr_or_a_follower_is_never_in_doubt() {
+        let state = leader_of(&[1]);
+        assert!(!state.isr_followers_silent_since(i64::MAX));
+        let mut state = leader_of(&[1, 2]);
+        state.leader = 2;
+        assert!(!state.isr_followers_silent_since(i64::MAX));
     }
 }
