@@ -20,6 +20,7 @@ pub mod pipeline;
 pub mod rdk;
 pub mod small_fs;
 pub mod txn;
+pub mod verify_run;
 pub mod wait;
 
 pub use batch::{BatchBuilder, FetchedRecord};
