@@ -419,9 +419,10 @@ async fn a_heartbeat_moves_on_when_the_remembered_controller_goes_silent() {
     let dir = TempDir::new().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let node = ControllerNode::start_with_listener(config(1, &[(1, addr.to_string())], &dir), listener)
-        .await
-        .unwrap();
+    let node =
+        ControllerNode::start_with_listener(config(1, &[(1, addr.to_string())], &dir), listener)
+            .await
+            .unwrap();
     let (silence_tx, silence_rx) = tokio::sync::watch::channel(false);
     let proxy = silenceable_proxy(addr, silence_rx).await;
     let deadline = Duration::from_secs(2);
