@@ -256,12 +256,19 @@ pub fn check(history: &[Event]) -> Findings {
                 txn,
                 ..
             } => {
-                seen_at
-                    .entry(((topic.clone(), *partition), *offset))
-                    .or_default()
-                    .entry(value.clone())
-                    .or_insert("ack");
-                every_ack.push((value.clone(), (topic.clone(), *partition), *offset));
+                // An acknowledgement may carry no offset: librdkafka reports
+                // -1001 for records a later batch's success acknowledged
+                // implicitly (their own answer was lost) and on
+                // DUPLICATE_SEQUENCE_NUMBER. Such a record must still be
+                // there exactly once; only where is unknown.
+                if *offset >= 0 {
+                    seen_at
+                        .entry(((topic.clone(), *partition), *offset))
+                        .or_default()
+                        .entry(value.clone())
+                        .or_insert("ack");
+                    every_ack.push((value.clone(), (topic.clone(), *partition), *offset));
+                }
                 if txn.is_none() {
                     acks.push((
                         *workload,

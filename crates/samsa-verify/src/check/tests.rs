@@ -427,6 +427,24 @@ fn offset_conflicts_between_ack_poll_and_reads() {
 }
 
 #[test]
+fn an_ack_without_an_offset_counts_for_lost_and_duplicates_only() {
+    // librdkafka acknowledges records implicitly, with offset -1001, when a
+    // later batch's success shows they were written although their own
+    // answer was lost. Two such records read once each: nothing wrong.
+    let mut h = clean();
+    h.acked(DATA, 1, -1001, "i-4");
+    h.acked(DATA, 0, -1001, "i-5");
+    for isolation in [Isolation::ReadCommitted, Isolation::ReadUncommitted] {
+        h.final_read(isolation, DATA, &[(1, 1, "i-4"), (0, 1, "i-5")]);
+    }
+    let f = h.check();
+    assert!(f.anomalies.is_empty(), "{f:#?}");
+    // One that is not there is still lost.
+    h.acked(DATA, 1, -1001, "i-6");
+    only(&h.check(), AnomalyKind::Lost, 1);
+}
+
+#[test]
 fn aborted_reads_in_polls_and_the_final_read() {
     let mut h = clean();
     h.final_read(
