@@ -8,7 +8,7 @@
 //! still reach the cut-off node would be told it leads and wait out their
 //! request timeouts there. Once contact is lost for a session timeout, a
 //! leader whose in-sync followers are all silent for as long treats its
-//! leadership as in doubt (`Partition::leadership_in_doubt`): it refuses
+//! leadership as in doubt (`Partition::leadership_in_doubt_now`): it refuses
 //! produce and fetch with NOT_LEADER_OR_FOLLOWER and names no leader in
 //! Metadata, so clients go to the brokers that know the new leader.
 //!
@@ -27,12 +27,6 @@ const NO_CONTROLLER: i64 = 0;
 pub struct ControllerContact {
     session_timeout_ms: AtomicI64,
     last_heard_ms: AtomicI64,
-}
-
-impl Default for ControllerContact {
-    fn default() -> Self {
-        Self::standalone()
-    }
 }
 
 impl ControllerContact {

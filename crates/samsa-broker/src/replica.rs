@@ -137,7 +137,7 @@ pub struct Partition {
     checkpoint_failing: AtomicBool,
     /// This broker's contact with the controller (shared by all partitions),
     /// for [`Self::leadership_in_doubt_now`].
-    controller_contact: Arc<ControllerContact>,
+    pub(crate) controller_contact: Arc<ControllerContact>,
 }
 
 impl Partition {
@@ -183,16 +183,6 @@ impl Partition {
 
     pub fn is_leader(&self) -> bool {
         self.leadership().is_leader
-    }
-
-    /// This broker leads the partition by its metadata but has lost the
-    /// controller and every in-sync follower for a session timeout (see
-    /// [`crate::controller_contact`]): it must not act as the leader.
-    pub fn leadership_in_doubt_now(&self) -> bool {
-        let now = crate::now_ms();
-        self.controller_contact
-            .lost(now)
-            .is_some_and(|session_ms| self.leadership_in_doubt(session_ms, now))
     }
 
     /// The current leader epoch (stamped into appended batches, compared with

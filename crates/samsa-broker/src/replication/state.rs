@@ -681,18 +681,23 @@ impl Partition {
         }
     }
 
-    /// Leader: whether its leadership is in doubt at `now_ms` because the
-    /// broker lost contact with the controller for a session timeout
-    /// (`contact_lost_for_ms`, see [`crate::controller_contact`]) and every
-    /// in-sync follower has been silent for as long: then the controller has
-    /// most likely fenced this broker and elected another leader.
-    pub(crate) fn leadership_in_doubt(&self, contact_lost_for_ms: i64, now_ms: i64) -> bool {
-        self.is_leader()
-            && self
-                .replication
+    /// This broker leads the partition by its metadata but has lost the
+    /// controller for a session timeout and every in-sync follower has been
+    /// silent for as long (see [`crate::controller_contact`]): the
+    /// controller has most likely fenced it and elected another leader, so
+    /// it must not act as the leader. Takes the replication lock only while
+    /// contact is lost.
+    pub fn leadership_in_doubt_now(&self) -> bool {
+        if !self.is_leader() {
+            return false;
+        }
+        let now = crate::now_ms();
+        self.controller_contact.lost(now).is_some_and(|session_ms| {
+            self.replication
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .isr_followers_silent_since(now_ms.saturating_sub(contact_lost_for_ms))
+                .isr_followers_silent_since(now.saturating_sub(session_ms))
+        })
     }
 
     /// What the controller must see to accept an ISR change from this leader.
