@@ -831,6 +831,11 @@ impl Drop for ComposeCluster {
                 self.logs(300)
             );
         }
+        if crate::keep::keep_dir().is_some() {
+            for (i, service) in SERVICES.iter().enumerate() {
+                crate::keep::keep_text(&self.service_logs(i), &format!("{service}.log"));
+            }
+        }
         for name in self
             .helpers
             .lock()

@@ -13,6 +13,7 @@ pub mod compat;
 pub mod compose;
 pub mod group;
 pub mod http;
+pub mod keep;
 pub mod load;
 pub mod nemesis;
 pub mod node;

@@ -126,6 +126,9 @@ impl Drop for VerifyRun {
             let _ = child.kill();
             let _ = child.wait();
         }
+        for name in ["history.jsonl", "stdout", "stderr"] {
+            crate::keep::keep_file(&self.dir.path().join(name), &format!("verify-{name}"));
+        }
     }
 }
 

@@ -174,6 +174,7 @@ impl Txn {
 
 struct SendInfo {
     workload: Workload,
+    producer: String,
     txn: Option<String>,
     tp: Tp,
 }
@@ -214,6 +215,9 @@ pub fn check(history: &[Event]) -> Findings {
     let mut drained = true;
     // Every (partition, offset) → the values seen there and where.
     let mut seen_at: BTreeMap<(Tp, i64), BTreeMap<String, &'static str>> = BTreeMap::new();
+    // Idempotent (not transactional) producers → how many of their records
+    // librdkafka timed out (see the duplicates below).
+    let mut message_timeouts: HashMap<String, usize> = HashMap::new();
 
     for e in history {
         match &e.kind {
@@ -227,16 +231,17 @@ pub fn check(history: &[Event]) -> Findings {
             }
             EventKind::Send {
                 workload,
+                producer,
                 value,
                 txn,
                 topic,
                 partition,
-                ..
             } => {
                 sends.insert(
                     value.clone(),
                     SendInfo {
                         workload: *workload,
+                        producer: producer.clone(),
                         txn: txn.clone(),
                         tp: (topic.clone(), *partition),
                     },
@@ -277,6 +282,14 @@ pub fn check(history: &[Event]) -> Findings {
                         *offset,
                     ));
                 }
+            }
+            EventKind::AckFailed {
+                producer,
+                txn: None,
+                error,
+                ..
+            } if error.contains("MessageTimedOut") => {
+                *message_timeouts.entry(producer.clone()).or_default() += 1;
             }
             EventKind::TxnBegin { workload, txn, .. } => {
                 txns.entry(txn.clone()).or_default().workload = Some(*workload);
@@ -393,13 +406,30 @@ pub fn check(history: &[Event]) -> Findings {
     // Duplicates in the final read_committed read (a value at two offsets).
     for (value, places) in &committed_read.by_value {
         if places.len() > 1 {
-            let workload = sends.get(value).map_or("?", |s| s.workload.name());
+            let send = sends.get(value);
+            let workload = send.map_or("?", |s| s.workload.name());
+            let timeouts = send
+                .filter(|s| s.txn.is_none())
+                .and_then(|s| message_timeouts.get(&s.producer))
+                .copied()
+                .unwrap_or(0);
             c.add(AnomalyKind::Duplicate, || {
                 let at: Vec<String> = places
                     .iter()
                     .map(|((t, p), o)| format!("{t}[{p}]@{o}"))
                     .collect();
-                format!("{workload}: {value} at {}", at.join(", "))
+                // A message timeout makes librdkafka bump an idempotent
+                // producer's epoch, and the records it was retrying on any
+                // partition are then sent again under the new epoch, where
+                // no broker can recognise them (a client-side duplicate).
+                let hint = if timeouts > 0 {
+                    format!(
+                        " (its producer had {timeouts} message timeouts: librdkafka bumps the epoch then and resends retried records)"
+                    )
+                } else {
+                    String::new()
+                };
+                format!("{workload}: {value} at {}{hint}", at.join(", "))
             });
         }
     }

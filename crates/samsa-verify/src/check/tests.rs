@@ -407,6 +407,32 @@ fn duplicates_in_the_final_read() {
 }
 
 #[test]
+fn a_duplicate_of_a_producer_that_timed_out_records_names_the_epoch_bump() {
+    let mut h = clean();
+    h.final_read(Isolation::ReadCommitted, DATA, &[(1, 1, "i-2")]);
+    let f = h.check();
+    only(&f, AnomalyKind::Duplicate, 1);
+    assert!(!f.anomalies[0].examples[0].contains("epoch"), "{f:#?}");
+    // librdkafka's own wording for a record whose message timeout expired.
+    h.send(Workload::Idempotent, DATA, 1, "i-9", None);
+    h.push(EventKind::AckFailed {
+        workload: Workload::Idempotent,
+        producer: "p".into(),
+        value: "i-9".into(),
+        topic: DATA.into(),
+        partition: 1,
+        txn: None,
+        error: "Message production error: MessageTimedOut (Local: Message timed out)".into(),
+    });
+    let f = h.check();
+    only(&f, AnomalyKind::Duplicate, 1);
+    assert!(
+        f.anomalies[0].examples[0].contains("1 message timeouts: librdkafka bumps the epoch"),
+        "{f:#?}"
+    );
+}
+
+#[test]
 fn a_failed_delivery_may_be_present_once() {
     let mut h = clean();
     h.final_read(Isolation::ReadCommitted, DATA, &[(0, 5, "i-3")]);

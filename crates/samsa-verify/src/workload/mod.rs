@@ -129,8 +129,13 @@ impl Gate {
 /// How long a blocking transactional call may take.
 pub const TXN_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a record may wait for its acknowledgement before librdkafka
-/// reports it failed (an unknown outcome).
-pub const MESSAGE_TIMEOUT: Duration = Duration::from_secs(30);
+/// reports it failed (an unknown outcome). Longer than any outage a fault
+/// schedule makes, because a timeout is not harmless for an idempotent
+/// producer: librdkafka then bumps the producer's epoch, and records it
+/// was retrying on other partitions (possibly written already) are sent
+/// again under the new epoch, where no broker can recognise them. A
+/// shorter timeout would test librdkafka's epoch bump, not the broker.
+pub const MESSAGE_TIMEOUT: Duration = Duration::from_secs(300);
 /// The transactions' timeout: how long a transaction left open by a
 /// producer that died or was replaced holds back read_committed readers.
 pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(20);
@@ -351,7 +356,7 @@ pub fn produce_round_robin(
         }
     }
     // Every outstanding record is acknowledged or fails by its message timeout.
-    if let Err(e) = producer.flush(MESSAGE_TIMEOUT * 2) {
+    if let Err(e) = producer.flush(MESSAGE_TIMEOUT + Duration::from_secs(10)) {
         tracing::warn!(producer = %name, "flush: {e}");
     }
     Ok(())
