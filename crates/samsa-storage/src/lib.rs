@@ -9,6 +9,7 @@
 //! group-commit fsyncs outside it ([`PartitionLog::flush_target`]).
 //!
 //! Module map: [`batch`] (v2 framing, CRC, transaction markers),
+//! [`cleaner`] (compaction: the offset map and what a pass keeps),
 //! [`compression`] (codecs and the topic's `compression.type`), [`config`],
 //! [`log`] (the log and recovery), [`producer_state`] (idempotence and
 //! ongoing transactions), [`txn_index`] (aborted transactions per segment;
@@ -16,6 +17,7 @@
 //! (sequential batch scanning) and `fsutil` (atomic file replacement).
 
 pub mod batch;
+pub mod cleaner;
 pub mod compression;
 pub mod config;
 mod error;

@@ -56,7 +56,7 @@ pub struct AbortedTxn {
 
 /// One entry of a transaction index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct AbortedTxnEntry {
+pub struct AbortedTxnEntry {
     pub producer_id: i64,
     pub first_offset: i64,
     /// Offset of the ABORT marker.
