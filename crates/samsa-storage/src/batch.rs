@@ -43,20 +43,20 @@ pub const NO_SEQUENCE: i32 = -1;
 pub const NO_TIMESTAMP: i64 = -1;
 
 const BASE_OFFSET_AT: usize = 0;
-const BATCH_LENGTH_AT: usize = 8;
+pub(crate) const BATCH_LENGTH_AT: usize = 8;
 const PARTITION_LEADER_EPOCH_AT: usize = 12;
 const MAGIC_AT: usize = 16;
 const CRC_AT: usize = 17;
 /// First byte covered by the CRC.
 pub const CRC_COVERED_FROM: usize = 21;
-const ATTRIBUTES_AT: usize = 21;
+pub(crate) const ATTRIBUTES_AT: usize = 21;
 const LAST_OFFSET_DELTA_AT: usize = 23;
-const BASE_TIMESTAMP_AT: usize = 27;
-const MAX_TIMESTAMP_AT: usize = 35;
+pub(crate) const BASE_TIMESTAMP_AT: usize = 27;
+pub(crate) const MAX_TIMESTAMP_AT: usize = 35;
 const PRODUCER_ID_AT: usize = 43;
 const PRODUCER_EPOCH_AT: usize = 51;
 const BASE_SEQUENCE_AT: usize = 53;
-const RECORDS_COUNT_AT: usize = 57;
+pub(crate) const RECORDS_COUNT_AT: usize = 57;
 
 const COMPRESSION_MASK: i16 = 0x07;
 const TIMESTAMP_TYPE_LOG_APPEND: i16 = 0x08;
@@ -321,6 +321,18 @@ impl<'a> Iterator for BatchIter<'a> {
     }
 }
 
+/// Attribute bit of a batch whose base timestamp is its delete horizon
+/// (KIP-534): the time after which the cleaner may remove its tombstones,
+/// or the batch itself if it is a transaction marker.
+pub const DELETE_HORIZON_FLAG: i16 = 0x40;
+
+impl BatchHeader {
+    /// The batch's delete horizon, if the cleaner set one.
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        (self.attributes & DELETE_HORIZON_FLAG != 0).then_some(self.base_timestamp)
+    }
+}
+
 /// Appends `value` as a zigzag varint (the encoding of record fields).
 pub(crate) fn put_varlong(out: &mut Vec<u8>, value: i64) {
     let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
@@ -517,6 +529,9 @@ pub struct RecordView<'a> {
     pub timestamp_delta: i64,
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
+    /// The whole record after its length prefix (attributes, timestamp
+    /// delta, offset delta, key, value, headers), for copying it.
+    pub raw: &'a [u8],
 }
 
 /// Walks the records of an uncompressed batch (headers of records are skipped).
@@ -551,7 +566,7 @@ impl<'a> RecordIter<'a> {
     }
 }
 
-fn read_varlong(buf: &mut &[u8]) -> Result<i64, BatchError> {
+pub(crate) fn read_varlong(buf: &mut &[u8]) -> Result<i64, BatchError> {
     let mut raw: u64 = 0;
     for shift in (0..70).step_by(7) {
         let (&byte, rest) = buf
@@ -603,6 +618,7 @@ impl<'a> Iterator for RecordIter<'a> {
             }
             let (mut record, rest) = self.body.split_at(length as usize);
             self.body = rest;
+            let raw = record;
             let Some((_attributes, after_attributes)) = record.split_first() else {
                 return Err(BatchError::MalformedRecord("record too short"));
             };
@@ -616,6 +632,7 @@ impl<'a> Iterator for RecordIter<'a> {
                 timestamp_delta,
                 key,
                 value,
+                raw,
             })
         })();
         if result.is_err() {
