@@ -20,7 +20,8 @@
 //! - a batch left empty goes, except the last batch of a producer that is
 //!   still alive (it carries the last sequence and epoch idempotence
 //!   needs) and the last batch of the pass (it carries the cleaned range's
-//!   last offset).
+//!   last offset): those stay, empty if their records go (an aborted
+//!   transaction's last batch loses its records all the same).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -44,16 +45,31 @@ pub fn keep_record(
     latest && (has_value || !tombstone_due)
 }
 
-/// What happens to a batch once its records were decided.
+/// What happens to a batch and its records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchFate {
-    /// The batch goes whatever it holds (its records are an aborted
-    /// transaction's, or a marker that may go).
+    /// Every record goes and so does the batch (an aborted transaction's
+    /// data, or a marker that may go).
     Drop,
+    /// Every record goes, but the batch stays, empty: it is what a live
+    /// producer's state ends with.
+    KeepEmpty,
     /// The batch stays with the records kept; it goes if none are.
     DropIfEmpty,
-    /// The batch stays, even with no record left.
+    /// The batch stays with the records kept, even with none.
     KeepEvenIfEmpty,
+}
+
+impl BatchFate {
+    /// Whether the batch's records are decided one by one (else all go).
+    pub fn decides_records(self) -> bool {
+        matches!(self, BatchFate::DropIfEmpty | BatchFate::KeepEvenIfEmpty)
+    }
+
+    /// Whether the batch stays when no record of it is left.
+    pub fn stays_empty(self) -> bool {
+        matches!(self, BatchFate::KeepEmpty | BatchFate::KeepEvenIfEmpty)
+    }
 }
 
 /// The fate of a batch. `discard`: the pass decided all its records go (an
@@ -62,12 +78,11 @@ pub enum BatchFate {
 /// marker, epoch) the producer's current state ends with;
 /// `last_of_pass`: it ends the cleaned range.
 pub fn batch_fate(discard: bool, last_of_live_producer: bool, last_of_pass: bool) -> BatchFate {
-    if last_of_live_producer || last_of_pass {
-        BatchFate::KeepEvenIfEmpty
-    } else if discard {
-        BatchFate::Drop
-    } else {
-        BatchFate::DropIfEmpty
+    match (discard, last_of_live_producer || last_of_pass) {
+        (true, true) => BatchFate::KeepEmpty,
+        (true, false) => BatchFate::Drop,
+        (false, true) => BatchFate::KeepEvenIfEmpty,
+        (false, false) => BatchFate::DropIfEmpty,
     }
 }
 
@@ -115,9 +130,9 @@ impl TxnRetention {
                 break;
             }
             let entry = entry.remove();
-            self.open_aborted
-                .entry(entry.producer_id)
-                .or_insert((entry, false));
+            // A producer's transactions follow each other: a newer one
+            // beginning means any older one here has ended.
+            self.open_aborted.insert(entry.producer_id, (entry, false));
         }
     }
 
@@ -215,8 +230,14 @@ mod tests {
     fn empty_batches_go_unless_a_producer_or_the_pass_ends_with_them() {
         assert_eq!(batch_fate(false, false, false), BatchFate::DropIfEmpty);
         assert_eq!(batch_fate(true, false, false), BatchFate::Drop);
-        assert_eq!(batch_fate(true, true, false), BatchFate::KeepEvenIfEmpty);
         assert_eq!(batch_fate(false, false, true), BatchFate::KeepEvenIfEmpty);
+        assert_eq!(batch_fate(false, true, false), BatchFate::KeepEvenIfEmpty);
+        // An aborted transaction's data that a live producer's state ends
+        // with: the batch stays for its sequence, its records still go.
+        let fate = batch_fate(true, true, false);
+        assert_eq!(fate, BatchFate::KeepEmpty);
+        assert!(!fate.decides_records() && fate.stays_empty());
+        assert!(BatchFate::DropIfEmpty.decides_records() && !BatchFate::DropIfEmpty.stays_empty());
     }
 
     fn aborted(producer_id: i64, first_offset: i64, marker: i64) -> AbortedTxnEntry {

@@ -48,8 +48,9 @@ pub enum Rewritten {
 }
 
 /// Rewrites `batch` (one whole v2 batch, its records decompressing to at
-/// most `limit` bytes). Under [`BatchFate::Drop`] no record is kept;
-/// otherwise `keep(offset, record)` decides each. `delete_horizon_ms` is
+/// most `limit` bytes). Unless the fate decides records one by one
+/// ([`BatchFate::decides_records`]) no record is kept; otherwise
+/// `keep(offset, record)` decides each. `delete_horizon_ms` is
 /// set as the batch's horizon unless it has one.
 pub fn rewrite_batch(
     batch: &[u8],
@@ -65,7 +66,7 @@ pub fn rewrite_batch(
     for record in batch::records_in(&body, header.records_count) {
         let record = record?;
         let offset = header.base_offset + i64::from(record.offset_delta);
-        if fate != BatchFate::Drop && keep(offset, &record) {
+        if fate.decides_records() && keep(offset, &record) {
             kept.push(record);
         }
     }
@@ -74,7 +75,7 @@ pub fn rewrite_batch(
     if all_kept && new_horizon.is_none() && fate != BatchFate::Drop {
         return Ok(Rewritten::Unchanged);
     }
-    if kept.is_empty() && fate != BatchFate::KeepEvenIfEmpty {
+    if kept.is_empty() && !fate.stays_empty() {
         return Ok(Rewritten::Removed);
     }
     let base_timestamp = new_horizon.unwrap_or(header.base_timestamp);
@@ -208,6 +209,10 @@ mod tests {
         assert_eq!(gone, Rewritten::Removed);
         let dropped = rewrite_batch(&b, LIMIT, BatchFate::Drop, None, |_, _| true).unwrap();
         assert_eq!(dropped, Rewritten::Removed);
+        // Kept for a live producer's sequence, its records gone anyway.
+        let held =
+            replaced(rewrite_batch(&b, LIMIT, BatchFate::KeepEmpty, None, |_, _| true).unwrap());
+        assert_eq!(BatchHeader::parse(&held).unwrap().records_count, 0);
         let empty = replaced(
             rewrite_batch(&b, LIMIT, BatchFate::KeepEvenIfEmpty, None, |_, _| false).unwrap(),
         );
