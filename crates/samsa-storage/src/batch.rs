@@ -62,6 +62,10 @@ const COMPRESSION_MASK: i16 = 0x07;
 const TIMESTAMP_TYPE_LOG_APPEND: i16 = 0x08;
 const TRANSACTIONAL: i16 = 0x10;
 const CONTROL: i16 = 0x20;
+/// Attribute bit of a batch whose base timestamp is its delete horizon
+/// (KIP-534): the time after which the cleaner may remove its tombstones,
+/// or the batch itself if it is a transaction marker.
+pub const DELETE_HORIZON_FLAG: i16 = 0x40;
 
 /// Control record key: version (always 0 so far) and type.
 const CONTROL_KEY_VERSION: i16 = 0;
@@ -192,6 +196,11 @@ impl BatchHeader {
         self.attributes & CONTROL != 0
     }
 
+    /// The batch's delete horizon, if the cleaner set one.
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        (self.attributes & DELETE_HORIZON_FLAG != 0).then_some(self.base_timestamp)
+    }
+
     pub fn has_producer_id(&self) -> bool {
         self.producer_id >= 0
     }
@@ -318,18 +327,6 @@ impl<'a> Iterator for BatchIter<'a> {
                 Some(Err(e))
             }
         }
-    }
-}
-
-/// Attribute bit of a batch whose base timestamp is its delete horizon
-/// (KIP-534): the time after which the cleaner may remove its tombstones,
-/// or the batch itself if it is a transaction marker.
-pub const DELETE_HORIZON_FLAG: i16 = 0x40;
-
-impl BatchHeader {
-    /// The batch's delete horizon, if the cleaner set one.
-    pub fn delete_horizon_ms(&self) -> Option<i64> {
-        (self.attributes & DELETE_HORIZON_FLAG != 0).then_some(self.base_timestamp)
     }
 }
 
