@@ -77,6 +77,19 @@ impl H {
         });
     }
 
+    /// A failed delivery of idempotent producer "p"'s `value`.
+    fn failed(&mut self, topic: &str, p: i32, value: &str, error: &str) {
+        self.push(EventKind::AckFailed {
+            workload: Workload::Idempotent,
+            producer: "p".into(),
+            value: value.into(),
+            topic: topic.into(),
+            partition: p,
+            txn: None,
+            error: error.into(),
+        });
+    }
+
     fn ack(
         &mut self,
         w: Workload,
@@ -227,15 +240,7 @@ fn clean() -> H {
     h.acked(DATA, 0, 0, "i-1");
     h.acked(DATA, 1, 0, "i-2");
     h.send(Workload::Idempotent, DATA, 0, "i-3", None);
-    h.push(EventKind::AckFailed {
-        workload: Workload::Idempotent,
-        producer: "p".into(),
-        value: "i-3".into(),
-        topic: DATA.into(),
-        partition: 0,
-        txn: None,
-        error: "timed out".into(),
-    });
+    h.failed(DATA, 0, "i-3", "timed out");
     // Txn: a committed one across two partitions, one aborted on purpose,
     // one with an unknown outcome that did commit.
     h.txn("x1", &[(0, "x1-a"), (1, "x1-b")]);
@@ -415,15 +420,12 @@ fn a_duplicate_of_a_producer_that_timed_out_records_names_the_epoch_bump() {
     assert!(!f.anomalies[0].examples[0].contains("epoch"), "{f:#?}");
     // librdkafka's own wording for a record whose message timeout expired.
     h.send(Workload::Idempotent, DATA, 1, "i-9", None);
-    h.push(EventKind::AckFailed {
-        workload: Workload::Idempotent,
-        producer: "p".into(),
-        value: "i-9".into(),
-        topic: DATA.into(),
-        partition: 1,
-        txn: None,
-        error: "Message production error: MessageTimedOut (Local: Message timed out)".into(),
-    });
+    h.failed(
+        DATA,
+        1,
+        "i-9",
+        "Message production error: MessageTimedOut (Local: Message timed out)",
+    );
     let f = h.check();
     only(&f, AnomalyKind::Duplicate, 1);
     assert!(
