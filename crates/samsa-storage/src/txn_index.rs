@@ -246,6 +246,7 @@ impl TxnIndex {
         &self.path
     }
 
+    #[cfg(test)]
     pub fn entries(&self) -> &[AbortedTxnEntry] {
         &self.entries
     }
