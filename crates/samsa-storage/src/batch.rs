@@ -53,14 +53,14 @@ pub(crate) const ATTRIBUTES_AT: usize = 21;
 const LAST_OFFSET_DELTA_AT: usize = 23;
 pub(crate) const BASE_TIMESTAMP_AT: usize = 27;
 pub(crate) const MAX_TIMESTAMP_AT: usize = 35;
-const PRODUCER_ID_AT: usize = 43;
-const PRODUCER_EPOCH_AT: usize = 51;
-const BASE_SEQUENCE_AT: usize = 53;
+pub(crate) const PRODUCER_ID_AT: usize = 43;
+pub(crate) const PRODUCER_EPOCH_AT: usize = 51;
+pub(crate) const BASE_SEQUENCE_AT: usize = 53;
 pub(crate) const RECORDS_COUNT_AT: usize = 57;
 
 const COMPRESSION_MASK: i16 = 0x07;
 const TIMESTAMP_TYPE_LOG_APPEND: i16 = 0x08;
-const TRANSACTIONAL: i16 = 0x10;
+pub(crate) const TRANSACTIONAL: i16 = 0x10;
 const CONTROL: i16 = 0x20;
 /// Attribute bit of a batch whose base timestamp is its delete horizon
 /// (KIP-534): the time after which the cleaner may remove its tombstones,

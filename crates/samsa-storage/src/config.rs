@@ -1,6 +1,7 @@
 //! Per-partition log settings (Kafka's topic-level `segment.*`, `retention.*`,
 //! `index.interval.bytes`, `max.message.bytes`, `message.timestamp.type`,
-//! `compression.type`) and the fsync policy.
+//! `compression.type`, `cleanup.policy` and the compaction settings) and the
+//! fsync policy.
 //!
 //! Defaults are Kafka's. The struct deserializes with missing fields taking
 //! their defaults, so a config file only names what it changes.
@@ -9,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::compression::CompressionType;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `segment.bytes`: a segment is rolled before an append would make it larger.
@@ -32,6 +33,54 @@ pub struct LogConfig {
     pub message_timestamp_type_log_append: bool,
     /// `compression.type`: the codec leader appends store (`producer`: the producer's).
     pub compression_type: CompressionType,
+    /// `cleanup.policy`: whether retention deletes old segments, the cleaner
+    /// compacts them, or both.
+    pub cleanup_policy: CleanupPolicy,
+    /// `delete.retention.ms`: how long a tombstone (and a transaction
+    /// marker whose records are gone) stays after the cleaner first passes it.
+    pub delete_retention_ms: i64,
+    /// `min.cleanable.dirty.ratio`: the share of the cleanable log not yet
+    /// compacted above which the cleaner takes the log.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: a record stays uncompacted at least this long.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a record is compacted at the latest this long
+    /// after it was written, whatever the dirty ratio (and the active
+    /// segment rolls by then, so it can be).
+    pub max_compaction_lag_ms: i64,
+}
+
+/// Kafka's `cleanup.policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CleanupPolicy {
+    #[default]
+    Delete,
+    Compact,
+    /// `compact,delete`: compacted, and old segments deleted by retention too.
+    CompactDelete,
+}
+
+impl CleanupPolicy {
+    pub fn compacts(self) -> bool {
+        matches!(self, CleanupPolicy::Compact | CleanupPolicy::CompactDelete)
+    }
+
+    pub fn deletes(self) -> bool {
+        matches!(self, CleanupPolicy::Delete | CleanupPolicy::CompactDelete)
+    }
+}
+
+impl LogConfig {
+    /// The age at which the active segment rolls: `segment.ms`, or sooner
+    /// when `max.compaction.lag.ms` needs its records compacted (Kafka's rule).
+    pub fn roll_after_ms(&self) -> i64 {
+        if self.cleanup_policy.compacts() && self.max_compaction_lag_ms > 0 {
+            self.segment_ms.min(self.max_compaction_lag_ms)
+        } else {
+            self.segment_ms
+        }
+    }
 }
 
 impl Default for LogConfig {
@@ -47,6 +96,11 @@ impl Default for LogConfig {
             producer_id_expiration_ms: 86_400_000,
             message_timestamp_type_log_append: false,
             compression_type: CompressionType::Producer,
+            cleanup_policy: CleanupPolicy::Delete,
+            delete_retention_ms: 86_400_000,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
         }
     }
 }
@@ -80,6 +134,29 @@ mod tests {
         assert_eq!(c.producer_id_expiration_ms, 86_400_000);
         assert!(!c.message_timestamp_type_log_append);
         assert_eq!(c.compression_type, CompressionType::Producer);
+        assert_eq!(c.cleanup_policy, CleanupPolicy::Delete);
+        assert_eq!(c.delete_retention_ms, 86_400_000);
+        assert_eq!(c.min_cleanable_dirty_ratio, 0.5);
+        assert_eq!(
+            (c.min_compaction_lag_ms, c.max_compaction_lag_ms),
+            (0, i64::MAX)
+        );
+        assert_eq!(c.roll_after_ms(), c.segment_ms);
+    }
+
+    #[test]
+    fn max_compaction_lag_rolls_a_compacted_log_sooner() {
+        let c = LogConfig {
+            cleanup_policy: CleanupPolicy::Compact,
+            max_compaction_lag_ms: 60_000,
+            ..LogConfig::default()
+        };
+        assert_eq!(c.roll_after_ms(), 60_000);
+        let deleting = LogConfig {
+            cleanup_policy: CleanupPolicy::Delete,
+            ..c.clone()
+        };
+        assert_eq!(deleting.roll_after_ms(), deleting.segment_ms);
     }
 
     #[test]

@@ -7,19 +7,25 @@
 //!   in that segment (see `txn_index`);
 //! - `{offset:020}.snapshot`: producer state, ongoing transactions included,
 //!   as of `offset` (see `producer_state`);
-//! - `checkpoint`: JSON `{version, log_start_offset, recovery_point, high_watermark}`,
-//!   replaced atomically;
+//! - `checkpoint`: JSON `{version, log_start_offset, recovery_point, high_watermark,
+//!   cleaner_offset}`, replaced atomically;
+//! - `cleaning/`: the segments a cleaning pass is writing; `{base:020}.log.swap`:
+//!   a cleaned segment being swapped in (see `log_cleaning`);
 //! - `clean_shutdown`: written last by [`PartitionLog::close`], removed (durably)
 //!   first thing by [`PartitionLog::open`].
 //!
 //! Invariants:
 //! - segments are keyed by base offset; each starts where the previous one
-//!   ends, so offsets are contiguous from `log_start_offset` (the first
-//!   segment's base, or inside the first segment after DeleteRecords) to
-//!   `log_end_offset - 1`; the last segment is the active one. Every write
-//!   checks that its batches continue the active segment (`Segment::append`,
-//!   `OffsetsOutOfOrder`), and a read checks that each batch has the offsets
-//!   and CRC it was written with (`Corrupt`);
+//!   ends (a roll starts the new one at the log end; a cleaned segment keeps
+//!   the last batch of the range it replaces), so offsets increase from
+//!   `log_start_offset` (the first segment's base, or inside the first
+//!   segment after DeleteRecords) to `log_end_offset - 1`; the last segment
+//!   is the active one. A leader's appends are contiguous; gaps exist only
+//!   inside segments, where a cleaner removed batches (here or, for a
+//!   follower, in the leader's log it copies). Every write
+//!   checks that its batches follow the active segment's without an overlap
+//!   (`Segment::append`, `OffsetsOutOfOrder`), and a read checks that each
+//!   batch has the offsets and CRC it was written with (`Corrupt`);
 //! - `log_start_offset <= last_stable_offset <= high_watermark <=
 //!   log_end_offset` and `recovery_point <= log_end_offset`: every operation
 //!   that moves an offset ends with [`PartitionLog::check_offsets`]
@@ -67,10 +73,13 @@ use crate::producer_state::{
 };
 use crate::record_time;
 use crate::segment::{
-    remove_segment_files, BatchPlacement, Segment, INDEX_EXTENSION, LOG_EXTENSION,
+    remove_segment_files, BatchPlacement, Offsets, Segment, INDEX_EXTENSION, LOG_EXTENSION,
     TIME_INDEX_EXTENSION,
 };
 use crate::txn_index::{AbortedTxn, AbortedTxnEntry, TXN_INDEX_EXTENSION};
+
+/// `{base:020}.log.swap`: a cleaned segment past its commit point.
+pub(crate) const SWAP_EXTENSION: &str = "log.swap";
 
 const CHECKPOINT_FILE: &str = "checkpoint";
 const CLEAN_SHUTDOWN_FILE: &str = "clean_shutdown";
@@ -167,6 +176,10 @@ struct Checkpoint {
     log_start_offset: i64,
     recovery_point: i64,
     high_watermark: i64,
+    /// Everything below is compacted (the cleaner checkpoint); absent in
+    /// logs written before compaction existed.
+    #[serde(default)]
+    cleaner_offset: Option<i64>,
 }
 
 pub struct PartitionLog {
@@ -184,6 +197,11 @@ pub struct PartitionLog {
     /// per flush.
     checkpointed_recovery_segment: Option<i64>,
     producers: ProducerStateManager,
+    /// The cleaner checkpoint: everything below is compacted.
+    cleaner_offset: i64,
+    /// The earliest delete horizon the last pass left: from then on a pass
+    /// has tombstones or markers to remove even without new data.
+    cleaner_horizon_due_ms: Option<i64>,
     // Reused across appends so the produce path does not allocate.
     append_buffer: Vec<u8>,
     placements: Vec<BatchPlacement>,
@@ -209,6 +227,8 @@ impl std::fmt::Debug for PartitionLog {
 struct Listing {
     segment_bases: Vec<i64>,
     index_bases: Vec<i64>,
+    /// Cleaned segments whose swap a crash interrupted.
+    swap_bases: Vec<i64>,
 }
 
 fn list_dir(dir: &Path) -> Result<Listing, StorageError> {
@@ -222,6 +242,8 @@ fn list_dir(dir: &Path) -> Result<Listing, StorageError> {
             fsutil::remove_if_exists(&entry.path())?;
         } else if let Some(base) = parse_offset_file_name(name, LOG_EXTENSION) {
             listing.segment_bases.push(base);
+        } else if let Some(base) = parse_offset_file_name(name, SWAP_EXTENSION) {
+            listing.swap_bases.push(base);
         } else if let Some(base) = parse_offset_file_name(name, INDEX_EXTENSION)
             .or_else(|| parse_offset_file_name(name, TIME_INDEX_EXTENSION))
             .or_else(|| parse_offset_file_name(name, TXN_INDEX_EXTENSION))
@@ -230,6 +252,7 @@ fn list_dir(dir: &Path) -> Result<Listing, StorageError> {
         }
     }
     listing.segment_bases.sort_unstable();
+    listing.swap_bases.sort_unstable();
     Ok(listing)
 }
 
@@ -405,11 +428,15 @@ fn rebuild_producer_state(
 /// (else they are validated too). A cut, or a segment not starting where the
 /// previous one ends, deletes every later segment. The bases of the segments
 /// whose transaction index must be rebuilt (every validated one, and those
-/// whose index is damaged) are added to `rebuild_txn_indexes`.
+/// whose index is damaged) are added to `rebuild_txn_indexes`. Batches may
+/// leave gaps between them only in segments starting below `gaps_below`
+/// (where a cleaner may have been: see `Segment::recover`).
+#[allow(clippy::too_many_arguments)]
 fn load_segments(
     dir: &Path,
     segment_bases: &[i64],
     recover_from_base: Option<i64>,
+    gaps_below: i64,
     index_interval: u32,
     now_ms: i64,
     report: &mut RecoveryReport,
@@ -442,18 +469,23 @@ fn load_segments(
             continue;
         }
         let mut segment = Segment::open(dir, base, now_ms)?;
+        let offsets = if base < gaps_below {
+            Offsets::MayGap
+        } else {
+            Offsets::Contiguous
+        };
         let must_validate = recover_from_base.is_some_and(|from| base >= from);
         let untrusted_reason = if must_validate {
             None
         } else {
-            segment.load_trusted()?.err()
+            segment.load_trusted(offsets)?.err()
         };
         if must_validate || untrusted_reason.is_some() {
             if let Some(reason) = &untrusted_reason {
                 warn!(path = %segment.log_path().display(), reason, "segment indexes untrusted; rebuilding");
                 report.indexes_rebuilt += 1;
             }
-            let outcome = segment.recover(index_interval)?;
+            let outcome = segment.recover(index_interval, offsets)?;
             segment.sync_all()?;
             report.segments_scanned += 1;
             // Entries written since the last seal may be lost or describe
@@ -484,7 +516,7 @@ impl PartitionLog {
     ///
     /// Without a `clean_shutdown` marker, every segment from the one holding
     /// the checkpointed recovery point onwards is validated batch by batch
-    /// (framing, offsets contiguous with the previous batch, CRC); the first
+    /// (framing, offsets increasing from the previous batch, CRC); the first
     /// invalid batch and everything after it are cut (later segments deleted),
     /// indexes are rebuilt and the recovered segments fsynced. Segments before
     /// that, and all segments after a clean shutdown, keep their indexes if a
@@ -512,7 +544,7 @@ impl PartitionLog {
             clean_shutdown,
             ..RecoveryReport::default()
         };
-        let listing = list_dir(dir)?;
+        let listing = log_cleaning::finish_interrupted_cleaning(dir, list_dir(dir)?)?;
         let checkpoint = read_checkpoint(dir)?;
         // Unclean: validate from the segment holding the recovery point.
         let recover_from_base = if clean_shutdown {
@@ -531,10 +563,22 @@ impl PartitionLog {
         };
 
         let mut rebuild_txn_indexes = BTreeSet::new();
+        // A compacted log has gaps anywhere (its own cleaner's, or its
+        // leader's it copied); another only where a cleaner was before
+        // compaction was switched off.
+        let gaps_below = if config.cleanup_policy.compacts() {
+            i64::MAX
+        } else {
+            checkpoint
+                .as_ref()
+                .and_then(|c| c.cleaner_offset)
+                .unwrap_or(i64::MIN)
+        };
         let mut segments = load_segments(
             dir,
             &listing.segment_bases,
             recover_from_base,
+            gaps_below,
             config.index_interval_bytes,
             now_ms,
             &mut report,
@@ -590,6 +634,12 @@ impl PartitionLog {
         for segment in segments.values_mut() {
             segment.dir_entry_durable = true;
         }
+        // A horizon the last run's passes left is not known: one more
+        // retention period covers them all.
+        let cleaner_horizon_due_ms = config
+            .cleanup_policy
+            .compacts()
+            .then(|| now_ms.saturating_add(config.delete_retention_ms));
         let mut log = PartitionLog {
             dir: dir.to_path_buf(),
             config,
@@ -600,6 +650,12 @@ impl PartitionLog {
             recovery_point: log_end_offset,
             checkpointed_recovery_segment: None,
             producers,
+            cleaner_offset: checkpoint
+                .as_ref()
+                .and_then(|c| c.cleaner_offset)
+                .unwrap_or(log_start_offset)
+                .clamp(log_start_offset, log_end_offset),
+            cleaner_horizon_due_ms,
             append_buffer: Vec::new(),
             placements: Vec::new(),
             staged: StagedProducers::default(),
@@ -818,7 +874,7 @@ impl PartitionLog {
         let interval = self.config.index_interval_bytes;
         let written = self
             .active_mut()
-            .and_then(|s| s.append(&buffer, placements, interval, now_ms));
+            .and_then(|s| s.append(&buffer, placements, Offsets::Contiguous, interval, now_ms));
         self.append_buffer = buffer;
         written?;
 
@@ -879,7 +935,7 @@ impl PartitionLog {
         self.maybe_roll(bytes.len(), offset, now_ms, now_ms)?;
         let interval = self.config.index_interval_bytes;
         self.active_mut()?
-            .append(&bytes, &[placement], interval, now_ms)?;
+            .append(&bytes, &[placement], Offsets::Contiguous, interval, now_ms)?;
         self.log_end_offset = offset + 1;
         if let Some(done) = self.producers.apply_marker(marker, offset, now_ms) {
             self.index_completed_txn(&done)?;
@@ -910,10 +966,11 @@ impl PartitionLog {
     }
 
     /// Appends batches that already carry their offsets (replication): each
-    /// must pass framing and CRC checks, the first must start at the log end
-    /// offset and the rest follow contiguously. An empty log (nothing between
-    /// log start and log end) instead restarts at the first batch's offset, as a
-    /// follower does when the leader's log starts later. Producer state is
+    /// must pass framing and CRC checks and start at or after the end of the
+    /// one before it, the first at or after the log end offset (a gap is the
+    /// leader's cleaner having removed batches). An empty log (nothing
+    /// between log start and log end) instead restarts at the first batch's
+    /// offset, as a follower does when the leader's log starts later. Producer state is
     /// updated without idempotence or marker checks: the leader made them.
     /// Transactions open and close as on the leader, and aborted ones enter
     /// the transaction index.
@@ -939,6 +996,7 @@ impl PartitionLog {
         placements: &mut Vec<BatchPlacement>,
     ) -> Result<AppendInfo, StorageError> {
         let mut expected: Option<i64> = None;
+        let mut restart_at = None;
         let mut iter = batch::batches(records);
         loop {
             let offset_in_buffer = iter.position();
@@ -955,11 +1013,14 @@ impl PartitionLog {
             let restart = expected.is_none()
                 && header.base_offset > self.log_end_offset
                 && self.log_start_offset == self.log_end_offset;
-            if header.base_offset != expected_base && !restart {
+            if header.base_offset < expected_base {
                 return Err(StorageError::InvalidRecord(format!(
-                    "replicated batch at offset {} but the log expects {expected_base}",
+                    "replicated batch at offset {} but the log expects at least {expected_base}",
                     header.base_offset
                 )));
+            }
+            if restart {
+                restart_at = Some(header.base_offset);
             }
             placements.push(BatchPlacement {
                 offset_in_buffer,
@@ -974,14 +1035,14 @@ impl PartitionLog {
         else {
             return Err(StorageError::InvalidRecord("no record batches".into()));
         };
-        if first.base_offset != self.log_end_offset {
-            self.truncate_fully_and_start_at(first.base_offset, now_ms)?;
+        if let Some(offset) = restart_at {
+            self.truncate_fully_and_start_at(offset, now_ms)?;
         }
         let (max_timestamp, offset_of_max_timestamp) = max_timestamp_of(placements);
         self.maybe_roll(records.len(), last.last_offset, max_timestamp, now_ms)?;
         let interval = self.config.index_interval_bytes;
         self.active_mut()?
-            .append(records, placements, interval, now_ms)?;
+            .append(records, placements, Offsets::MayGap, interval, now_ms)?;
         self.log_end_offset = last.last_offset + 1;
         // The bytes are written: from here on the state must follow them even
         // if a marker is unreadable (see `readable_marker`).
@@ -1024,7 +1085,7 @@ impl PartitionLog {
         }
         let size_after = active.size() + incoming_bytes as u64;
         let full = size_after > self.config.segment_bytes;
-        let aged = active.age_ms(incoming_max_timestamp, now_ms) > self.config.segment_ms;
+        let aged = active.age_ms(incoming_max_timestamp, now_ms) > self.config.roll_after_ms();
         let index_overflow = last_offset - active.base_offset() > i64::from(i32::MAX)
             || size_after > u64::from(u32::MAX);
         if full || aged || index_overflow {
@@ -1096,7 +1157,7 @@ impl PartitionLog {
     /// (KIP-74), and never a batch whose last offset is >= `max_offset` (the HW
     /// or LSO). Reading at the log end or at/after `max_offset` returns nothing;
     /// below the log start or past the log end is `OffsetOutOfRange`. Every
-    /// batch returned has been checked for framing, offset continuity and CRC.
+    /// batch returned has been checked for framing, increasing offsets and CRC.
     pub fn read(
         &self,
         offset: i64,
@@ -1175,14 +1236,14 @@ impl PartitionLog {
                     reached_limit = true;
                     break;
                 }
-                // The batch must be the one located (the first) or continue
+                // The batch must be the one located (the first) or follow
                 // the previous one: the offsets it was written with.
                 match expected_base {
-                    Some(expected) if header.base_offset != expected => {
+                    Some(expected) if header.base_offset < expected => {
                         return Err(segment.corrupt(
                             start + accepted as u64,
                             &format!(
-                                "base offset {} where {expected} was expected",
+                                "base offset {} where at least {expected} was expected",
                                 header.base_offset
                             ),
                         ));
@@ -1492,6 +1553,7 @@ impl PartitionLog {
             log_start_offset: self.log_start_offset,
             recovery_point: self.recovery_point,
             high_watermark: self.high_watermark,
+            cleaner_offset: Some(self.cleaner_offset),
         };
         let json = serde_json::to_vec(&checkpoint).map_err(|e| {
             StorageError::Corrupt(self.dir.clone(), format!("cannot encode checkpoint: {e}"))
@@ -1501,8 +1563,9 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Deletes whole segments from the start of the log (never the active one,
-    /// never one holding offsets at or above the high watermark) while the
+    /// Under a `cleanup.policy` that deletes, deletes whole segments from the
+    /// start of the log (never the active one, never one holding offsets at
+    /// or above the high watermark) while the
     /// oldest is past `retention_ms` by its largest timestamp, or while the log
     /// without it would still be at least `retention_bytes`. Advances the log
     /// start offset. Also expires idle producers. Returns segments deleted.
@@ -1514,6 +1577,9 @@ impl PartitionLog {
                 break;
             };
             if oldest.next_offset() > self.high_watermark {
+                break;
+            }
+            if !self.config.cleanup_policy.deletes() {
                 break;
             }
             let expired = self.config.retention_ms >= 0
@@ -1580,6 +1646,7 @@ impl PartitionLog {
     fn after_log_start_moved(&mut self) -> Result<(), StorageError> {
         self.high_watermark = self.high_watermark.max(self.log_start_offset);
         self.recovery_point = self.recovery_point.max(self.log_start_offset);
+        self.cleaner_offset = self.cleaner_offset.max(self.log_start_offset);
         for offset in producer_state::list_snapshots(&self.dir)? {
             if offset < self.log_start_offset {
                 fsutil::remove_if_exists(&producer_state::snapshot_path(&self.dir, offset))?;
@@ -1653,6 +1720,7 @@ impl PartitionLog {
         self.log_end_offset = offset;
         self.high_watermark = offset;
         self.recovery_point = offset;
+        self.cleaner_offset = offset;
         for snapshot in producer_state::list_snapshots(&self.dir)? {
             fsutil::remove_if_exists(&producer_state::snapshot_path(&self.dir, snapshot))?;
         }
@@ -1664,6 +1732,7 @@ impl PartitionLog {
     fn after_truncation(&mut self, now_ms: i64) -> Result<(), StorageError> {
         self.high_watermark = self.high_watermark.min(self.log_end_offset);
         self.recovery_point = self.recovery_point.min(self.log_end_offset);
+        self.cleaner_offset = self.cleaner_offset.min(self.log_end_offset);
         let (mut producers, _, _) = rebuild_producer_state(
             &self.dir,
             &mut self.segments,
@@ -1740,6 +1809,9 @@ fn max_timestamp_of(placements: &[BatchPlacement]) -> (i64, i64) {
 #[cfg(test)]
 #[path = "log_tests.rs"]
 mod tests;
+
+#[path = "log_cleaning.rs"]
+mod log_cleaning;
 
 #[cfg(test)]
 #[path = "disk_full_tests.rs"]

@@ -27,7 +27,8 @@ fn open_report(dir: &Path, config: &LogConfig) -> (PartitionLog, RecoveryReport)
     PartitionLog::open(dir, config.clone(), NOW).unwrap()
 }
 
-/// Every batch from log start to log end, read in small steps.
+/// Every batch from log start to log end, read in small steps; offsets
+/// increase (gaps only where a test made them).
 fn read_all(log: &PartitionLog) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut offset = log.log_start_offset();
@@ -41,7 +42,7 @@ fn read_all(log: &PartitionLog) -> Vec<Vec<u8>> {
         for item in batch::batches(&r.records) {
             let (h, bytes) = item.unwrap();
             verify_crc(bytes).unwrap();
-            assert_eq!(h.base_offset, offset, "offsets are contiguous");
+            assert!(h.base_offset >= offset, "offsets increase");
             offset = h.last_offset() + 1;
             out.push(bytes.to_vec());
         }
@@ -1279,38 +1280,55 @@ fn truncate_to_removes_the_containing_batch_and_rebuilds_state() {
 }
 
 #[test]
-fn follower_appends_must_be_contiguous() {
+fn follower_appends_may_skip_offsets_but_never_overlap() {
     let dir = tempfile::tempdir().unwrap();
-    let config = small_config();
+    // Only a compacted leader's log has gaps.
+    let config = LogConfig {
+        cleanup_policy: crate::config::CleanupPolicy::Compact,
+        ..small_config()
+    };
     let mut leader = open(&dir.path().join("leader"), &config);
     idempotent_history(&mut leader);
     let data = leader.read(0, usize::MAX, i64::MAX).unwrap().records;
     let batches: Vec<Vec<u8>> = batch::batches(&data)
         .map(|b| b.unwrap().1.to_vec())
         .collect();
+    let base_of = |b: &[u8]| BatchHeader::parse(b).unwrap().base_offset;
 
     let mut follower = open(&dir.path().join("follower"), &config);
     follower.append_as_follower(&batches[0], NOW).unwrap();
-    assert!(matches!(
-        follower.append_as_follower(&batches[2], NOW),
-        Err(StorageError::InvalidRecord(_))
-    ));
+    // A compacted leader's log has gaps: batch 1 was cleaned away.
     let mut rest = Vec::new();
-    for b in &batches[1..] {
+    for b in &batches[2..] {
         rest.extend_from_slice(b);
     }
     let info = follower.append_as_follower(&rest, NOW).unwrap();
+    assert_eq!(info.base_offset, base_of(&batches[2]));
     assert_eq!(info.last_offset + 1, leader.log_end_offset());
-    assert_eq!(read_all(&follower), read_all(&leader));
+    let mut expected = batches.clone();
+    expected.remove(1);
+    assert_eq!(read_all(&follower), expected);
+    // A read at an offset inside the gap returns the batch after it.
+    let in_gap = follower.read(base_of(&batches[1]), 1, i64::MAX).unwrap();
+    assert_eq!(in_gap.first_batch_offset, Some(base_of(&batches[2])));
     assert_eq!(
         follower.producer_state().get(1).unwrap().last_sequence,
         leader.producer_state().get(1).unwrap().last_sequence
     );
-    // Overlapping is refused too.
-    assert!(matches!(
-        follower.append_as_follower(&batches[3], NOW),
-        Err(StorageError::InvalidRecord(_))
-    ));
+    // Overlapping is refused, before and at the log end.
+    for overlapping in [&batches[1], &batches[3]] {
+        assert!(matches!(
+            follower.append_as_follower(overlapping, NOW),
+            Err(StorageError::InvalidRecord(_))
+        ));
+    }
+    // Gaps survive an unclean restart, which validates every segment.
+    let segments = follower.segment_count();
+    drop(follower);
+    let (follower, report) = open_report(&dir.path().join("follower"), &config);
+    assert_eq!(report.bytes_truncated, 0);
+    assert_eq!(report.segments_scanned, segments);
+    assert_eq!(read_all(&follower), expected);
 }
 
 #[test]
@@ -2250,7 +2268,7 @@ fn an_append_that_does_not_continue_the_segment_is_refused_and_writes_nothing() 
         let refused = log
             .active_mut()
             .unwrap()
-            .append(&batch, &[placement], 1, NOW)
+            .append(&batch, &[placement], Offsets::Contiguous, 1, NOW)
             .unwrap_err();
         assert!(
             matches!(

@@ -5,7 +5,9 @@
 //!
 //! Invariants while a `Segment` is alive:
 //! - bytes `[0, size)` of the log file are whole, CRC-valid batches whose
-//!   offsets run contiguously from `base_offset` to `next_offset - 1`; a
+//!   offsets increase from `base_offset` to `next_offset - 1`: contiguously
+//!   as a leader writes them, with gaps where a cleaner removed batches
+//!   (here, or in the leader's log a follower copies); a
 //!   failed write (a full disk) is cut back to `size` at once, and if even
 //!   the cut fails the segment refuses appends (`torn_tail`) until a later
 //!   append manages the cut: no batch is ever written after bytes that are
@@ -44,6 +46,32 @@ pub(crate) struct BatchPlacement {
     pub base_offset: i64,
     pub last_offset: i64,
     pub max_timestamp: i64,
+}
+
+/// How the batches of an append may follow the segment's last one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Offsets {
+    /// Right after it: offsets the leader assigns.
+    Contiguous,
+    /// After it, perhaps with a gap: batches copied from a compacted log.
+    MayGap,
+}
+
+impl Offsets {
+    /// Whether a batch at `base_offset` may follow one ending before `expected`.
+    pub fn accepts(self, base_offset: i64, expected: i64) -> bool {
+        match self {
+            Offsets::Contiguous => base_offset == expected,
+            Offsets::MayGap => base_offset >= expected,
+        }
+    }
+
+    fn describe(self, expected: i64) -> String {
+        match self {
+            Offsets::Contiguous => expected.to_string(),
+            Offsets::MayGap => format!("at least {expected}"),
+        }
+    }
 }
 
 /// What a full scan of a segment found.
@@ -221,6 +249,11 @@ impl Segment {
         }
     }
 
+    /// Max timestamp of the first batch, if the segment has one with a timestamp.
+    pub fn first_batch_timestamp(&self) -> Option<i64> {
+        self.first_batch_timestamp.filter(|&t| t > NO_TIMESTAMP)
+    }
+
     /// How old the segment is by `segment.ms` rules (Kafka's): the incoming
     /// batch's timestamp minus the first batch's, so data with old timestamps
     /// does not roll on every append; wall time since creation if either
@@ -277,20 +310,23 @@ impl Segment {
 
     /// Writes `bytes` (whole batches, already validated and carrying their
     /// final offsets) at the end of the segment with one positioned write.
-    /// The placements must continue the segment's offsets without a gap or
-    /// an overlap (`OffsetsOutOfOrder`, nothing written): every write path
-    /// of the log comes through here, so this is where "offsets are
-    /// contiguous and increasing" is checked.
+    /// The placements must continue the segment's offsets
+    /// (`OffsetsOutOfOrder`, nothing written): every write path of the log
+    /// comes through here, so this is where "offsets increase" is checked.
+    /// [`Offsets::Contiguous`] for a leader's appends; [`Offsets::MayGap`]
+    /// for copies of a compacted log (a follower's, a cleaner's), where
+    /// removed batches left gaps.
     pub fn append(
         &mut self,
         bytes: &[u8],
         placements: &[BatchPlacement],
+        offsets: Offsets,
         index_interval: u32,
         now_ms: i64,
     ) -> Result<(), StorageError> {
         let mut expected = self.next_offset;
         for p in placements {
-            if p.base_offset != expected || p.last_offset < p.base_offset {
+            if !offsets.accepts(p.base_offset, expected) || p.last_offset < p.base_offset {
                 return Err(StorageError::OffsetsOutOfOrder {
                     path: self.log_path.clone(),
                     base_offset: p.base_offset,
@@ -349,7 +385,6 @@ impl Segment {
     }
 
     /// The aborted transactions whose markers are in this segment, in marker order.
-    #[cfg(test)]
     pub fn aborted_txns(&self) -> &[AbortedTxnEntry] {
         self.txn_index.entries()
     }
@@ -417,10 +452,17 @@ impl Segment {
         Ok(())
     }
 
-    /// Validates every batch from the start of the file (framing, contiguous
-    /// offsets from `base_offset`, CRC), truncates the file at the first
-    /// invalid batch, and rebuilds both indexes and the timestamps.
-    pub fn recover(&mut self, index_interval: u32) -> Result<ScanOutcome, StorageError> {
+    /// Validates every batch from the start of the file (framing, offsets
+    /// following from `base_offset` as `offsets` allows, CRC), truncates the
+    /// file at the first invalid batch, and rebuilds both indexes and the
+    /// timestamps. (The base offset is outside the batch CRC: a damaged one
+    /// is only caught by where it lands, hence `Contiguous` wherever no
+    /// cleaner has been.)
+    pub fn recover(
+        &mut self,
+        index_interval: u32,
+        offsets: Offsets,
+    ) -> Result<ScanOutcome, StorageError> {
         let file_len = self.log.metadata().at(&self.log_path)?.len();
         self.offset_index
             .replace(Vec::new())
@@ -448,7 +490,7 @@ impl Segment {
                     break;
                 }
             };
-            if let Some(reason) = self.reject(position, &header, bytes) {
+            if let Some(reason) = self.reject(position, &header, bytes, offsets) {
                 invalid = Some(reason);
                 break;
             }
@@ -479,11 +521,18 @@ impl Segment {
     }
 
     /// Why a framed batch cannot be kept at this place in the segment.
-    fn reject(&self, position: u64, header: &BatchHeader, bytes: &[u8]) -> Option<String> {
-        if header.base_offset != self.next_offset {
+    fn reject(
+        &self,
+        position: u64,
+        header: &BatchHeader,
+        bytes: &[u8],
+        offsets: Offsets,
+    ) -> Option<String> {
+        if !offsets.accepts(header.base_offset, self.next_offset) {
             return Some(format!(
                 "batch at position {position} has base offset {}, expected {}",
-                header.base_offset, self.next_offset
+                header.base_offset,
+                offsets.describe(self.next_offset)
             ));
         }
         if header.last_offset_delta < 0 {
@@ -509,7 +558,7 @@ impl Segment {
     /// the log file, and finds the segment's end by scanning batch headers from
     /// the last indexed batch. `Ok(Err(reason))`: the indexes or the tail cannot
     /// be trusted, call [`Segment::recover`].
-    pub fn load_trusted(&mut self) -> Result<Result<(), String>, StorageError> {
+    pub fn load_trusted(&mut self, offsets: Offsets) -> Result<Result<(), String>, StorageError> {
         let file_len = self.log.metadata().at(&self.log_path)?.len();
         self.size = file_len;
         if !self.index_files_intact {
@@ -543,10 +592,11 @@ impl Segment {
                     )))
                 }
             };
-            if header.base_offset != expected || header.last_offset_delta < 0 {
+            if !offsets.accepts(header.base_offset, expected) || header.last_offset_delta < 0 {
                 return Ok(Err(format!(
-                    "batch at position {position} has base offset {}, expected {expected}",
-                    header.base_offset
+                    "batch at position {position} has base offset {}, expected {}",
+                    header.base_offset,
+                    offsets.describe(expected)
                 )));
             }
             if header.max_timestamp > tail_max.0 {
@@ -585,39 +635,42 @@ impl Segment {
     /// Position and header of the batch containing `offset` (or the first batch
     /// after it), found through the offset index and a header scan. `None`: the
     /// segment ends before `offset`. The batch where the scan starts must have
-    /// the base offset the index recorded for that position (the segment's
-    /// base at position 0), else the index and the file disagree (`Corrupt`).
+    /// the base offset the index recorded for that position (at position 0,
+    /// one at or after the segment's base: a cleaner may have removed the
+    /// first batches), else the index and the file disagree (`Corrupt`).
     pub fn locate(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>, StorageError> {
-        let (start, indexed_base) = match self.offset_index.lookup_entry(offset - self.base_offset)
-        {
-            Some(e) => (
-                u64::from(e.position),
-                self.base_offset + i64::from(e.relative_offset),
-            ),
-            None => (0, self.base_offset),
-        };
-        self.locate_from(start, indexed_base, offset)
-    }
-
-    fn locate_from(
-        &self,
-        start: u64,
-        indexed_base: i64,
-        offset: i64,
-    ) -> Result<Option<(u64, BatchHeader)>, StorageError> {
+        // `None`: the scan starts at the file's start, where the first batch
+        // may begin after the segment's base.
+        let indexed = self
+            .offset_index
+            .lookup_entry(offset - self.base_offset)
+            .map(|e| {
+                (
+                    u64::from(e.position),
+                    self.base_offset + i64::from(e.relative_offset),
+                )
+            });
+        let start = indexed.map_or(0, |(position, _)| position);
         let mut scanner = BatchScanner::new(&self.log, start, self.size, HEADER_SCAN_CHUNK);
         let mut first = true;
         while let Some(item) = scanner.next_header().at(&self.log_path)? {
             let (position, header) =
                 item.map_err(|f| self.corrupt(f.position, &f.error.to_string()))?;
-            if std::mem::take(&mut first) && header.base_offset != indexed_base {
-                return Err(self.corrupt(
-                    position,
-                    &format!(
-                        "the offset index puts offset {indexed_base} here, but the batch starts at {}",
-                        header.base_offset
-                    ),
-                ));
+            if std::mem::take(&mut first) {
+                let misplaced = match indexed {
+                    Some((_, indexed_base)) => header.base_offset != indexed_base,
+                    None => header.base_offset < self.base_offset,
+                };
+                if misplaced {
+                    return Err(self.corrupt(
+                        position,
+                        &format!(
+                            "the offset index puts offset {} here, but the batch starts at {}",
+                            indexed.map_or(self.base_offset, |(_, base)| base),
+                            header.base_offset
+                        ),
+                    ));
+                }
             }
             if header.last_offset() >= offset {
                 return Ok(Some((position, header)));
@@ -674,7 +727,8 @@ impl Segment {
     ) -> Result<(), StorageError> {
         fsutil::set_len(&self.log, position).at(&self.log_path)?;
         self.torn_tail = false;
-        self.recover(index_interval)?;
+        // Truncation keeps a prefix the segment already held.
+        self.recover(index_interval, Offsets::MayGap)?;
         self.sync_all()
     }
 

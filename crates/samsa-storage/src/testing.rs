@@ -227,3 +227,38 @@ pub fn without_assigned_fields(batch: &[u8]) -> Vec<u8> {
     crate::batch::set_partition_leader_epoch(&mut copy, 0);
     copy
 }
+
+/// The producer of a [`keyed_batch`].
+#[derive(Debug, Clone, Copy)]
+pub struct KeyedProducer {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub base_sequence: i32,
+    pub transactional: bool,
+}
+
+/// A batch of keyed records (`None` value: a tombstone) stamped
+/// `timestamp`, from `producer` if given.
+pub fn keyed_batch(
+    records: &[(&[u8], Option<&[u8]>)],
+    producer: Option<KeyedProducer>,
+    timestamp: i64,
+) -> Vec<u8> {
+    use crate::batch::{
+        ATTRIBUTES_AT, BASE_SEQUENCE_AT, PRODUCER_EPOCH_AT, PRODUCER_ID_AT, TRANSACTIONAL,
+    };
+    let mut batch = crate::batch::key_value_batch(records, timestamp);
+    if let Some(p) = producer {
+        batch[PRODUCER_ID_AT..PRODUCER_ID_AT + 8].copy_from_slice(&p.producer_id.to_be_bytes());
+        batch[PRODUCER_EPOCH_AT..PRODUCER_EPOCH_AT + 2].copy_from_slice(&p.epoch.to_be_bytes());
+        batch[BASE_SEQUENCE_AT..BASE_SEQUENCE_AT + 4]
+            .copy_from_slice(&p.base_sequence.to_be_bytes());
+        if p.transactional {
+            let attributes = i16::from_be_bytes([batch[ATTRIBUTES_AT], batch[ATTRIBUTES_AT + 1]])
+                | TRANSACTIONAL;
+            batch[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+        }
+        crate::batch::recompute_crc(&mut batch).unwrap();
+    }
+    batch
+}

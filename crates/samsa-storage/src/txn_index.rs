@@ -246,7 +246,6 @@ impl TxnIndex {
         &self.path
     }
 
-    #[cfg(test)]
     pub fn entries(&self) -> &[AbortedTxnEntry] {
         &self.entries
     }

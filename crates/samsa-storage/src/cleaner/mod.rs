@@ -6,5 +6,6 @@
 //! writes the cleaned ones is built on them.
 
 pub mod offset_map;
+pub mod pass;
 pub mod retention;
 pub mod rewrite;

@@ -5,7 +5,7 @@
 //!
 //! The rules (Kafka's log cleaner semantics):
 //! - a record is kept if it is the latest of its key that the offset map
-//!   knows (or lies past everything the map saw); a record without a key
+//!   knows (or lies past the part of the log the map covers); a record without a key
 //!   goes (compacted topics refuse them, so only old data has any); a
 //!   tombstone (no value) goes once its batch's delete horizon passed;
 //! - every record of an aborted transaction goes;
@@ -28,16 +28,18 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::offset_map::OffsetMap;
 use crate::txn_index::AbortedTxnEntry;
 
-/// Whether a record survives the pass. `tombstone_due`: the record's batch
-/// has a delete horizon and it has passed.
+/// Whether a record survives the pass. `map_covers_until`: the offset
+/// after the last batch whose keys went into `map`. `tombstone_due`: the
+/// record's batch has a delete horizon and it has passed.
 pub fn keep_record(
     map: &OffsetMap,
+    map_covers_until: i64,
     offset: i64,
     key: Option<&[u8]>,
     has_value: bool,
     tombstone_due: bool,
 ) -> bool {
-    if offset > map.latest_offset() {
+    if offset >= map_covers_until {
         return true;
     }
     let Some(key) = key else { return false };
@@ -200,30 +202,30 @@ mod tests {
     #[test]
     fn only_the_latest_value_of_a_key_survives() {
         let m = map(&[(b"a", 5), (b"b", 3)]);
-        assert!(!keep_record(&m, 1, Some(b"a"), true, false));
-        assert!(keep_record(&m, 5, Some(b"a"), true, false));
-        assert!(keep_record(&m, 3, Some(b"b"), true, false));
+        assert!(!keep_record(&m, 6, 1, Some(b"a"), true, false));
+        assert!(keep_record(&m, 6, 5, Some(b"a"), true, false));
+        assert!(keep_record(&m, 6, 3, Some(b"b"), true, false));
         // A key the map never saw (its latest value is older than the
         // dirty range) stays.
-        assert!(keep_record(&m, 2, Some(b"c"), true, false));
+        assert!(keep_record(&m, 6, 2, Some(b"c"), true, false));
         // Past everything the map saw: not decided by this pass.
-        assert!(keep_record(&m, 6, Some(b"a"), true, false));
-        assert!(keep_record(&m, 6, None, true, true));
+        assert!(keep_record(&m, 6, 6, Some(b"a"), true, false));
+        assert!(keep_record(&m, 6, 6, None, true, true));
     }
 
     #[test]
     fn records_without_a_key_go() {
         let m = map(&[(b"a", 5)]);
-        assert!(!keep_record(&m, 1, None, true, false));
+        assert!(!keep_record(&m, 6, 1, None, true, false));
     }
 
     #[test]
     fn a_tombstone_stays_until_its_horizon_then_goes() {
         let m = map(&[(b"a", 5)]);
-        assert!(keep_record(&m, 5, Some(b"a"), false, false));
-        assert!(!keep_record(&m, 5, Some(b"a"), false, true));
+        assert!(keep_record(&m, 6, 5, Some(b"a"), false, false));
+        assert!(!keep_record(&m, 6, 5, Some(b"a"), false, true));
         // The horizon only concerns tombstones.
-        assert!(keep_record(&m, 5, Some(b"a"), true, true));
+        assert!(keep_record(&m, 6, 5, Some(b"a"), true, true));
     }
 
     #[test]

@@ -50,8 +50,9 @@ pub enum Rewritten {
 /// Rewrites `batch` (one whole v2 batch, its records decompressing to at
 /// most `limit` bytes). Unless the fate decides records one by one
 /// ([`BatchFate::decides_records`]) no record is kept; otherwise
-/// `keep(offset, record)` decides each. `delete_horizon_ms` is
-/// set as the batch's horizon unless it has one.
+/// `keep(offset, record)` decides each. `delete_horizon_ms` becomes the
+/// batch's horizon if the batch has none and it is a control batch or
+/// keeps a tombstone: the horizon is when those may go.
 pub fn rewrite_batch(
     batch: &[u8],
     limit: usize,
@@ -70,7 +71,9 @@ pub fn rewrite_batch(
             kept.push(record);
         }
     }
-    let new_horizon = delete_horizon_ms.filter(|_| header.delete_horizon_ms().is_none());
+    let needs_horizon = header.is_control() || kept.iter().any(|r| r.value.is_none());
+    let new_horizon =
+        delete_horizon_ms.filter(|_| needs_horizon && header.delete_horizon_ms().is_none());
     let all_kept = i32::try_from(kept.len()).is_ok_and(|n| n == header.records_count);
     if all_kept && new_horizon.is_none() && fate != BatchFate::Drop {
         return Ok(Rewritten::Unchanged);
@@ -250,6 +253,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(again, Rewritten::Unchanged);
+    }
+
+    #[test]
+    fn a_batch_without_tombstones_gets_no_horizon() {
+        let b = batch(&[Some("a"), Some("b")]);
+        let r = rewrite_batch(&b, LIMIT, BatchFate::DropIfEmpty, Some(90_000), |_, _| true);
+        assert_eq!(r.unwrap(), Rewritten::Unchanged);
+        // Its tombstone superseded, a batch has nothing left to delete later.
+        let b = batch(&[Some("a"), None]);
+        let cleaned = replaced(
+            rewrite_batch(&b, LIMIT, BatchFate::DropIfEmpty, Some(90_000), |o, _| {
+                o == 100
+            })
+            .unwrap(),
+        );
+        assert_eq!(
+            BatchHeader::parse(&cleaned).unwrap().delete_horizon_ms(),
+            None
+        );
     }
 
     #[test]
