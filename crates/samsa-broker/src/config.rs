@@ -44,6 +44,17 @@ pub struct BrokerConfig {
     pub retention_check_interval_ms: u64,
     /// Defaults for every partition log (`log.*` settings).
     pub log: LogConfig,
+    /// `log.cleaner.enable`: whether compacted topics are compacted.
+    pub log_cleaner_enable: bool,
+    /// `log.cleaner.dedupe.buffer.size`: memory of the cleaner's offset map
+    /// (24 bytes a key): how many distinct keys one pass can compact.
+    pub log_cleaner_dedupe_buffer_size: u64,
+    /// `log.cleaner.io.max.bytes.per.second`: the cleaner's read and write
+    /// rate; unset, unthrottled.
+    pub log_cleaner_io_max_bytes_per_second: Option<u64>,
+    /// `log.cleaner.backoff.ms`: how long the cleaner sleeps when no log
+    /// needs cleaning.
+    pub log_cleaner_backoff_ms: u64,
 
     // --- cluster mode (all ignored while `controller_quorum_voters` is unset) ---
     /// `controller.quorum.voters`: the static controller quorum,
@@ -177,6 +188,10 @@ impl Default for BrokerConfig {
             max_request_bytes: 100 * 1024 * 1024,
             retention_check_interval_ms: 300_000,
             log: LogConfig::default(),
+            log_cleaner_enable: true,
+            log_cleaner_dedupe_buffer_size: 128 * 1024 * 1024,
+            log_cleaner_io_max_bytes_per_second: None,
+            log_cleaner_backoff_ms: 15_000,
             controller_quorum_voters: None,
             controller_listen: SocketAddr::from(([0, 0, 0, 0], 9093)),
             cluster_id: None,

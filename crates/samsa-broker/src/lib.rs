@@ -50,6 +50,7 @@ pub mod error;
 mod fsutil;
 pub mod handlers;
 pub mod http;
+mod log_cleaner;
 pub mod metadata;
 pub mod produce_order;
 pub mod producer_ids;
@@ -392,6 +393,9 @@ async fn maintenance_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Rec
     let mut hw_checkpoint = tokio::time::interval(hw_checkpoint_every);
     let mut retention = tokio::time::interval(retention_every);
     let mut flush = tokio::time::interval(flush_every.unwrap_or(Duration::from_secs(3600)));
+    // Not awaited at shutdown: a pass in progress is abandoned, and its
+    // files are deleted when the partition next opens.
+    tokio::spawn(log_cleaner::run(broker.clone(), stop.clone()));
     loop {
         tokio::select! {
             _ = retention.tick() => {

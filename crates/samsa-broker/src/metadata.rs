@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use samsa_storage::{CompressionType, LogConfig};
+use samsa_storage::{CleanupPolicy, CompressionType, LogConfig};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -516,8 +516,12 @@ pub fn validate_topic_name(name: &str) -> Result<(), MetadataError> {
 const TOPIC_CONFIG_KEYS: &[&str] = &[
     "cleanup.policy",
     "compression.type",
+    "delete.retention.ms",
+    "max.compaction.lag.ms",
     "max.message.bytes",
     "message.timestamp.type",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
     "min.insync.replicas",
     "retention.bytes",
     "retention.ms",
@@ -539,11 +543,15 @@ pub fn validate_topic_config(key: &str, value: &str) -> Result<(), MetadataError
         Err(_) => Err(invalid("must be an integer")),
     };
     match key {
-        "cleanup.policy" => match value {
-            "delete" => Ok(()),
-            _ => Err(invalid(
-                "samsa supports only cleanup.policy=delete (compaction is not implemented)",
-            )),
+        "cleanup.policy" => match CleanupPolicy::parse(value) {
+            Some(_) => Ok(()),
+            None => Err(invalid("must be delete, compact, or compact,delete")),
+        },
+        "delete.retention.ms" | "min.compaction.lag.ms" => long_at_least(0),
+        "max.compaction.lag.ms" => long_at_least(1),
+        "min.cleanable.dirty.ratio" => match value.parse::<f64>() {
+            Ok(v) if (0.0..=1.0).contains(&v) => Ok(()),
+            _ => Err(invalid("must be a number between 0 and 1")),
         },
         "compression.type" => match CompressionType::parse(value) {
             Some(_) => Ok(()),
@@ -570,6 +578,32 @@ pub fn validate_topic_config(key: &str, value: &str) -> Result<(), MetadataError
             TOPIC_CONFIG_KEYS.join(", ")
         ))),
     }
+}
+
+/// Checks a topic's configs together, after each passed
+/// [`validate_topic_config`]: `min.compaction.lag.ms` may not exceed
+/// `max.compaction.lag.ms` (Kafka's rule), taking the broker's default for
+/// the one not given.
+pub fn validate_topic_configs(
+    defaults: &LogConfig,
+    configs: &BTreeMap<String, String>,
+) -> Result<(), MetadataError> {
+    let lag = |key: &str, default: i64| {
+        configs
+            .get(key)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(default)
+    };
+    let min = lag("min.compaction.lag.ms", defaults.min_compaction_lag_ms);
+    let max = lag("max.compaction.lag.ms", defaults.max_compaction_lag_ms);
+    if min > max {
+        return Err(MetadataError::InvalidConfig {
+            key: "min.compaction.lag.ms".into(),
+            value: min.to_string(),
+            reason: format!("must not exceed max.compaction.lag.ms ({max})"),
+        });
+    }
+    Ok(())
 }
 
 /// The effective log config of a topic: broker defaults overridden by topic configs.
@@ -615,6 +649,31 @@ pub fn topic_log_config(defaults: &LogConfig, topic: &TopicMetadata) -> LogConfi
             "compression.type" => {
                 if let Some(v) = CompressionType::parse(value) {
                     config.compression_type = v;
+                }
+            }
+            "cleanup.policy" => {
+                if let Some(v) = CleanupPolicy::parse(value) {
+                    config.cleanup_policy = v;
+                }
+            }
+            "delete.retention.ms" => {
+                if let Ok(v) = value.parse() {
+                    config.delete_retention_ms = v;
+                }
+            }
+            "min.cleanable.dirty.ratio" => {
+                if let Ok(v) = value.parse() {
+                    config.min_cleanable_dirty_ratio = v;
+                }
+            }
+            "min.compaction.lag.ms" => {
+                if let Ok(v) = value.parse() {
+                    config.min_compaction_lag_ms = v;
+                }
+            }
+            "max.compaction.lag.ms" => {
+                if let Ok(v) = value.parse() {
+                    config.max_compaction_lag_ms = v;
                 }
             }
             _ => {}

@@ -62,6 +62,34 @@ pub enum CleanupPolicy {
 }
 
 impl CleanupPolicy {
+    /// Kafka's list syntax: `delete`, `compact`, or both in either order.
+    pub fn parse(value: &str) -> Option<CleanupPolicy> {
+        let mut compact = false;
+        let mut delete = false;
+        for item in value.split(',').map(str::trim) {
+            match item {
+                "compact" => compact = true,
+                "delete" => delete = true,
+                _ => return None,
+            }
+        }
+        match (compact, delete) {
+            (true, true) => Some(CleanupPolicy::CompactDelete),
+            (true, false) => Some(CleanupPolicy::Compact),
+            (false, true) => Some(CleanupPolicy::Delete),
+            (false, false) => None,
+        }
+    }
+
+    /// The value as Kafka lists it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CleanupPolicy::Delete => "delete",
+            CleanupPolicy::Compact => "compact",
+            CleanupPolicy::CompactDelete => "compact,delete",
+        }
+    }
+
     pub fn compacts(self) -> bool {
         matches!(self, CleanupPolicy::Compact | CleanupPolicy::CompactDelete)
     }
@@ -142,6 +170,25 @@ mod tests {
             (0, i64::MAX)
         );
         assert_eq!(c.roll_after_ms(), c.segment_ms);
+    }
+
+    #[test]
+    fn cleanup_policy_parses_kafkas_lists() {
+        for (text, policy) in [
+            ("delete", CleanupPolicy::Delete),
+            ("compact", CleanupPolicy::Compact),
+            ("compact,delete", CleanupPolicy::CompactDelete),
+            ("delete, compact", CleanupPolicy::CompactDelete),
+        ] {
+            assert_eq!(CleanupPolicy::parse(text), Some(policy), "{text}");
+        }
+        assert_eq!(
+            CleanupPolicy::parse(CleanupPolicy::CompactDelete.name()),
+            Some(CleanupPolicy::CompactDelete)
+        );
+        for bad in ["", "compacted", "delete,,compact", "none"] {
+            assert_eq!(CleanupPolicy::parse(bad), None, "{bad}");
+        }
     }
 
     #[test]

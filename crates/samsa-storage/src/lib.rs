@@ -34,7 +34,7 @@ pub mod txn_index;
 
 pub use batch::{BatchError, BatchHeader, EndTxnMarker};
 pub use compression::CompressionType;
-pub use config::{FlushPolicy, LogConfig};
+pub use config::{CleanupPolicy, FlushPolicy, LogConfig};
 pub use error::StorageError;
 pub use fsutil::replace_file_durably;
 pub use log::{AppendInfo, FlushTarget, PartitionLog, ReadResult, RecoveryReport};

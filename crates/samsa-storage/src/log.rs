@@ -752,6 +752,24 @@ impl PartitionLog {
         result
     }
 
+    /// A compacted log keeps the latest record of each key, so a record
+    /// without one could never be kept: refused (Kafka's INVALID_RECORD).
+    fn refuse_keyless_records(
+        &self,
+        batch: &[u8],
+        header: &BatchHeader,
+    ) -> Result<(), StorageError> {
+        let body = compression::decompressed_records(batch, self.decompression_limit())?;
+        for (i, record) in batch::records_in(&body, header.records_count).enumerate() {
+            if record?.key.is_none() {
+                return Err(StorageError::InvalidRecord(format!(
+                    "record {i} of the batch has no key; a compacted topic cannot accept records without a key"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// First pass over a produce request: every check, no side effect. Fills
     /// `placements` and `staged`; returns the answer for a duplicate.
     fn validate_leader_batches(
@@ -780,6 +798,9 @@ impl PartitionLog {
                 return Err(StorageError::InvalidRecord(
                     "producers cannot write control batches".into(),
                 ));
+            }
+            if self.config.cleanup_policy.compacts() {
+                self.refuse_keyless_records(bytes, &header)?;
             }
             if header.last_offset_delta < 0
                 || i64::from(header.records_count) != i64::from(header.last_offset_delta) + 1

@@ -531,3 +531,21 @@ fn a_deleting_policy_is_never_cleaned_and_compact_only_never_deletes() {
     commit_all(&mut log);
     assert_eq!(log.enforce_retention(NOW + DAY).unwrap(), 0);
 }
+
+#[test]
+fn a_compacted_log_refuses_records_without_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path());
+    put(&mut log, "k", Some("v"));
+    let keyless = crate::testing::simple_batch(2, NOW);
+    match log.append_as_leader(&keyless, 0, NOW) {
+        Err(crate::StorageError::InvalidRecord(reason)) => {
+            assert!(reason.contains("without a key"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing of the request was written; keyed records still go in.
+    assert_eq!(log.log_end_offset(), 1);
+    put(&mut log, "k", None);
+    assert_eq!(log.log_end_offset(), 2);
+}

@@ -1282,12 +1282,12 @@ fn truncate_to_removes_the_containing_batch_and_rebuilds_state() {
 #[test]
 fn follower_appends_may_skip_offsets_but_never_overlap() {
     let dir = tempfile::tempdir().unwrap();
+    let mut leader = open(&dir.path().join("leader"), &small_config());
     // Only a compacted leader's log has gaps.
     let config = LogConfig {
         cleanup_policy: crate::config::CleanupPolicy::Compact,
         ..small_config()
     };
-    let mut leader = open(&dir.path().join("leader"), &config);
     idempotent_history(&mut leader);
     let data = leader.read(0, usize::MAX, i64::MAX).unwrap().records;
     let batches: Vec<Vec<u8>> = batch::batches(&data)

@@ -23,7 +23,9 @@ use uuid::Uuid;
 
 use super::{str_bytes, topic_name};
 use crate::error::{metadata_error_code, MetadataError};
-use crate::metadata::{validate_topic_config, validate_topic_name, MetadataView, NewTopic};
+use crate::metadata::{
+    validate_topic_config, validate_topic_configs, validate_topic_name, MetadataView, NewTopic,
+};
 use crate::Broker;
 
 /// Checks that an assignment names only known brokers, each once per partition.
@@ -130,6 +132,7 @@ fn new_topic_from_request(
         validate_topic_config(&key, &value)?;
         configs.insert(key, value);
     }
+    validate_topic_configs(&broker.config.log, &configs)?;
     Ok(NewTopic {
         name,
         partitions,

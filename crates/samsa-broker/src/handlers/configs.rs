@@ -48,6 +48,7 @@ const TYPE_STRING: i8 = 2;
 const TYPE_INT: i8 = 3;
 const TYPE_SHORT: i8 = 4;
 const TYPE_LONG: i8 = 5;
+const TYPE_DOUBLE: i8 = 6;
 const TYPE_LIST: i8 = 7;
 
 const MS_PER_HOUR: i64 = 3_600_000;
@@ -253,8 +254,28 @@ fn broker_keys(broker: &Broker) -> Vec<BrokerKey> {
             "samsa: log.message_timestamp_type_log_append. CreateTime keeps the producer's timestamps, LogAppendTime stamps batches with the broker's clock."),
         log_key!("producer.id.expiration.ms", TYPE_INT, producer_id_expiration_ms,
             "samsa: log.producer_id_expiration_ms. The idempotence state of a producer silent this long is dropped."),
-        key("log.cleanup.policy", TYPE_LIST, None, None, s(&"delete"),
-            "Fixed in samsa: old segments are deleted; compaction is not implemented."),
+        key("log.cleanup.policy", TYPE_LIST, Some("log.cleanup_policy"),
+            s(&c.log.cleanup_policy.name()), s(&log_default.cleanup_policy.name()),
+            "samsa: log.cleanup_policy. delete: old segments are deleted by retention; compact: the cleaner keeps the latest record of each key; compact,delete: both."),
+        log_key!("log.cleaner.delete.retention.ms", TYPE_LONG, delete_retention_ms,
+            "samsa: log.delete_retention_ms. How long a tombstone, and a transaction marker whose records are gone, stays after the cleaner first passes it."),
+        log_key!("log.cleaner.min.cleanable.ratio", TYPE_DOUBLE, min_cleanable_dirty_ratio,
+            "samsa: log.min_cleanable_dirty_ratio. The share of a log's cleanable bytes not yet compacted above which the cleaner takes it."),
+        log_key!("log.cleaner.min.compaction.lag.ms", TYPE_LONG, min_compaction_lag_ms,
+            "samsa: log.min_compaction_lag_ms. A record stays uncompacted at least this long."),
+        log_key!("log.cleaner.max.compaction.lag.ms", TYPE_LONG, max_compaction_lag_ms,
+            "samsa: log.max_compaction_lag_ms. A record is compacted at the latest this long after it was written."),
+        plain!("log.cleaner.enable", TYPE_BOOLEAN, log_cleaner_enable,
+            "samsa: log_cleaner_enable. Whether compacted topics are compacted."),
+        plain!("log.cleaner.dedupe.buffer.size", TYPE_LONG, log_cleaner_dedupe_buffer_size,
+            "samsa: log_cleaner_dedupe_buffer_size. Memory of the cleaner's key map, 24 bytes a key: how many distinct keys one pass compacts."),
+        key("log.cleaner.io.max.bytes.per.second", TYPE_DOUBLE, Some("log_cleaner_io_max_bytes_per_second"),
+            c.log_cleaner_io_max_bytes_per_second.map(|v| v.to_string()), s(&f64::MAX),
+            "samsa: log_cleaner_io_max_bytes_per_second. The cleaner's read and write rate; unset, unthrottled."),
+        plain!("log.cleaner.backoff.ms", TYPE_LONG, log_cleaner_backoff_ms,
+            "samsa: log_cleaner_backoff_ms. How long the cleaner sleeps when no log needs cleaning."),
+        key("log.cleaner.threads", TYPE_INT, None, None, s(&1),
+            "Fixed in samsa: one cleaner task per broker."),
         key("unclean.leader.election.enable", TYPE_BOOLEAN, None, None, s(&false),
             "Fixed in samsa: a replica outside the ISR never becomes leader."),
         // --- cluster mode ---
@@ -394,8 +415,16 @@ fn topic_entries(broker: &Broker, topic: &TopicMetadata) -> Vec<Entry> {
         }
     };
     vec![
-        entry("cleanup.policy", Some("log.cleanup.policy"), "delete".into(), TYPE_LIST,
-            "Old segments are deleted; samsa accepts only delete."),
+        entry("cleanup.policy", Some("log.cleanup.policy"), log.cleanup_policy.name().into(), TYPE_LIST,
+            "delete: old segments are deleted by retention; compact: the cleaner keeps the latest record of each key; compact,delete: both."),
+        entry("delete.retention.ms", Some("log.cleaner.delete.retention.ms"), log.delete_retention_ms.to_string(), TYPE_LONG,
+            "How long a tombstone, and a transaction marker whose records are gone, stays after the cleaner first passes it."),
+        entry("max.compaction.lag.ms", Some("log.cleaner.max.compaction.lag.ms"), log.max_compaction_lag_ms.to_string(), TYPE_LONG,
+            "A record is compacted at the latest this long after it was written."),
+        entry("min.cleanable.dirty.ratio", Some("log.cleaner.min.cleanable.ratio"), log.min_cleanable_dirty_ratio.to_string(), TYPE_DOUBLE,
+            "The share of the cleanable log not yet compacted above which the cleaner takes it."),
+        entry("min.compaction.lag.ms", Some("log.cleaner.min.compaction.lag.ms"), log.min_compaction_lag_ms.to_string(), TYPE_LONG,
+            "A record stays uncompacted at least this long."),
         entry("compression.type", Some("compression.type"), log.compression_type.name().into(), TYPE_STRING,
             "The codec of stored batches: producer keeps the producer's, any other codec is recompressed to on append."),
         entry("max.message.bytes", Some("message.max.bytes"), log.max_message_bytes.to_string(), TYPE_INT,

@@ -1,0 +1,209 @@
+"""Compacted topics with real clients: confluent-kafka (librdkafka) and
+kafka-python create `cleanup.policy=compact` topics, produce keyed records
+(idempotent and transactional), and read them back after the broker's log
+cleaner ran: the latest value of every key at its original offset, nothing
+superseded in the cleaned part, tombstones gone after delete.retention.ms,
+aborted records never visible to read_committed, the same after a SIGKILL.
+
+The cleaner runs on its own schedule, so each check waits, with a
+deadline, for the state it expects to become visible (re-reading the
+topic from the start).
+"""
+
+import itertools
+import os
+import time
+
+import kafka.errors
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic as CkNewTopic
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+_group_ids = itertools.count(os.getpid() * 1000 + 700)
+DEADLINE = 60.0
+# The cleaner looks for dirty logs every 100 ms instead of 15 s.
+SETTINGS = ["log_cleaner_backoff_ms=100"]
+COMPACTED = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "4096",
+    "min.cleanable.dirty.ratio": "0.01",
+    "delete.retention.ms": "1000",
+}
+
+
+def create_compacted(node, name):
+    admin = AdminClient({"bootstrap.servers": node.bootstrap, "broker.address.family": "v4"})
+    futures = admin.create_topics([CkNewTopic(name, num_partitions=1, replication_factor=1, config=COMPACTED)])
+    futures[name].result(30)
+
+
+def read_all(node, topic, isolation="read_uncommitted"):
+    """Every (offset, key, value) a reader at `isolation` gets up to the partition's end."""
+    c = Consumer({
+        "bootstrap.servers": node.bootstrap,
+        "group.id": f"compat-compaction-{next(_group_ids)}",
+        "broker.address.family": "v4",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 100,
+        "isolation.level": isolation,
+    })
+    try:
+        c.assign([CkTopicPartition(topic, 0, OFFSET_BEGINNING)])
+        rows = []
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            assert time.monotonic() < deadline, f"{topic} never reached its end"
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    return rows
+                raise AssertionError(f"consumer error: {m.error()}")
+            value = None if m.value() is None else m.value().decode()
+            rows.append((m.offset(), m.key().decode(), value))
+    finally:
+        c.close()
+
+
+def latest_per_key(rows):
+    return {key: (offset, value) for offset, key, value in rows}
+
+
+def wait_for(node, topic, done, what, isolation="read_uncommitted"):
+    """Re-reads the topic until `done(rows)` holds; returns those rows."""
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        rows = read_all(node, topic, isolation)
+        if done(rows):
+            return rows
+        assert time.monotonic() < deadline, f"{what}: never happened; last read {len(rows)} rows"
+        time.sleep(0.2)  # back-off between reads: the cleaner runs on its own schedule
+
+
+def produce_keyed(p, topic, records):
+    """Produces (key, value) pairs; returns {offset: (key, value)} from the delivery reports."""
+    acked = {}
+    errors = []
+
+    def report(err, msg):
+        if err is not None:
+            errors.append(err)
+        else:
+            value = None if msg.value() is None else msg.value().decode()
+            acked[msg.offset()] = (msg.key().decode(), value)
+
+    for key, value in records:
+        p.produce(topic, key=key, value=value, partition=0, on_delivery=report)
+        p.poll(0)
+    assert p.flush(30) == 0
+    assert not errors, errors
+    return acked
+
+
+def test_latest_value_per_key_survives_compaction_tombstones_go_and_a_restart(samsa_factory, topic_name):
+    node = samsa_factory(SETTINGS)
+    create_compacted(node, topic_name)
+    p = Producer({"bootstrap.servers": node.bootstrap, "broker.address.family": "v4",
+                  "enable.idempotence": True, "linger.ms": 5,
+                  # Small batches: a segment rolls (and can be cleaned) only between batches.
+                  "batch.num.messages": 10})
+    acked = produce_keyed(p, topic_name, [(f"k{i % 20}", f"v{i}") for i in range(2000)])
+    expected = latest_per_key([(o, k, v) for o, (k, v) in sorted(acked.items())])
+
+    def compacted(rows):
+        return len(rows) < 600 and latest_per_key(rows) == expected
+
+    rows = wait_for(node, topic_name, compacted, "compaction")
+    assert all(acked[o] == (k, v) for o, k, v in rows), "every row read was produced at that offset"
+
+    # A keyless record is refused with INVALID_RECORD, and nothing else breaks.
+    failures = []
+    p.produce(topic_name, value=b"no key", partition=0, on_delivery=lambda err, msg: failures.append(err))
+    p.flush(30)
+    assert failures and failures[0] is not None and failures[0].code() == KafkaError.INVALID_RECORD, failures
+
+    # A tombstone for k0 stays a while, then k0 is gone altogether; the
+    # filler after it rolls the tombstone out of the active segment.
+    acked.update(produce_keyed(p, topic_name, [("k0", None)] + [(f"k{1 + i % 19}", f"w{i}") for i in range(400)]))
+    rows = wait_for(node, topic_name, lambda rows: all(k != "k0" for _, k, _ in rows), "tombstone removal")
+    expected = latest_per_key([(o, k, v) for o, (k, v) in sorted(acked.items()) if k != "k0"])
+    assert latest_per_key(rows) == expected
+
+    # SIGKILL and restart: the cleaned log reads back the same.
+    node.kill()
+    node.start()
+    assert read_all(node, topic_name) == rows
+
+
+def test_read_committed_sees_the_same_latest_values_after_compaction(samsa_factory, topic_name):
+    node = samsa_factory(SETTINGS)
+    create_compacted(node, topic_name)
+    p = Producer({"bootstrap.servers": node.bootstrap, "broker.address.family": "v4",
+                  "transactional.id": f"{topic_name}-txn", "linger.ms": 5})
+    p.init_transactions(30)
+    committed = {}
+    for round_ in range(60):
+        p.begin_transaction()
+        aborting = round_ % 3 == 2
+        records = [(f"k{j}", f"{'a' if aborting else 'c'}{round_}-{j}") for j in range(10)]
+        if aborting:
+            records.append(("ghost", f"aborted-{round_}"))
+        for key, value in records:
+            p.produce(topic_name, key=key, value=value, partition=0)
+        if aborting:
+            p.flush(30)  # the aborted records really reach the log
+            p.abort_transaction(30)
+        else:
+            p.commit_transaction(30)
+            committed.update(dict(records))
+    produced = 60 * 10 + 20
+
+    def compacted(rows):
+        return len(rows) < produced // 2 and {k: v for _, k, v in rows} == committed
+
+    rows = wait_for(node, topic_name, compacted, "compaction under read_committed", "read_committed")
+    assert all(not v.startswith("a") for _, _, v in rows), "no aborted value is ever read"
+    assert all(k != "ghost" for _, k, _ in rows)
+    # The uncommitted view lost aborted records too, not only superseded
+    # ones: of the 20 aborted "ghost" records, only those still in the
+    # active segment remain.
+    after = read_all(node, topic_name, "read_uncommitted")
+    assert sum(1 for _, k, _ in after if k == "ghost") < 20
+
+
+def test_kafka_python_creates_describes_and_writes_a_compacted_topic(samsa, topic_name):
+    admin = KafkaAdminClient(bootstrap_servers=samsa.bootstrap, request_timeout_ms=30000)
+    try:
+        admin.create_topics([NewTopic(name=topic_name, num_partitions=1, replication_factor=1,
+                                      topic_configs={"cleanup.policy": "compact,delete",
+                                                     "min.compaction.lag.ms": "1000"})], timeout_ms=30000)
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name)],
+                                           config_filter="all")
+        entries = described["topic"][topic_name]
+        assert entries["cleanup.policy"]["value"] == "compact,delete", entries["cleanup.policy"]
+        assert entries["cleanup.policy"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+        assert entries["min.compaction.lag.ms"]["value"] == "1000"
+        assert entries["delete.retention.ms"]["value"] == "86400000"
+        assert entries["delete.retention.ms"]["config_source"] == "DEFAULT_CONFIG"
+        with pytest.raises(kafka.errors.InvalidConfigurationError):
+            admin.create_topics([NewTopic(name=f"{topic_name}-bad", num_partitions=1, replication_factor=1,
+                                          topic_configs={"cleanup.policy": "compacted"})], timeout_ms=30000)
+        with pytest.raises(kafka.errors.InvalidConfigurationError):
+            admin.create_topics([NewTopic(name=f"{topic_name}-lag", num_partitions=1, replication_factor=1,
+                                          topic_configs={"min.compaction.lag.ms": "10",
+                                                         "max.compaction.lag.ms": "5"})], timeout_ms=30000)
+    finally:
+        admin.close()
+    p = KafkaProducer(bootstrap_servers=samsa.bootstrap, acks="all", request_timeout_ms=30000, retries=0)
+    try:
+        assert p.send(topic_name, key=b"k", value=b"v", partition=0).get(timeout=30).offset == 0
+        with pytest.raises(kafka.errors.InvalidRecordError):
+            p.send(topic_name, value=b"no key", partition=0).get(timeout=30)
+    finally:
+        p.close()
