@@ -32,6 +32,12 @@
 #                                  pipelined or not, idempotent and
 #                                  transactional (see the mode below); one node
 #                                  and a three-node cluster
+#   tests/bench/run.sh compaction  group-coordinator load time after
+#                                  COMPACTION_COMMITS (default 1000000) offset
+#                                  commits to 4 groups, before and after the
+#                                  log cleaner compacted __consumer_offsets,
+#                                  and the cleaner's MB/s (tests/bench/compaction.py,
+#                                  the compat venv's python)
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
 #   SINGLE_QUICK=1 tests/bench/run.sh   (a)-(c) only: no dd, no 5 GiB (d)
 #                                  (for before/after pairs of one run)
@@ -215,6 +221,19 @@ if [ "$mode" = compression ]; then
     echo "load after: $(uptime | sed 's/.*load average: //')"
     stop_broker
     rm -rf "$bench_dir"
+    exit 0
+fi
+
+if [ "$mode" = compaction ]; then
+    python=${SAMSA_COMPAT_PYTHON:-$target/compat-venv/bin/python}
+    if [ ! -x "$python" ]; then
+        log "no python with confluent-kafka at $python: bash tests/run-all.sh creates the compat venv, or set SAMSA_COMPAT_PYTHON"
+        exit 1
+    fi
+    echo "load before: $(uptime | sed 's/.*load average: //')"
+    "$python" "$here/compaction.py" --samsa "$server" --dir "$bench_dir/compaction" \
+        --commits "${COMPACTION_COMMITS:-1000000}" --segment-bytes "${COMPACTION_SEGMENT_BYTES:-16777216}"
+    echo "load after: $(uptime | sed 's/.*load average: //')"
     exit 0
 fi
 

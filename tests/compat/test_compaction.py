@@ -207,3 +207,108 @@ def test_kafka_python_creates_describes_and_writes_a_compacted_topic(samsa, topi
             p.send(topic_name, value=b"no key", partition=0).get(timeout=30)
     finally:
         p.close()
+
+
+def count_records(node, topic, partition=0):
+    """How many records a read_uncommitted reader gets from `topic`'s partition (keys not decoded)."""
+    c = Consumer({
+        "bootstrap.servers": node.bootstrap,
+        "group.id": f"compat-compaction-{next(_group_ids)}",
+        "broker.address.family": "v4",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "fetch.wait.max.ms": 100,
+    })
+    try:
+        c.assign([CkTopicPartition(topic, partition, OFFSET_BEGINNING)])
+        count = 0
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            assert time.monotonic() < deadline, f"{topic} never reached its end"
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    return count
+                raise AssertionError(f"consumer error: {m.error()}")
+            count += 1
+    finally:
+        c.close()
+
+
+def wait_until_fewer(node, topic, limit, what):
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        n = count_records(node, topic)
+        if n < limit:
+            return n
+        assert time.monotonic() < deadline, f"{what}: {topic} still holds {n} records"
+        time.sleep(0.2)  # back-off between reads: the cleaner runs on its own schedule
+
+
+def describe_txn(node, txn_id):
+    import subprocess
+
+    out = subprocess.run([str(node.bin), "txn", "describe", "-b", node.bootstrap, "--transactional-id", txn_id],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    header, row = (line.split() for line in out.stdout.strip().splitlines())
+    fields = dict(zip(header, row))
+    fields.pop("TransactionDurationMs")  # grows with the clock
+    return fields
+
+
+def test_coordinator_state_topics_are_compacted_and_reload_after_a_sigkill(samsa_factory, topic_name):
+    node = samsa_factory(SETTINGS + [
+        "offsets_topic_num_partitions=1", "transaction_state_log_num_partitions=1",
+        "offsets_topic_segment_bytes=4096", "transaction_state_log_segment_bytes=4096",
+        "group_initial_rebalance_delay_ms=0",
+    ])
+    admin = AdminClient({"bootstrap.servers": node.bootstrap, "broker.address.family": "v4"})
+    admin.create_topics([CkNewTopic(topic_name, num_partitions=1, replication_factor=1)])[topic_name].result(30)
+
+    # 1,000 offset commits of one group, 150 transactions of one id.
+    group = f"{topic_name}-group"
+    c = Consumer({"bootstrap.servers": node.bootstrap, "broker.address.family": "v4", "group.id": group,
+                  "enable.auto.commit": False})
+    for offset in range(1, 1001):
+        c.commit(offsets=[CkTopicPartition(topic_name, 0, offset)], asynchronous=False)
+    c.close()
+    txn_id = f"{topic_name}-txn"
+    p = Producer({"bootstrap.servers": node.bootstrap, "broker.address.family": "v4", "transactional.id": txn_id})
+    p.init_transactions(30)
+    for i in range(150):
+        p.begin_transaction()
+        p.produce(topic_name, key=b"k", value=f"t{i}".encode(), partition=0)
+        p.commit_transaction(30)
+
+    # The cleaner brings both state topics down to about a record per key
+    # (plus what the active segment still holds).
+    wait_until_fewer(node, "__consumer_offsets", 200, "offsets compaction")
+    wait_until_fewer(node, "__transaction_state", 200, "transaction state compaction")
+    txn_before = describe_txn(node, txn_id)
+
+    # SIGKILL, restart: both coordinators load the compacted logs.
+    node.kill()
+    node.start()
+    c = Consumer({"bootstrap.servers": node.bootstrap, "broker.address.family": "v4", "group.id": group,
+                  "enable.auto.commit": False})
+    try:
+        [committed] = c.committed([CkTopicPartition(topic_name, 0)], timeout=30)
+        assert committed.offset == 1000, committed
+    finally:
+        c.close()
+    assert describe_txn(node, txn_id) == txn_before
+    # The id's epoch survived: a new instance fences the old one.
+    fresh = Producer({"bootstrap.servers": node.bootstrap, "broker.address.family": "v4", "transactional.id": txn_id})
+    fresh.init_transactions(30)
+    fresh.begin_transaction()
+    fresh.produce(topic_name, key=b"k", value=b"after", partition=0)
+    fresh.commit_transaction(30)
+    with pytest.raises(KafkaException):
+        p.begin_transaction()
+        p.produce(topic_name, key=b"k", value=b"fenced", partition=0)
+        p.commit_transaction(30)
+    values = [v for _, _, v in read_all(node, topic_name, "read_committed")]
+    assert values == [f"t{i}" for i in range(150)] + ["after"]

@@ -116,6 +116,9 @@ pub struct BrokerConfig {
     /// `transaction.state.log.replication.factor`. Unset (the default):
     /// min(3, unfenced brokers) when the topic is created.
     pub transaction_state_log_replication_factor: Option<i16>,
+    /// `transaction.state.log.segment.bytes`: the segment size
+    /// `__transaction_state` is created with.
+    pub transaction_state_log_segment_bytes: u64,
     /// `transaction.max.timeout.ms`: the largest `transaction.timeout.ms` a
     /// producer may ask for (INVALID_TRANSACTION_TIMEOUT above it).
     pub transaction_max_timeout_ms: i32,
@@ -146,6 +149,9 @@ pub struct BrokerConfig {
     /// `offsets.topic.replication.factor`. Unset (the default): min(3,
     /// unfenced brokers) when the topic is created.
     pub offsets_topic_replication_factor: Option<i16>,
+    /// `offsets.topic.segment.bytes`: the segment size `__consumer_offsets`
+    /// is created with (compaction never takes the active segment).
+    pub offsets_topic_segment_bytes: u64,
     /// `group.initial.rebalance.delay.ms`: how long the first rebalance of
     /// an empty group waits for more members (extended while they keep
     /// coming, up to the rebalance timeout).
@@ -209,6 +215,7 @@ impl Default for BrokerConfig {
             replica_high_watermark_checkpoint_interval_ms: 5_000,
             transaction_state_log_num_partitions: 50,
             transaction_state_log_replication_factor: None,
+            transaction_state_log_segment_bytes: 100 * 1024 * 1024,
             transaction_max_timeout_ms: 900_000,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
@@ -216,6 +223,7 @@ impl Default for BrokerConfig {
             http_listen: SocketAddr::from(([0, 0, 0, 0], 9644)),
             offsets_topic_num_partitions: 50,
             offsets_topic_replication_factor: None,
+            offsets_topic_segment_bytes: 100 * 1024 * 1024,
             group_initial_rebalance_delay_ms: 3_000,
             group_min_session_timeout_ms: 6_000,
             group_max_session_timeout_ms: 1_800_000,
@@ -236,6 +244,15 @@ impl BrokerConfig {
                 || k.strip_prefix(key)
                     .is_some_and(|rest| rest.starts_with('.'))
         })
+    }
+
+    /// The segment size a coordinator's state topic is created with.
+    pub fn state_topic_segment_bytes(&self, topic: &str) -> u64 {
+        if topic == crate::coordinator::placement::TRANSACTION_STATE_TOPIC {
+            self.transaction_state_log_segment_bytes
+        } else {
+            self.offsets_topic_segment_bytes
+        }
     }
 
     /// The `(host, port)` clients of the main listener are told to connect to.

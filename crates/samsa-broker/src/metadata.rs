@@ -607,14 +607,17 @@ pub fn validate_topic_configs(
 }
 
 /// The effective log config of a topic: broker defaults overridden by topic configs.
-/// The coordinators' topics do not take the broker's default
-/// `compression.type`: their loaders read records uncompressed, and they are
+/// The coordinators' topics are compacted unless their own configs say
+/// otherwise, and do not take the broker's default `compression.type`: their loaders read records uncompressed, and they are
 /// created with `producer` / `uncompressed` as Kafka does (see
 /// `coordinator::state_topic`), which an older one may not have recorded.
 pub fn topic_log_config(defaults: &LogConfig, topic: &TopicMetadata) -> LogConfig {
     let mut config = defaults.clone();
     if topic.name == CONSUMER_OFFSETS_TOPIC || topic.name == TRANSACTION_STATE_TOPIC {
         config.compression_type = CompressionType::Producer;
+        // Compacted whatever the broker default, also when created by a
+        // version that did not record the policy.
+        config.cleanup_policy = CleanupPolicy::Compact;
     }
     for (key, value) in &topic.configs {
         match key.as_str() {

@@ -549,3 +549,19 @@ fn a_compacted_log_refuses_records_without_a_key() {
     put(&mut log, "k", None);
     assert_eq!(log.log_end_offset(), 2);
 }
+
+#[test]
+fn repeated_passes_keep_a_one_key_log_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open(dir.path());
+    let mut cleaned_sizes = Vec::new();
+    for _ in 0..30 {
+        fill(&mut log, 1, 60, "v");
+        commit_all(&mut log);
+        cleaned_sizes.push(compact(&mut log, NOW).bytes_written);
+    }
+    // One record and a few emptied batches ending cleaned segments, not
+    // one more empty batch per pass.
+    let worst = cleaned_sizes[10..].iter().max().copied().unwrap();
+    assert!(worst < 400, "{cleaned_sizes:?}");
+}

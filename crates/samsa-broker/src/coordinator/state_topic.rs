@@ -4,7 +4,10 @@
 //! - [`StateTopic::ensure`]: the topic (`__transaction_state`,
 //!   `__consumer_offsets`) is created on first use with its partition count,
 //!   replication factor (default min(3, live brokers)),
-//!   `min.insync.replicas` 2 when RF ≥ 3, no time or size retention (its
+//!   `min.insync.replicas` 2 when RF ≥ 3, `cleanup.policy=compact` with
+//!   Kafka's 100 MiB segments (the coordinators write tombstones for what
+//!   they forget, so the log holds about one record per live key and a load
+//!   replays that, not the whole history), no time or size retention (its
 //!   records are the coordinator's state) and no unclean election. Until it
 //!   exists and the partition has a live leader, callers answer
 //!   COORDINATOR_NOT_AVAILABLE, which clients retry.
@@ -121,7 +124,13 @@ async fn create(broker: &Broker, name: &'static str, partitions: i32, rf: Option
     if replication_factor >= 3 {
         configs.insert("min.insync.replicas".to_string(), "2".to_string());
     }
-    // The records are the coordinator's state: never delete them by age or size.
+    // The records are the coordinator's state: compacted (latest record
+    // of a key), never deleted by age or size.
+    configs.insert("cleanup.policy".to_string(), "compact".to_string());
+    configs.insert(
+        "segment.bytes".to_string(),
+        broker.config.state_topic_segment_bytes(name).to_string(),
+    );
     configs.insert("retention.ms".to_string(), "-1".to_string());
     configs.insert("retention.bytes".to_string(), "-1".to_string());
     configs.insert(

@@ -74,12 +74,14 @@ pub fn rewrite_batch(
     let needs_horizon = header.is_control() || kept.iter().any(|r| r.value.is_none());
     let new_horizon =
         delete_horizon_ms.filter(|_| needs_horizon && header.delete_horizon_ms().is_none());
-    let all_kept = i32::try_from(kept.len()).is_ok_and(|n| n == header.records_count);
-    if all_kept && new_horizon.is_none() && fate != BatchFate::Drop {
-        return Ok(Rewritten::Unchanged);
-    }
+    // First: a batch already emptied by an earlier pass goes once nothing
+    // needs it any more.
     if kept.is_empty() && !fate.stays_empty() {
         return Ok(Rewritten::Removed);
+    }
+    let all_kept = i32::try_from(kept.len()).is_ok_and(|n| n == header.records_count);
+    if all_kept && new_horizon.is_none() {
+        return Ok(Rewritten::Unchanged);
     }
     let base_timestamp = new_horizon.unwrap_or(header.base_timestamp);
     let mut records = Vec::with_capacity(body.len());
@@ -253,6 +255,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(again, Rewritten::Unchanged);
+    }
+
+    #[test]
+    fn an_empty_batch_goes_once_nothing_keeps_it() {
+        let b = batch(&[Some("a")]);
+        let empty = replaced(
+            rewrite_batch(&b, LIMIT, BatchFate::KeepEvenIfEmpty, None, |_, _| false).unwrap(),
+        );
+        assert_eq!(BatchHeader::parse(&empty).unwrap().records_count, 0);
+        let again = rewrite_batch(&empty, LIMIT, BatchFate::KeepEvenIfEmpty, None, |_, _| true);
+        assert_eq!(again.unwrap(), Rewritten::Unchanged);
+        let later = rewrite_batch(&empty, LIMIT, BatchFate::DropIfEmpty, None, |_, _| true);
+        assert_eq!(later.unwrap(), Rewritten::Removed);
     }
 
     #[test]
