@@ -475,11 +475,14 @@ impl ControllerClient {
         resource: &ConfigResource,
         changes: &[(String, Option<String>)],
     ) -> Result<(), ControllerError> {
+        let (topic, broker_id) = match resource {
+            ConfigResource::Cluster => (String::new(), None),
+            ConfigResource::Broker { id } => (String::new(), Some(*id)),
+            ConfigResource::Topic { name } => (name.clone(), None),
+        };
         let msg = pb::AlterConfigsRequest {
-            topic: match resource {
-                ConfigResource::Cluster => String::new(),
-                ConfigResource::Topic { name } => name.clone(),
-            },
+            topic,
+            broker_id,
             configs: changes
                 .iter()
                 .map(|(name, value)| pb::ConfigEntry {

@@ -167,6 +167,10 @@ pub struct MetadataImage {
     topics: BTreeMap<String, Arc<TopicImage>>,
     topic_ids: BTreeMap<Uuid, String>,
     cluster_configs: BTreeMap<String, String>,
+    /// Per-broker dynamic configs, by broker id (absent in images written
+    /// before brokers had them).
+    #[serde(default)]
+    broker_configs: BTreeMap<BrokerId, BTreeMap<String, String>>,
     next_producer_id: i64,
     next_broker_epoch: i64,
 }
@@ -229,6 +233,11 @@ impl MetadataImage {
 
     pub fn cluster_configs(&self) -> &BTreeMap<String, String> {
         &self.cluster_configs
+    }
+
+    /// Every broker's own dynamic configs, by broker id.
+    pub fn broker_configs(&self) -> &BTreeMap<BrokerId, BTreeMap<String, String>> {
+        &self.broker_configs
     }
 
     /// Effective value of a topic config: the topic's own, else the cluster's.
@@ -531,7 +540,9 @@ impl MetadataImage {
     }
 
     /// `ConfigChanged`: sets (`Some`) or removes (`None`) one key of the
-    /// cluster's or an existing topic's configs.
+    /// cluster's, a broker's or an existing topic's configs. A broker's
+    /// configs may be set before it registers (as in Kafka); a broker
+    /// left without any is dropped from the map.
     fn change_config(
         &mut self,
         resource: &ConfigResource,
@@ -540,6 +551,18 @@ impl MetadataImage {
     ) -> Result<(), ApplyError> {
         let configs = match resource {
             ConfigResource::Cluster => &mut self.cluster_configs,
+            ConfigResource::Broker { id } => {
+                if value.is_none() {
+                    if let Some(configs) = self.broker_configs.get_mut(id) {
+                        configs.remove(name);
+                        if configs.is_empty() {
+                            self.broker_configs.remove(id);
+                        }
+                    }
+                    return Ok(());
+                }
+                self.broker_configs.entry(*id).or_default()
+            }
             ConfigResource::Topic { name: topic } => {
                 let topic = self
                     .topics

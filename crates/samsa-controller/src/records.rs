@@ -24,7 +24,7 @@
 //! | [`PartitionChanged`](MetadataRecord::PartitionChanged) | new leader / ISR / leader epoch of one partition | `partition_epoch == current + 1`, leader epoch not lower, ISR ⊆ replicas |
 //! | [`TopicDeleted`](MetadataRecord::TopicDeleted) | topic and its partitions removed | topic exists with that name and UUID |
 //! | [`ProducerIdsAllocated`](MetadataRecord::ProducerIdsAllocated) | next producer-id block start moves past the block | `first_producer_id == next_producer_id`, size > 0 |
-//! | [`ConfigChanged`](MetadataRecord::ConfigChanged) | one config key set or removed on the cluster or a topic | the topic exists |
+//! | [`ConfigChanged`](MetadataRecord::ConfigChanged) | one config key set or removed on the cluster-wide broker defaults, one broker, or a topic | the topic exists |
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -52,8 +52,13 @@ pub struct BrokerEndpoint {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ConfigResource {
-    /// Cluster-wide defaults (e.g. `unclean.leader.election.enable`).
+    /// Cluster-wide defaults of broker configs (Kafka's broker resource
+    /// with an empty name: `unclean.leader.election.enable`,
+    /// `log.retention.ms`, …).
     Cluster,
+    /// One broker's own dynamic configs (Kafka's broker resource named by
+    /// its id); they take precedence over the cluster-wide defaults.
+    Broker { id: BrokerId },
     /// One topic, by name.
     Topic { name: String },
 }

@@ -697,10 +697,10 @@ impl ControllerService for ControllerGrpc {
         request: Request<pb::AlterConfigsRequest>,
     ) -> Result<Response<pb::AlterConfigsResponse>, Status> {
         let req = request.into_inner();
-        let resource = if req.topic.is_empty() {
-            ConfigResource::Cluster
-        } else {
-            ConfigResource::Topic { name: req.topic }
+        let resource = match (req.topic.is_empty(), req.broker_id) {
+            (false, _) => ConfigResource::Topic { name: req.topic },
+            (true, Some(id)) => ConfigResource::Broker { id },
+            (true, None) => ConfigResource::Cluster,
         };
         let alter = AlterConfigs {
             resource,
