@@ -59,6 +59,8 @@ pub const SUPPORTED_APIS: &[Api] = &[
     api(ApiKey::DeleteRecords, 0, 2, Concurrent),
     api(ApiKey::InitProducerId, 0, 5, Concurrent),
     api(ApiKey::DescribeConfigs, 1, 4, Concurrent),
+    api(ApiKey::AlterConfigs, 0, 2, Concurrent),
+    api(ApiKey::IncrementalAlterConfigs, 0, 1, Concurrent),
     api(ApiKey::CreatePartitions, 0, 3, Concurrent),
     api(ApiKey::DescribeCluster, 0, 2, Concurrent),
     api(ApiKey::FindCoordinator, 0, 6, Concurrent),

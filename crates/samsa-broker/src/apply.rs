@@ -9,7 +9,11 @@
 //! - every partition whose replica set includes this broker is opened (or
 //!   created) and given its [`Leadership`]: leader at the image's leader
 //!   epoch if the image names this broker as leader, otherwise not serving;
-//! - a partition this broker hosts but no longer replicates stops serving.
+//! - a partition this broker hosts but no longer replicates stops serving;
+//! - the dynamic broker configs of the image become the broker's effective
+//!   configuration (`dynamic_config::effective_broker_config`) before any
+//!   partition is looked at, and a hosted partition whose topic configs or
+//!   defaults changed takes its new log config.
 //!
 //! Invariants:
 //!
@@ -36,9 +40,10 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 use uuid::Uuid;
 
+use crate::dynamic_config::{effective_broker_config, min_insync_replicas, topic_log_config};
 use crate::error::BrokerError;
 use crate::fsutil::write_atomic;
-use crate::metadata::{MetadataView, TopicMetadata};
+use crate::metadata::MetadataView;
 use crate::replica::{partition_dir, Leadership};
 use crate::{now_ms, Broker};
 
@@ -68,17 +73,6 @@ fn record_topic_id(dir: &Path, topic_id: Uuid) -> std::io::Result<()> {
     write_atomic(&dir.join(PARTITION_METADATA_FILE), &bytes)
 }
 
-/// `min.insync.replicas` of a topic: its config, else 2 when it has three
-/// or more replicas (so acks=all survives one loss without going below two
-/// copies), else 1.
-pub(crate) fn min_insync_replicas(topic: &TopicMetadata) -> usize {
-    topic
-        .configs
-        .get(samsa_controller::image::MIN_INSYNC_REPLICAS)
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(if topic.replication_factor >= 3 { 2 } else { 1 })
-}
-
 impl Broker {
     /// Makes the hosted partitions match `image` (see the module docs).
     /// Every partition is attempted; the first failure is returned.
@@ -89,6 +83,25 @@ impl Broker {
         }
         let me = self.config.node_id;
         let now = now_ms();
+
+        // Dynamic broker configs first: partitions opened or changed below
+        // take the new defaults.
+        let dynamic_changed = image.cluster_configs != applied.cluster_configs
+            || image.broker_configs.get(&me) != applied.broker_configs.get(&me);
+        if dynamic_changed {
+            let effective = Arc::new(effective_broker_config(&self.config, image));
+            self.replicas.set_defaults(effective.log.clone());
+            *self
+                .effective_config
+                .write()
+                .unwrap_or_else(|p| p.into_inner()) = effective;
+            info!(
+                cluster = ?image.cluster_configs,
+                broker = ?image.broker_configs.get(&me),
+                "dynamic broker configs in force"
+            );
+        }
+        let effective = self.effective_config();
 
         for (name, old) in &applied.topics {
             let same = image
@@ -123,8 +136,18 @@ impl Broker {
                     is_leader: state.leader == me,
                     leader_epoch: state.leader_epoch,
                 };
-                let min_isr = min_insync_replicas(topic);
+                let min_isr = min_insync_replicas(&effective, topic);
                 if let Some(partition) = hosted {
+                    let configs_changed = applied
+                        .topic(&topic.name)
+                        .is_none_or(|before| before.configs != topic.configs);
+                    if dynamic_changed || configs_changed {
+                        let config = topic_log_config(&effective.log, topic);
+                        if partition.log_config().is_some_and(|c| c != config) {
+                            info!(partition = %partition.name(), configs = ?topic.configs, "topic config changed");
+                            partition.set_log_config(config);
+                        }
+                    }
                     // Replica set first: a new leader must know its ISR
                     // before it serves its first produce.
                     partition.set_replica_set(me, topic.topic_id, state, min_isr, now);

@@ -55,6 +55,10 @@ pub struct BrokerConfig {
     /// `log.cleaner.backoff.ms`: how long the cleaner sleeps when no log
     /// needs cleaning.
     pub log_cleaner_backoff_ms: u64,
+    /// `min.insync.replicas`: the default of topics that do not set their
+    /// own. Unset (the default): 2 for topics of three or more replicas,
+    /// else 1 (Kafka's default is 1).
+    pub min_insync_replicas: Option<u32>,
 
     // --- cluster mode (all ignored while `controller_quorum_voters` is unset) ---
     /// `controller.quorum.voters`: the static controller quorum,
@@ -198,6 +202,7 @@ impl Default for BrokerConfig {
             log_cleaner_dedupe_buffer_size: 128 * 1024 * 1024,
             log_cleaner_io_max_bytes_per_second: None,
             log_cleaner_backoff_ms: 15_000,
+            min_insync_replicas: None,
             controller_quorum_voters: None,
             controller_listen: SocketAddr::from(([0, 0, 0, 0], 9093)),
             cluster_id: None,

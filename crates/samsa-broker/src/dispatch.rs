@@ -240,6 +240,14 @@ async fn handle(
             let request = decode(api_key, &mut body, v)?;
             respond!(handlers::configs::describe_configs(broker, request, v))
         }
+        ApiKey::AlterConfigs => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::alter_configs::alter_configs(broker, request).await)
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::alter_configs::incremental_alter_configs(broker, request).await)
+        }
         ApiKey::DescribeCluster => {
             let request = decode(api_key, &mut body, v)?;
             respond!(handlers::admin::describe_cluster(

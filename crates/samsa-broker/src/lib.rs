@@ -46,6 +46,7 @@ pub mod config;
 pub mod controller_contact;
 pub mod coordinator;
 pub mod dispatch;
+pub mod dynamic_config;
 pub mod error;
 mod fsutil;
 pub mod handlers;
@@ -112,7 +113,13 @@ pub fn blocking_io<T>(f: impl FnOnce() -> T) -> T {
 
 /// Everything one broker process owns; shared by all connections.
 pub struct Broker {
+    /// The static configuration (file, flags, environment). Settings that
+    /// can change at run time are read from [`Broker::effective_config`].
     pub config: BrokerConfig,
+    /// `config` with the metadata's dynamic broker configs applied
+    /// (`dynamic_config`), replaced when an image with other dynamic
+    /// values is applied.
+    effective_config: std::sync::RwLock<Arc<BrokerConfig>>,
     pub metadata: Arc<dyn MetadataStore>,
     pub replicas: ReplicaManager,
     pub producer_ids: ProducerIdManager,
@@ -196,6 +203,7 @@ impl Broker {
             groups: coordinator::group::GroupRuntime::for_config(&config),
             pipelining: Default::default(),
             single_node: config.controller_quorum_voters.is_none(),
+            effective_config: std::sync::RwLock::new(Arc::new(config.clone())),
             config,
             metadata,
             replicas,
@@ -203,6 +211,33 @@ impl Broker {
             admin_lock: tokio::sync::Mutex::new(()),
             applied: std::sync::Mutex::new(Arc::new(MetadataView::default())),
         })
+    }
+
+    /// The configuration in force now: the static one with the dynamic
+    /// broker configs of the last applied image (`dynamic_config`).
+    pub fn effective_config(&self) -> Arc<BrokerConfig> {
+        Arc::clone(
+            &self
+                .effective_config
+                .read()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
+    }
+
+    /// Sets (`Some`) or removes (`None`) dynamic configs of one resource,
+    /// validated by the caller; they are in force here when this returns.
+    pub async fn alter_configs(
+        &self,
+        resource: metadata::ConfigResource,
+        changes: Vec<(String, Option<String>)>,
+    ) -> Result<(), MetadataError> {
+        let _admin = self.admin_lock.lock().await;
+        self.metadata
+            .alter_configs(resource.clone(), changes.clone())
+            .await?;
+        self.apply_current();
+        info!(?resource, ?changes, "configs changed");
+        Ok(())
     }
 
     /// Whether this broker hosts `topic`-`index` and may act on its

@@ -7,7 +7,8 @@
 //! segments runs on a blocking thread beside the produce path, paced by
 //! `log_cleaner_io_max_bytes_per_second`. The offset map
 //! (`log_cleaner_dedupe_buffer_size`) is allocated at the first pass and
-//! reused. A partition whose pass fails is skipped for a backoff period
+//! reused. The cleaner's settings are dynamic: read from the broker's
+//! effective configuration for every pass. A partition whose pass fails is skipped for a backoff period
 //! and logged once per failure; the others go on.
 
 use std::collections::HashMap;
@@ -34,7 +35,8 @@ struct PassOutcome {
 
 /// State the cleaner keeps between passes.
 struct Cleaner {
-    map: Option<OffsetMap>,
+    /// The offset map and the memory it was made with.
+    map: Option<(usize, OffsetMap)>,
     /// Partitions whose last pass failed, and when they may be tried again.
     failed_until: HashMap<String, Instant>,
 }
@@ -45,12 +47,14 @@ pub(crate) async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     if !broker.config.log_cleaner_enable {
         return;
     }
-    let backoff = Duration::from_millis(broker.config.log_cleaner_backoff_ms.max(1));
     let mut cleaner = Some(Cleaner {
         map: None,
         failed_until: HashMap::new(),
     });
     loop {
+        // Dynamic (`log.cleaner.backoff.ms`): read for every pass.
+        let backoff =
+            Duration::from_millis(broker.effective_config().log_cleaner_backoff_ms.max(1));
         let Some(mut state) = cleaner.take() else {
             return;
         };
@@ -158,12 +162,20 @@ fn clean_partition(
             took: started.elapsed(),
         });
     };
-    let memory =
-        usize::try_from(broker.config.log_cleaner_dedupe_buffer_size).unwrap_or(usize::MAX);
-    let map = state
+    let config = broker.effective_config();
+    let memory = usize::try_from(config.log_cleaner_dedupe_buffer_size).unwrap_or(usize::MAX);
+    // A changed `log.cleaner.dedupe.buffer.size` takes effect at the next pass.
+    if state
         .map
-        .get_or_insert_with(|| OffsetMap::with_memory(memory, DEFAULT_LOAD_FACTOR));
-    let mut throttle = Throttle::new(broker.config.log_cleaner_io_max_bytes_per_second);
+        .as_ref()
+        .is_some_and(|(made_with, _)| *made_with != memory)
+    {
+        state.map = None;
+    }
+    let (_, map) = state
+        .map
+        .get_or_insert_with(|| (memory, OffsetMap::with_memory(memory, DEFAULT_LOAD_FACTOR)));
+    let mut throttle = Throttle::new(config.log_cleaner_io_max_bytes_per_second);
     let cleaned = pass::clean(&plan, map, &mut throttle)?;
     let stats = cleaned.stats;
     let dirty_ratio = plan.dirty_ratio;

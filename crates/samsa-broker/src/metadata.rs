@@ -25,13 +25,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use samsa_storage::{CleanupPolicy, CompressionType, LogConfig};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::coordinator::placement::{CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
 use crate::error::MetadataError;
 use crate::fsutil::write_atomic;
+pub use samsa_controller::records::ConfigResource;
 
 /// `leader` of a partition that has no leader (Kafka's -1), and the leader
 /// and ISR of one partition: the controller's types, which the broker's view
@@ -156,6 +155,11 @@ pub struct MetadataView {
     pub brokers: Vec<BrokerInfo>,
     pub topics: BTreeMap<String, Arc<TopicMetadata>>,
     topic_names_by_id: HashMap<Uuid, String>,
+    /// Cluster-wide dynamic broker configs (Kafka's broker resource with an
+    /// empty name); see `dynamic_config`.
+    pub cluster_configs: BTreeMap<String, String>,
+    /// Each broker's own dynamic configs, by broker id.
+    pub broker_configs: BTreeMap<i32, BTreeMap<String, String>>,
 }
 
 impl MetadataView {
@@ -183,6 +187,29 @@ impl MetadataView {
             image.topics.insert(topic.name.clone(), Arc::new(topic));
         }
         image
+    }
+
+    /// This view with the dynamic broker configs of the metadata.
+    pub fn with_dynamic_configs(
+        mut self,
+        cluster_configs: BTreeMap<String, String>,
+        broker_configs: BTreeMap<i32, BTreeMap<String, String>>,
+    ) -> Self {
+        self.cluster_configs = cluster_configs;
+        self.broker_configs = broker_configs;
+        self
+    }
+
+    /// The dynamic configs of one config resource: the cluster-wide
+    /// defaults, a broker's, or a topic's (`None`: no such topic).
+    pub fn resource_configs(&self, resource: &ConfigResource) -> Option<BTreeMap<String, String>> {
+        match resource {
+            ConfigResource::Cluster => Some(self.cluster_configs.clone()),
+            ConfigResource::Broker { id } => {
+                Some(self.broker_configs.get(id).cloned().unwrap_or_default())
+            }
+            ConfigResource::Topic { name } => self.topic(name).map(|t| t.configs.clone()),
+        }
     }
 
     /// Unfenced brokers: the ones clients are told about.
@@ -240,6 +267,14 @@ pub trait MetadataStore: Send + Sync {
     /// quorum store asks the active controller (waiting out an election,
     /// bounded), the local store describes this node as the only voter.
     fn describe_quorum(&self) -> BoxFuture<'_, Result<QuorumDescription, MetadataError>>;
+    /// Sets (`Some`) or removes (`None`) dynamic config keys of one
+    /// resource, in order; the values were validated by the caller
+    /// (`dynamic_config`). A topic must exist (UnknownTopic otherwise).
+    fn alter_configs(
+        &self,
+        resource: ConfigResource,
+        changes: Vec<(String, Option<String>)>,
+    ) -> BoxFuture<'_, Result<(), MetadataError>>;
 }
 
 #[derive(Serialize, Deserialize)]
@@ -250,6 +285,11 @@ struct MetadataFile {
     #[serde(default)]
     offset: u64,
     topics: Vec<TopicMetadata>,
+    /// Dynamic broker configs (absent in files written before them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    cluster_configs: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    broker_configs: BTreeMap<i32, BTreeMap<String, String>>,
 }
 
 /// Single-node metadata store: one JSON file, rewritten atomically per change.
@@ -296,6 +336,7 @@ impl LocalMetadataStore {
                         reason: e.to_string(),
                     })?;
                 local_image(file.offset, file.cluster_id, &local, file.topics)
+                    .with_dynamic_configs(file.cluster_configs, file.broker_configs)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let image = local_image(0, new_cluster_id(), &local, []);
@@ -317,23 +358,45 @@ impl LocalMetadataStore {
         &self,
         change: impl FnOnce(&mut BTreeMap<String, TopicMetadata>) -> Result<T, MetadataError>,
     ) -> Result<T, MetadataError> {
+        self.update_with_configs(|topics, _| change(topics))
+    }
+
+    /// [`Self::update`] of the topics and the dynamic broker configs.
+    fn update_with_configs<T>(
+        &self,
+        change: impl FnOnce(
+            &mut BTreeMap<String, TopicMetadata>,
+            &mut DynamicBrokerConfigs,
+        ) -> Result<T, MetadataError>,
+    ) -> Result<T, MetadataError> {
         let mut guard = self.image.lock().unwrap_or_else(|p| p.into_inner());
         let mut topics: BTreeMap<String, TopicMetadata> = guard
             .topics
             .iter()
             .map(|(name, t)| (name.clone(), TopicMetadata::clone(t)))
             .collect();
-        let result = change(&mut topics)?;
+        let mut configs = DynamicBrokerConfigs {
+            cluster: guard.cluster_configs.clone(),
+            brokers: guard.broker_configs.clone(),
+        };
+        let result = change(&mut topics, &mut configs)?;
         let image = local_image(
             guard.offset + 1,
             guard.cluster_id.clone(),
             &self.local,
             topics.into_values(),
-        );
+        )
+        .with_dynamic_configs(configs.cluster, configs.brokers);
         persist(&self.path, &image)?;
         *guard = Arc::new(image);
         Ok(result)
     }
+}
+
+/// The dynamic broker configs of a single node's file.
+struct DynamicBrokerConfigs {
+    cluster: BTreeMap<String, String>,
+    brokers: BTreeMap<i32, BTreeMap<String, String>>,
 }
 
 fn new_cluster_id() -> String {
@@ -370,6 +433,8 @@ fn persist(path: &std::path::Path, image: &MetadataView) -> Result<(), MetadataE
             .values()
             .map(|t| TopicMetadata::clone(t))
             .collect(),
+        cluster_configs: image.cluster_configs.clone(),
+        broker_configs: image.broker_configs.clone(),
     };
     let bytes = serde_json::to_vec_pretty(&file).map_err(|e| MetadataError::Corrupt {
         path: path.to_path_buf(),
@@ -454,6 +519,34 @@ impl MetadataStore for LocalMetadataStore {
     /// No Raft here: this node is the only voter and the leader, at epoch 0
     /// (never elected, like its partitions), and its "metadata log" is the
     /// file's change count, which it holds in full.
+    fn alter_configs(
+        &self,
+        resource: ConfigResource,
+        changes: Vec<(String, Option<String>)>,
+    ) -> BoxFuture<'_, Result<(), MetadataError>> {
+        let result = self.update_with_configs(|topics, brokers| {
+            let configs = match &resource {
+                ConfigResource::Cluster => &mut brokers.cluster,
+                ConfigResource::Broker { id } => brokers.brokers.entry(*id).or_default(),
+                ConfigResource::Topic { name } => {
+                    &mut topics
+                        .get_mut(name)
+                        .ok_or_else(|| MetadataError::UnknownTopic(name.clone()))?
+                        .configs
+                }
+            };
+            for (name, value) in changes {
+                match value {
+                    Some(v) => configs.insert(name, v),
+                    None => configs.remove(&name),
+                };
+            }
+            brokers.brokers.retain(|_, c| !c.is_empty());
+            Ok(())
+        });
+        Box::pin(async move { result })
+    }
+
     fn describe_quorum(&self) -> BoxFuture<'_, Result<QuorumDescription, MetadataError>> {
         let end = i64::try_from(self.image().offset).unwrap_or(i64::MAX);
         let now = crate::now_ms();
@@ -510,179 +603,6 @@ pub fn validate_topic_name(name: &str) -> Result<(), MetadataError> {
         ));
     }
     Ok(())
-}
-
-/// Topic configs samsa understands, with how each is validated.
-const TOPIC_CONFIG_KEYS: &[&str] = &[
-    "cleanup.policy",
-    "compression.type",
-    "delete.retention.ms",
-    "max.compaction.lag.ms",
-    "max.message.bytes",
-    "message.timestamp.type",
-    "min.cleanable.dirty.ratio",
-    "min.compaction.lag.ms",
-    "min.insync.replicas",
-    "retention.bytes",
-    "retention.ms",
-    "segment.bytes",
-    "segment.ms",
-    "unclean.leader.election.enable",
-];
-
-/// Checks one topic config entry; the error names the key and why.
-pub fn validate_topic_config(key: &str, value: &str) -> Result<(), MetadataError> {
-    let invalid = |reason: &str| MetadataError::InvalidConfig {
-        key: key.to_string(),
-        value: value.to_string(),
-        reason: reason.to_string(),
-    };
-    let long_at_least = |min: i64| match value.parse::<i64>() {
-        Ok(v) if v >= min => Ok(()),
-        Ok(_) => Err(invalid(&format!("must be at least {min}"))),
-        Err(_) => Err(invalid("must be an integer")),
-    };
-    match key {
-        "cleanup.policy" => match CleanupPolicy::parse(value) {
-            Some(_) => Ok(()),
-            None => Err(invalid("must be delete, compact, or compact,delete")),
-        },
-        "delete.retention.ms" | "min.compaction.lag.ms" => long_at_least(0),
-        "max.compaction.lag.ms" => long_at_least(1),
-        "min.cleanable.dirty.ratio" => match value.parse::<f64>() {
-            Ok(v) if (0.0..=1.0).contains(&v) => Ok(()),
-            _ => Err(invalid("must be a number between 0 and 1")),
-        },
-        "compression.type" => match CompressionType::parse(value) {
-            Some(_) => Ok(()),
-            None => Err(invalid(&format!(
-                "must be one of: {}",
-                CompressionType::ALL.map(CompressionType::name).join(", ")
-            ))),
-        },
-        "max.message.bytes" => long_at_least(0),
-        "message.timestamp.type" => match value {
-            "CreateTime" | "LogAppendTime" => Ok(()),
-            _ => Err(invalid("must be CreateTime or LogAppendTime")),
-        },
-        "min.insync.replicas" => long_at_least(1),
-        "retention.bytes" | "retention.ms" => long_at_least(-1),
-        "segment.bytes" => long_at_least(14),
-        "segment.ms" => long_at_least(1),
-        "unclean.leader.election.enable" => match value {
-            "true" | "false" => Ok(()),
-            _ => Err(invalid("must be true or false")),
-        },
-        _ => Err(invalid(&format!(
-            "unknown topic config; samsa knows {}",
-            TOPIC_CONFIG_KEYS.join(", ")
-        ))),
-    }
-}
-
-/// Checks a topic's configs together, after each passed
-/// [`validate_topic_config`]: `min.compaction.lag.ms` may not exceed
-/// `max.compaction.lag.ms` (Kafka's rule), taking the broker's default for
-/// the one not given.
-pub fn validate_topic_configs(
-    defaults: &LogConfig,
-    configs: &BTreeMap<String, String>,
-) -> Result<(), MetadataError> {
-    let lag = |key: &str, default: i64| {
-        configs
-            .get(key)
-            .and_then(|v| v.parse::<i64>().ok())
-            .unwrap_or(default)
-    };
-    let min = lag("min.compaction.lag.ms", defaults.min_compaction_lag_ms);
-    let max = lag("max.compaction.lag.ms", defaults.max_compaction_lag_ms);
-    if min > max {
-        return Err(MetadataError::InvalidConfig {
-            key: "min.compaction.lag.ms".into(),
-            value: min.to_string(),
-            reason: format!("must not exceed max.compaction.lag.ms ({max})"),
-        });
-    }
-    Ok(())
-}
-
-/// The effective log config of a topic: broker defaults overridden by topic configs.
-/// The coordinators' topics are compacted unless their own configs say
-/// otherwise, and do not take the broker's default `compression.type`: their loaders read records uncompressed, and they are
-/// created with `producer` / `uncompressed` as Kafka does (see
-/// `coordinator::state_topic`), which an older one may not have recorded.
-pub fn topic_log_config(defaults: &LogConfig, topic: &TopicMetadata) -> LogConfig {
-    let mut config = defaults.clone();
-    if topic.name == CONSUMER_OFFSETS_TOPIC || topic.name == TRANSACTION_STATE_TOPIC {
-        config.compression_type = CompressionType::Producer;
-        // Compacted whatever the broker default, also when created by a
-        // version that did not record the policy.
-        config.cleanup_policy = CleanupPolicy::Compact;
-    }
-    for (key, value) in &topic.configs {
-        match key.as_str() {
-            "retention.ms" => {
-                if let Ok(v) = value.parse() {
-                    config.retention_ms = v;
-                }
-            }
-            "retention.bytes" => {
-                if let Ok(v) = value.parse() {
-                    config.retention_bytes = v;
-                }
-            }
-            "segment.bytes" => {
-                if let Ok(v) = value.parse() {
-                    config.segment_bytes = v;
-                }
-            }
-            "segment.ms" => {
-                if let Ok(v) = value.parse() {
-                    config.segment_ms = v;
-                }
-            }
-            "max.message.bytes" => {
-                if let Ok(v) = value.parse() {
-                    config.max_message_bytes = v;
-                }
-            }
-            "message.timestamp.type" => {
-                config.message_timestamp_type_log_append = value == "LogAppendTime";
-            }
-            "compression.type" => {
-                if let Some(v) = CompressionType::parse(value) {
-                    config.compression_type = v;
-                }
-            }
-            "cleanup.policy" => {
-                if let Some(v) = CleanupPolicy::parse(value) {
-                    config.cleanup_policy = v;
-                }
-            }
-            "delete.retention.ms" => {
-                if let Ok(v) = value.parse() {
-                    config.delete_retention_ms = v;
-                }
-            }
-            "min.cleanable.dirty.ratio" => {
-                if let Ok(v) = value.parse() {
-                    config.min_cleanable_dirty_ratio = v;
-                }
-            }
-            "min.compaction.lag.ms" => {
-                if let Ok(v) = value.parse() {
-                    config.min_compaction_lag_ms = v;
-                }
-            }
-            "max.compaction.lag.ms" => {
-                if let Ok(v) = value.parse() {
-                    config.max_compaction_lag_ms = v;
-                }
-            }
-            _ => {}
-        }
-    }
-    config
 }
 
 #[cfg(test)]
@@ -810,69 +730,6 @@ mod tests {
             LocalMetadataStore::open(path, me()),
             Err(MetadataError::Corrupt { .. })
         ));
-    }
-
-    #[test]
-    fn topic_config_validation() {
-        assert!(validate_topic_config("retention.ms", "1000").is_ok());
-        assert!(validate_topic_config("retention.ms", "-2").is_err());
-        assert!(validate_topic_config("retention.ms", "abc").is_err());
-        assert!(validate_topic_config("no.such.config", "1").is_err());
-        assert!(validate_topic_config("message.timestamp.type", "LogAppendTime").is_ok());
-        for codec in ["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"] {
-            assert!(
-                validate_topic_config("compression.type", codec).is_ok(),
-                "{codec}"
-            );
-        }
-        match validate_topic_config("compression.type", "brotli") {
-            Err(MetadataError::InvalidConfig { reason, .. }) => assert_eq!(
-                reason,
-                "must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"
-            ),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn compression_type_comes_from_the_topic_then_the_broker() {
-        let topic = |name: &str, configs: &[(&str, &str)]| TopicMetadata {
-            name: name.into(),
-            topic_id: Uuid::new_v4(),
-            partitions: 1,
-            replication_factor: 1,
-            configs: configs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            partition_states: Vec::new(),
-        };
-        let kafka = LogConfig::default();
-        let broker_zstd = LogConfig {
-            compression_type: CompressionType::Zstd,
-            ..LogConfig::default()
-        };
-        let plain = topic("t", &[]);
-        let gzip = topic("t", &[("compression.type", "gzip")]);
-        assert_eq!(
-            topic_log_config(&kafka, &plain).compression_type,
-            CompressionType::Producer
-        );
-        assert_eq!(
-            topic_log_config(&broker_zstd, &plain).compression_type,
-            CompressionType::Zstd
-        );
-        assert_eq!(
-            topic_log_config(&broker_zstd, &gzip).compression_type,
-            CompressionType::Gzip
-        );
-        for internal in ["__consumer_offsets", "__transaction_state"] {
-            assert_eq!(
-                topic_log_config(&broker_zstd, &topic(internal, &[])).compression_type,
-                CompressionType::Producer,
-                "{internal}"
-            );
-        }
     }
 
     #[test]

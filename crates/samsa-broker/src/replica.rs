@@ -43,8 +43,9 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::controller_contact::ControllerContact;
+use crate::dynamic_config::topic_log_config;
 use crate::error::{BrokerError, Refusal};
-use crate::metadata::{topic_log_config, TopicMetadata};
+use crate::metadata::TopicMetadata;
 use crate::replication::{LeaderAppend, LeaderEpochCache, ReplicaState};
 use crate::write_failures::{is_write_failure, WriteFailures, WriteOutcome};
 
@@ -112,8 +113,11 @@ pub struct Partition {
     pub flushes_before_ack: bool,
     /// The topic's `compression.type` and `max.message.bytes` (what
     /// [`Self::in_topic_codec`] needs), copied from the log's config at open
-    /// so a produce does not take the log lock an extra time to read them.
-    topic_codec: (samsa_storage::CompressionType, u32),
+    /// and on every config change ([`Self::set_log_config`]) so a produce
+    /// does not take the log lock an extra time to read them. A produce
+    /// racing a change may convert to the old codec: the append converts
+    /// whatever is not in the log's codec then.
+    topic_codec: std::sync::RwLock<(samsa_storage::CompressionType, u32)>,
     pub(crate) log: Mutex<Option<PartitionLog>>,
     pub(crate) high_watermark: watch::Sender<i64>,
     /// The log end offset, for follower fetches waiting on new data.
@@ -156,10 +160,10 @@ impl Partition {
             index,
             leadership: AtomicU64::new(leadership.pack()),
             flushes_before_ack: log.config().flush == FlushPolicy::EveryAck,
-            topic_codec: (
+            topic_codec: std::sync::RwLock::new((
                 log.config().compression_type,
                 log.config().max_message_bytes,
-            ),
+            )),
             log: Mutex::new(Some(log)),
             high_watermark: watch::Sender::new(hw),
             log_end: watch::Sender::new(leo),
@@ -194,6 +198,23 @@ impl Partition {
     /// Applies a leadership change from the metadata; returns the previous one.
     pub fn set_leadership(&self, leadership: Leadership) -> Leadership {
         Leadership::unpack(self.leadership.swap(leadership.pack(), Ordering::AcqRel))
+    }
+
+    /// Takes a changed topic config (see `apply`): the log's, and the
+    /// codec produce requests are converted to. A closed partition has
+    /// nothing to change.
+    pub fn set_log_config(&self, config: samsa_storage::LogConfig) {
+        *self.topic_codec.write().unwrap_or_else(|p| p.into_inner()) =
+            (config.compression_type, config.max_message_bytes);
+        let _ = self.with_log(|log| {
+            log.set_config(config);
+            Ok(())
+        });
+    }
+
+    /// The log's current config (a copy).
+    pub fn log_config(&self) -> Option<samsa_storage::LogConfig> {
+        self.with_log(|log| Ok(log.config().clone())).ok()
     }
 
     pub(crate) fn with_log<T>(
@@ -246,7 +267,8 @@ impl Partition {
         &self,
         records: &'a [u8],
     ) -> Result<std::borrow::Cow<'a, [u8]>, PartitionError> {
-        let (codec, max_message_bytes) = self.topic_codec;
+        let (codec, max_message_bytes) =
+            *self.topic_codec.read().unwrap_or_else(|p| p.into_inner());
         Ok(samsa_storage::compression::to_topic_codec(
             records,
             codec,
@@ -574,7 +596,9 @@ fn records_end(records: &[u8]) -> Option<i64> {
 /// Owns every partition this broker hosts.
 pub struct ReplicaManager {
     data_dir: PathBuf,
-    defaults: LogConfig,
+    /// The log defaults partitions open with: the broker's effective
+    /// `log` settings (static, overlaid with dynamic ones by `apply`).
+    defaults: RwLock<LogConfig>,
     partitions: RwLock<HashMap<(String, i32), Arc<Partition>>>,
     controller_contact: Arc<ControllerContact>,
 }
@@ -587,10 +611,23 @@ impl ReplicaManager {
     pub fn new(data_dir: PathBuf, defaults: LogConfig) -> Self {
         ReplicaManager {
             data_dir,
-            defaults,
+            defaults: RwLock::new(defaults),
             partitions: RwLock::new(HashMap::new()),
             controller_contact: Arc::new(ControllerContact::standalone()),
         }
+    }
+
+    /// The log defaults partitions open with.
+    pub fn defaults(&self) -> LogConfig {
+        self.defaults
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces the log defaults (a dynamic broker config changed).
+    pub fn set_defaults(&self, defaults: LogConfig) {
+        *self.defaults.write().unwrap_or_else(|p| p.into_inner()) = defaults;
     }
 
     /// When this broker last heard the controller (cluster mode updates it
@@ -639,7 +676,7 @@ impl ReplicaManager {
             partition.set_leadership(leadership);
             return Ok(partition);
         }
-        let config = topic_log_config(&self.defaults, topic);
+        let config = topic_log_config(&self.defaults(), topic);
         let dir = partition_dir(&self.data_dir, &topic.name, index);
         let name = format!("{}-{}", topic.name, index);
         let (mut log, report) = PartitionLog::open(&dir, config, now_ms).map_err(|source| {

@@ -1806,6 +1806,15 @@ impl PartitionLog {
         &self.config
     }
 
+    /// Takes a changed topic config (a dynamic config change). Every
+    /// setting is read where it acts — the next append, roll, retention
+    /// check or cleaning pass — so nothing else needs redoing; the log
+    /// already written stays as it is (Kafka's behaviour: a new
+    /// `segment.bytes` does not resize closed segments).
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -20,7 +20,8 @@ use tracing::warn;
 use super::ClusterSettings;
 use crate::error::{controller_error, MetadataError};
 use crate::metadata::{
-    MetadataStore, MetadataView, NewTopic, QuorumDescription, QuorumVoter, TopicMetadata,
+    ConfigResource, MetadataStore, MetadataView, NewTopic, QuorumDescription, QuorumVoter,
+    TopicMetadata,
 };
 
 /// [`MetadataStore`] backed by the controller quorum: reads come from the
@@ -172,6 +173,39 @@ impl MetadataStore for QuorumMetadataStore {
             shown
                 .or_else(|| self.image().topic(&name).cloned())
                 .ok_or(MetadataError::UnknownTopic(name))
+        })
+    }
+
+    fn alter_configs(
+        &self,
+        resource: ConfigResource,
+        changes: Vec<(String, Option<String>)>,
+    ) -> BoxFuture<'_, Result<(), MetadataError>> {
+        Box::pin(async move {
+            let subject = match &resource {
+                ConfigResource::Topic { name } => name.clone(),
+                ConfigResource::Broker { id } => format!("broker {id}"),
+                ConfigResource::Cluster => "cluster".to_owned(),
+            };
+            self.client
+                .alter_configs(&resource, &changes)
+                .await
+                .map_err(|e| self.error(e, &subject))?;
+            // Visible here once every key has its new value (a later
+            // change of the same key by someone else also ends the wait).
+            let shown = self
+                .visible(|image| {
+                    image.resource_configs(&resource).is_some_and(|configs| {
+                        changes
+                            .iter()
+                            .all(|(name, value)| configs.get(name) == value.as_ref())
+                    })
+                })
+                .await;
+            if shown.is_none() {
+                warn!(resource = %subject, "configs changed but not yet visible here");
+            }
+            Ok(())
         })
     }
 

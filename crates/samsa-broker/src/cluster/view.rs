@@ -57,6 +57,10 @@ pub fn metadata_view(image: &MetadataImage, raft_leader: Option<NodeId>, me: i32
         brokers,
         topics,
     )
+    .with_dynamic_configs(
+        image.cluster_configs().clone(),
+        image.broker_configs().clone(),
+    )
 }
 
 #[cfg(test)]

@@ -22,10 +22,9 @@ use kafka_protocol::messages::{
 use uuid::Uuid;
 
 use super::{str_bytes, topic_name};
+use crate::dynamic_config::{validate_topic_config, validate_topic_configs};
 use crate::error::{metadata_error_code, MetadataError};
-use crate::metadata::{
-    validate_topic_config, validate_topic_configs, validate_topic_name, MetadataView, NewTopic,
-};
+use crate::metadata::{validate_topic_name, MetadataView, NewTopic};
 use crate::Broker;
 
 /// Checks that an assignment names only known brokers, each once per partition.
@@ -132,7 +131,7 @@ fn new_topic_from_request(
         validate_topic_config(&key, &value)?;
         configs.insert(key, value);
     }
-    validate_topic_configs(&broker.config.log, &configs)?;
+    validate_topic_configs(&broker.effective_config().log, &configs)?;
     Ok(NewTopic {
         name,
         partitions,

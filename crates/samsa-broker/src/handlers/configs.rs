@@ -1,27 +1,29 @@
 //! DescribeConfigs for topics (2) and brokers (4): the effective value of every
-//! config samsa has, under Kafka's name, with where it comes from.
+//! config samsa has, under Kafka's name, with where it comes from. The
+//! changes themselves are `handlers::alter_configs`; what each key means
+//! and which ones can change is `dynamic_config`.
 //!
-//! Sources follow Kafka's rules. A broker key is STATIC_BROKER_CONFIG when
-//! its samsa setting was given explicitly (config file, flag, `--set`,
-//! `samsa dev`'s presets: [`BrokerConfig::explicit_keys`]) and
-//! DEFAULT_CONFIG otherwise; samsa has no dynamic broker configs. A topic
-//! config is DYNAMIC_TOPIC_CONFIG when the topic sets it, else it takes the
-//! source of the broker key behind it (`retention.ms` → `log.retention.ms`).
-//! Synonyms (`include_synonyms`) list every level that has a value, highest
-//! precedence first, as Kafka lists them: a broker key's explicit value,
-//! then its default; Kafka's multi-unit families (`log.retention.ms` /
-//! `.minutes` / `.hours`, `log.roll.ms` / `.hours`) list the members from
-//! the one described on. samsa's retention and roll settings are in
-//! milliseconds, so the `.ms` member carries a configured value and
-//! `.hours` keeps Kafka's default of 168, as in a Kafka whose
-//! `server.properties` sets `log.retention.ms`.
+//! Sources follow Kafka's rules, highest precedence first: a topic's own
+//! value (DYNAMIC_TOPIC_CONFIG), this broker's dynamic value
+//! (DYNAMIC_BROKER_CONFIG), the cluster-wide dynamic default
+//! (DYNAMIC_DEFAULT_BROKER_CONFIG), the static configuration
+//! (STATIC_BROKER_CONFIG: a samsa setting given explicitly — config file,
+//! flag, `--set`, `samsa dev`'s presets: [`BrokerConfig::explicit_keys`]),
+//! the default (DEFAULT_CONFIG). A topic config without its own value takes
+//! the source of the broker key behind it (`retention.ms` →
+//! `log.retention.ms`). Synonyms (`include_synonyms`) list every level that
+//! has a value, grouped by level in that order, as Kafka lists them;
+//! Kafka's multi-unit families (`log.retention.ms` / `.minutes` / `.hours`,
+//! `log.roll.ms` / `.hours`) list the members from the one described on.
+//! samsa's retention and roll settings are in milliseconds, so the `.ms`
+//! member carries a configured value and `.hours` keeps Kafka's default of
+//! 168, as in a Kafka whose `server.properties` sets `log.retention.ms`.
 //!
-//! Every broker key is read-only: samsa cannot change any broker config at
-//! runtime (it has no AlterConfigs or IncrementalAlterConfigs), including
-//! the ones Kafka can (`docs/COMPATIBILITY.md` lists them). The broker
-//! resource with an empty name stands for the cluster-wide dynamic
-//! defaults, of which samsa has none: its list is empty, as on a Kafka
-//! cluster that never set one.
+//! A broker key is read-only unless `dynamic_config` can change it. The
+//! broker resource with an empty name stands for the cluster-wide dynamic
+//! defaults: it lists exactly the ones set, as Kafka does. A broker answers
+//! for itself only (another id is INVALID_REQUEST, as in Kafka: clients
+//! send a broker resource to that broker).
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
@@ -33,13 +35,19 @@ use samsa_storage::LogConfig;
 
 use super::str_bytes;
 use crate::config::{BrokerConfig, KafkaListener, MAIN_LISTENER};
-use crate::metadata::TopicMetadata;
+use crate::dynamic_config::{
+    compatibility_default, dynamic_broker_key, dynamic_value, min_insync_replicas,
+    topic_log_config, DynamicLevel, TOPIC_CONFIG_KEYS,
+};
+use crate::metadata::{MetadataView, TopicMetadata};
 use crate::Broker;
 
-const RESOURCE_TOPIC: i8 = 2;
-const RESOURCE_BROKER: i8 = 4;
+pub(crate) const RESOURCE_TOPIC: i8 = 2;
+pub(crate) const RESOURCE_BROKER: i8 = 4;
 
 const SOURCE_TOPIC: i8 = 1;
+const SOURCE_DYNAMIC_BROKER: i8 = 2;
+const SOURCE_DYNAMIC_DEFAULT: i8 = 3;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
 
@@ -82,6 +90,22 @@ struct BrokerKey {
 impl BrokerKey {
     fn is_static(&self, config: &BrokerConfig) -> bool {
         self.setting.is_some_and(|s| config.is_explicit(s))
+    }
+
+    fn is_dynamic(&self) -> bool {
+        dynamic_broker_key(self.name).is_some()
+    }
+}
+
+/// Where the dynamic values of this broker's keys are read.
+struct DynamicValues<'a> {
+    view: &'a MetadataView,
+    node_id: i32,
+}
+
+impl DynamicValues<'_> {
+    fn get(&self, level: DynamicLevel, name: &str) -> Option<String> {
+        dynamic_value(self.view, self.node_id, level, name).map(str::to_owned)
     }
 }
 
@@ -277,7 +301,10 @@ fn broker_keys(broker: &Broker) -> Vec<BrokerKey> {
         key("log.cleaner.threads", TYPE_INT, None, None, s(&1),
             "Fixed in samsa: one cleaner task per broker."),
         key("unclean.leader.election.enable", TYPE_BOOLEAN, None, None, s(&false),
-            "Fixed in samsa: a replica outside the ISR never becomes leader."),
+            "Whether the controller may elect a replica outside the ISR when no ISR member is left (losing what only the ISR had); read from the topic's value, else the cluster-wide default."),
+        key("min.insync.replicas", TYPE_INT, Some("min_insync_replicas"),
+            c.min_insync_replicas.map(|v| v.to_string()), None,
+            "samsa: min_insync_replicas. In-sync replicas an acks=all produce needs, for topics without their own value; unset, 2 for topics of three or more replicas, else 1."),
         // --- cluster mode ---
         key("controller.quorum.voters", TYPE_LIST, Some("controller_quorum_voters"),
             s(&c.controller_quorum_voters.clone().unwrap_or_default()), s(&""),
@@ -335,9 +362,16 @@ fn broker_keys(broker: &Broker) -> Vec<BrokerKey> {
     ]
 }
 
-/// Kafka's synonym list of broker config `name`: the explicit values of its
-/// family, then their defaults, from `name` on.
-fn broker_synonyms(keys: &[BrokerKey], config: &BrokerConfig, name: &str) -> Vec<Synonym> {
+/// Kafka's synonym list of broker config `name`: the members of its family
+/// with a value at each level — this broker's dynamic values, the
+/// cluster-wide dynamic defaults, the explicit static values, the defaults —
+/// from `name` on.
+fn broker_synonyms(
+    keys: &[BrokerKey],
+    config: &BrokerConfig,
+    dynamic: &DynamicValues<'_>,
+    name: &str,
+) -> Vec<Synonym> {
     let family: Vec<&BrokerKey> = SYNONYM_FAMILIES
         .iter()
         .find(|f| f.contains(&name))
@@ -349,6 +383,15 @@ fn broker_synonyms(keys: &[BrokerKey], config: &BrokerConfig, name: &str) -> Vec
                     .collect()
             },
         );
+    let at_level = |level: DynamicLevel, source: i8| {
+        family.iter().filter_map(move |k| {
+            dynamic.get(level, k.name).map(|v| Synonym {
+                name: k.name,
+                value: Some(v),
+                source,
+            })
+        })
+    };
     let statics = family
         .iter()
         .filter(|k| k.is_static(config))
@@ -364,92 +407,142 @@ fn broker_synonyms(keys: &[BrokerKey], config: &BrokerConfig, name: &str) -> Vec
             source: SOURCE_DEFAULT,
         })
     });
-    statics
+    at_level(DynamicLevel::Broker, SOURCE_DYNAMIC_BROKER)
+        .chain(at_level(
+            DynamicLevel::ClusterDefault,
+            SOURCE_DYNAMIC_DEFAULT,
+        ))
+        .chain(statics)
         .chain(defaults)
         .skip_while(|s| s.name != name)
         .collect()
 }
 
-fn broker_entries(broker: &Broker) -> Vec<Entry> {
+fn broker_entries(broker: &Broker, view: &MetadataView) -> Vec<Entry> {
     let keys = broker_keys(broker);
+    let dynamic = DynamicValues {
+        view,
+        node_id: broker.config.node_id,
+    };
     keys.iter()
-        .map(|k| Entry {
-            name: k.name,
-            value: if k.is_static(&broker.config) {
-                k.value.clone()
-            } else {
-                k.default.clone()
-            },
-            config_type: k.config_type,
-            synonyms: broker_synonyms(&keys, &broker.config, k.name),
-            read_only: true,
-            doc: k.doc,
+        .map(|k| {
+            let synonyms = broker_synonyms(&keys, &broker.config, &dynamic, k.name);
+            let value = match synonyms.first() {
+                Some(first) if first.name == k.name => first.value.clone(),
+                _ => k.default.clone(),
+            };
+            Entry {
+                name: k.name,
+                value,
+                config_type: k.config_type,
+                synonyms,
+                read_only: !k.is_dynamic(),
+                doc: k.doc,
+            }
         })
         .collect()
 }
 
-fn topic_entries(broker: &Broker, topic: &TopicMetadata) -> Vec<Entry> {
-    let log = &broker.config.log;
+/// The cluster-wide dynamic defaults that are set, each with its one
+/// synonym (Kafka lists only DYNAMIC_DEFAULT_BROKER_CONFIG ones here).
+fn cluster_default_entries(broker: &Broker, view: &MetadataView) -> Vec<Entry> {
     let keys = broker_keys(broker);
-    // A topic config, its broker-level key, its value without an override.
-    let entry = |name: &'static str,
-                 broker_key: Option<&str>,
-                 default: String,
-                 config_type: i8,
-                 doc: &'static str| {
-        let overridden = topic.configs.get(name);
-        let mut synonyms: Vec<Synonym> = overridden
-            .map(|v| Synonym {
+    view.cluster_configs
+        .iter()
+        .filter_map(|(name, value)| {
+            let name = dynamic_broker_key(name)?.name;
+            let key = keys.iter().find(|k| k.name == name);
+            Some(Entry {
                 name,
-                value: Some(v.clone()),
-                source: SOURCE_TOPIC,
+                value: Some(value.clone()),
+                config_type: key.map_or(TYPE_STRING, |k| k.config_type),
+                synonyms: vec![Synonym {
+                    name,
+                    value: Some(value.clone()),
+                    source: SOURCE_DYNAMIC_DEFAULT,
+                }],
+                read_only: false,
+                doc: key.map_or("", |k| k.doc),
             })
-            .into_iter()
-            .collect();
-        if let Some(broker_key) = broker_key {
-            synonyms.extend(broker_synonyms(&keys, &broker.config, broker_key));
+        })
+        .collect()
+}
+
+/// The value a topic runs with for `name`, when it does not set its own.
+fn topic_default_value(
+    name: &str,
+    log: &LogConfig,
+    effective: &BrokerConfig,
+    topic: &TopicMetadata,
+    view: &MetadataView,
+) -> Option<String> {
+    Some(match name {
+        "cleanup.policy" => log.cleanup_policy.name().into(),
+        "compression.type" => log.compression_type.name().into(),
+        "delete.retention.ms" => log.delete_retention_ms.to_string(),
+        "index.interval.bytes" => log.index_interval_bytes.to_string(),
+        "max.compaction.lag.ms" => log.max_compaction_lag_ms.to_string(),
+        "max.message.bytes" => log.max_message_bytes.to_string(),
+        "message.timestamp.type" => if log.message_timestamp_type_log_append {
+            "LogAppendTime"
+        } else {
+            "CreateTime"
         }
-        Entry {
-            name,
-            value: Some(overridden.cloned().unwrap_or(default)),
-            config_type,
-            synonyms,
-            read_only: false,
-            doc,
-        }
+        .into(),
+        "min.cleanable.dirty.ratio" => log.min_cleanable_dirty_ratio.to_string(),
+        "min.compaction.lag.ms" => log.min_compaction_lag_ms.to_string(),
+        "min.insync.replicas" => min_insync_replicas(effective, topic).to_string(),
+        "retention.bytes" => log.retention_bytes.to_string(),
+        "retention.ms" => log.retention_ms.to_string(),
+        "segment.bytes" => log.segment_bytes.to_string(),
+        "segment.ms" => log.segment_ms.to_string(),
+        "unclean.leader.election.enable" => view
+            .cluster_configs
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| "false".into()),
+        other => return compatibility_default(other).map(str::to_owned),
+    })
+}
+
+fn topic_entries(broker: &Broker, view: &MetadataView, topic: &TopicMetadata) -> Vec<Entry> {
+    let effective = broker.effective_config();
+    let log = topic_log_config(&effective.log, topic);
+    let keys = broker_keys(broker);
+    let dynamic = DynamicValues {
+        view,
+        node_id: broker.config.node_id,
     };
-    vec![
-        entry("cleanup.policy", Some("log.cleanup.policy"), log.cleanup_policy.name().into(), TYPE_LIST,
-            "delete: old segments are deleted by retention; compact: the cleaner keeps the latest record of each key; compact,delete: both."),
-        entry("delete.retention.ms", Some("log.cleaner.delete.retention.ms"), log.delete_retention_ms.to_string(), TYPE_LONG,
-            "How long a tombstone, and a transaction marker whose records are gone, stays after the cleaner first passes it."),
-        entry("max.compaction.lag.ms", Some("log.cleaner.max.compaction.lag.ms"), log.max_compaction_lag_ms.to_string(), TYPE_LONG,
-            "A record is compacted at the latest this long after it was written."),
-        entry("min.cleanable.dirty.ratio", Some("log.cleaner.min.cleanable.ratio"), log.min_cleanable_dirty_ratio.to_string(), TYPE_DOUBLE,
-            "The share of the cleanable log not yet compacted above which the cleaner takes it."),
-        entry("min.compaction.lag.ms", Some("log.cleaner.min.compaction.lag.ms"), log.min_compaction_lag_ms.to_string(), TYPE_LONG,
-            "A record stays uncompacted at least this long."),
-        entry("compression.type", Some("compression.type"), log.compression_type.name().into(), TYPE_STRING,
-            "The codec of stored batches: producer keeps the producer's, any other codec is recompressed to on append."),
-        entry("max.message.bytes", Some("message.max.bytes"), log.max_message_bytes.to_string(), TYPE_INT,
-            "The largest record batch a producer may send to this topic."),
-        entry("message.timestamp.type", Some("log.message.timestamp.type"),
-            if log.message_timestamp_type_log_append { "LogAppendTime" } else { "CreateTime" }.into(),
-            TYPE_STRING,
-            "CreateTime keeps the producer's timestamps, LogAppendTime stamps batches with the broker's clock."),
-        entry("min.insync.replicas", None, crate::apply::min_insync_replicas(topic).to_string(), TYPE_INT,
-            "In-sync replicas an acks=all produce needs; default 2 for three or more replicas, else 1."),
-        entry("retention.bytes", Some("log.retention.bytes"), log.retention_bytes.to_string(), TYPE_LONG,
-            "The oldest segments are deleted while a partition is larger; -1 unlimited."),
-        entry("retention.ms", Some("log.retention.ms"), log.retention_ms.to_string(), TYPE_LONG,
-            "Segments whose newest timestamp is older are deleted; -1 never."),
-        entry("segment.bytes", Some("log.segment.bytes"), log.segment_bytes.to_string(), TYPE_INT,
-            "A segment is rolled before an append would make it larger."),
-        entry("segment.ms", Some("log.roll.ms"), log.segment_ms.to_string(), TYPE_LONG,
-            "A segment is rolled once its first batch is this old."),
-        entry("unclean.leader.election.enable", Some("unclean.leader.election.enable"), "false".into(), TYPE_BOOLEAN,
-            "Accepted for compatibility; samsa never elects a replica outside the ISR."),
-    ]
+    TOPIC_CONFIG_KEYS
+        .iter()
+        .map(|k| {
+            let own = topic.configs.get(k.name);
+            let mut synonyms: Vec<Synonym> = own
+                .map(|v| Synonym {
+                    name: k.name,
+                    value: Some(v.clone()),
+                    source: SOURCE_TOPIC,
+                })
+                .into_iter()
+                .collect();
+            synonyms.extend(broker_synonyms(
+                &keys,
+                &broker.config,
+                &dynamic,
+                k.broker_key,
+            ));
+            Entry {
+                name: k.name,
+                value: own
+                    .cloned()
+                    .or_else(|| topic_default_value(k.name, &log, &effective, topic, view)),
+                config_type: k.config_type as i8,
+                synonyms,
+                read_only: false,
+                doc: k.doc,
+            }
+        })
+        .collect()
 }
 
 fn describe_resource(
@@ -457,28 +550,28 @@ fn describe_resource(
     resource: &DescribeConfigsResource,
 ) -> Result<Vec<Entry>, (ResponseError, String)> {
     let name = resource.resource_name.as_str();
+    let view = broker.metadata.image();
     match resource.resource_type {
-        RESOURCE_TOPIC => match broker.metadata.image().topic(name) {
-            Some(topic) => Ok(topic_entries(broker, topic)),
+        RESOURCE_TOPIC => match view.topic(name) {
+            Some(topic) => Ok(topic_entries(broker, &view, topic)),
             None => Err((
                 ResponseError::UnknownTopicOrPartition,
                 format!("topic {name} does not exist"),
             )),
         },
-        // The cluster-wide dynamic defaults: samsa has none.
-        RESOURCE_BROKER if name.is_empty() => Ok(Vec::new()),
+        RESOURCE_BROKER if name.is_empty() => Ok(cluster_default_entries(broker, &view)),
         RESOURCE_BROKER => match name.parse::<i32>() {
-            Ok(id) if id == broker.config.node_id => Ok(broker_entries(broker)),
+            Ok(id) if id == broker.config.node_id => Ok(broker_entries(broker, &view)),
             Ok(id) => Err((
                 ResponseError::InvalidRequest,
                 format!(
-                    "broker {id} is not this broker ({}); ask broker {id} itself",
+                    "Unexpected broker id, expected {} or empty string, but received {id}",
                     broker.config.node_id
                 ),
             )),
             Err(_) => Err((
                 ResponseError::InvalidRequest,
-                format!("a broker resource is named by its integer id, not {name:?}"),
+                format!("Broker id must be an integer, but it is: {name}"),
             )),
         },
         other => Err((

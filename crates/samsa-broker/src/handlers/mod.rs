@@ -3,6 +3,7 @@
 //! (`dispatch`, `error`).
 
 pub mod admin;
+pub mod alter_configs;
 pub mod api_versions;
 pub mod configs;
 pub mod delete_records;

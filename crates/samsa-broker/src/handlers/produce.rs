@@ -387,7 +387,11 @@ async fn verify_transactions(
             Ok(false) => {}
             // Verification off: the write opens its transaction on trust,
             // as Kafka does with the same setting.
-            Ok(true) if !broker.config.transaction_partition_verification_enable => {
+            Ok(true)
+                if !broker
+                    .effective_config()
+                    .transaction_partition_verification_enable =>
+            {
                 partition.mark_txn_verified(producer_id, producer_epoch);
             }
             Ok(true) => unverified
