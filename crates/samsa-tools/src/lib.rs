@@ -26,6 +26,7 @@
 pub mod bench;
 pub mod client;
 pub mod cluster;
+pub mod config;
 pub mod consume;
 pub mod demo;
 pub mod dump_log;

@@ -1,6 +1,6 @@
 //! A small Kafka protocol client for the CLI tools that need APIs
 //! librdkafka does not expose (DescribeProducers, DescribeTransactions,
-//! ListTransactions, WriteTxnMarkers): one connection per broker, one
+//! ListTransactions, WriteTxnMarkers, IncrementalAlterConfigs): one connection per broker, one
 //! request in flight, versions negotiated with ApiVersions, and a cluster
 //! view (brokers, partition leaders) from Metadata.
 //!
@@ -261,6 +261,11 @@ impl ClusterClient {
             .iter()
             .find(|p| p.topic == topic && p.partition == partition)
             .ok_or_else(|| anyhow!("topic {topic} has no partition {partition}"))
+    }
+
+    /// The connection to the bootstrap broker.
+    pub fn bootstrap(&mut self) -> &mut Connection {
+        &mut self.bootstrap
     }
 
     /// The connection to broker `node_id`, opened if needed.

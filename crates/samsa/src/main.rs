@@ -59,6 +59,10 @@ enum Command {
     /// Run a transaction experiment against a broker and print what it shows.
     #[command(subcommand)]
     Demo(demo::DemoCommand),
+    /// Read and change topic and broker configs at run time (like
+    /// kafka-configs.sh).
+    #[command(subcommand)]
+    Config(samsa_tools::config::ConfigCommand),
     /// List, describe and abort transactions; find hanging ones
     /// (like kafka-transactions.sh).
     #[command(subcommand)]
@@ -114,6 +118,7 @@ fn main() -> ExitCode {
             Command::Health(args) => health::run(&args),
             Command::Demo(cmd) => demo::run(cmd).await,
             Command::Txn(cmd) => txn::run(cmd).await,
+            Command::Config(cmd) => samsa_tools::config::run(cmd).await,
             Command::Pipeline(cmd) => pipeline::run(cmd).await,
             Command::Verify(args) => samsa_verify::run(args).await,
             Command::Nemesis(cmd) => samsa_nemesis::cli::run(cmd).await,
