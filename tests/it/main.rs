@@ -10,6 +10,7 @@ mod compression;
 mod coordinator_loss;
 mod dev;
 mod disk_full;
+mod dynamic_configs;
 mod failover;
 mod groups;
 mod groups_smoke;

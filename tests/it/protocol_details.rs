@@ -306,8 +306,9 @@ fn success_answers_carry_null_where_kafka_sends_null() {
 
 /// The broker resource: Kafka's names for every setting samsa has, the
 /// source (STATIC_BROKER_CONFIG for what the command line gave, else
-/// DEFAULT_CONFIG), synonyms as Kafka lists them, every key read-only;
-/// the key filter, the empty name (dynamic defaults: none) and unknown ids.
+/// DEFAULT_CONFIG), synonyms as Kafka lists them, read-only unless Kafka
+/// can change the key at run time; the key filter, the empty name
+/// (dynamic defaults: none set) and unknown ids.
 #[test]
 fn describe_configs_broker_resource_reports_kafka_keys_and_sources() {
     let node = SamsaNode::start_with(&["num_partitions=3", "log.retention_ms=3600000"]);
@@ -315,8 +316,31 @@ fn describe_configs_broker_resource_reports_kafka_keys_and_sources() {
     let port = node.port();
     let all = by_name(describe(&mut c, 4, RESOURCE_BROKER, "1", None, true, true));
 
+    let dynamic = [
+        "log.segment.bytes",
+        "log.retention.ms",
+        "log.cleanup.policy",
+        "compression.type",
+        "message.max.bytes",
+        "min.insync.replicas",
+        "log.cleaner.io.max.bytes.per.second",
+        "transaction.partition.verification.enable",
+    ];
+    for name in dynamic {
+        assert!(!all[name].read_only, "{name} can change at run time");
+    }
+    for name in [
+        "log.dirs",
+        "num.partitions",
+        "node.id",
+        "log.retention.hours",
+        "log.roll.hours",
+        "offsets.retention.minutes",
+        "replica.lag.time.max.ms",
+    ] {
+        assert!(all[name].read_only, "{name} is read-only, as in Kafka");
+    }
     for (name, config) in &all {
-        assert!(config.read_only, "{name} is not read-only");
         assert!(!config.is_sensitive, "{name}");
         assert_ne!(config.config_type, 0, "{name} has no type");
         assert!(
