@@ -116,6 +116,25 @@ fn timestamp_type_log_append(value: &str) -> Result<bool, String> {
 /// A value's check, for keys taken with no effect.
 type ValueCheck = fn(&str) -> Result<(), String>;
 
+/// A Kafka release as `message.format.version` names one: `0.10.2`,
+/// `2.8-IV1`, `3.0`.
+fn kafka_version(value: &str) -> Result<(), String> {
+    let (release, iv) = match value.split_once("-IV") {
+        Some((release, iv)) => (release, Some(iv)),
+        None => (value, None),
+    };
+    let parts: Vec<&str> = release.split('.').collect();
+    let numeric = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    let ok = (2..=4).contains(&parts.len())
+        && parts.iter().all(|p| numeric(p))
+        && iv.is_none_or(numeric);
+    if ok {
+        Ok(())
+    } else {
+        Err("must be a Kafka version such as 0.10.2 or 3.0-IV1".into())
+    }
+}
+
 /// A check without an effect: the key is taken for compatibility.
 fn accepted_long(value: &str) -> Result<(), String> {
     long_at_least(value, 0).map(drop)
@@ -264,10 +283,22 @@ pub enum BrokerConfigError {
     },
 }
 
-/// Checks a dynamic broker config value (a removal is always valid for a
-/// dynamic key).
-pub fn validate_broker_config(name: &str, value: Option<&str>) -> Result<(), BrokerConfigError> {
-    let key = dynamic_broker_key(name).ok_or_else(|| BrokerConfigError::NotDynamic(name.into()))?;
+/// Checks a broker config change. A dynamic key's value must parse; a key
+/// samsa has that is not dynamic (`samsa_key`) is refused; any other key
+/// is taken as Kafka takes custom configs (stored, no effect here). A
+/// removal is always valid.
+pub fn validate_broker_config(
+    name: &str,
+    value: Option<&str>,
+    samsa_key: bool,
+) -> Result<(), BrokerConfigError> {
+    let Some(key) = dynamic_broker_key(name) else {
+        return if samsa_key && value.is_some() {
+            Err(BrokerConfigError::NotDynamic(name.into()))
+        } else {
+            Ok(())
+        };
+    };
     let Some(value) = value else { return Ok(()) };
     key.apply(&mut BrokerConfig::default(), value)
         .map_err(|reason| BrokerConfigError::InvalidValue {
@@ -369,6 +400,8 @@ pub const TOPIC_CONFIG_KEYS: &[TopicConfigKey] = &[
         "A record is compacted at the latest this long after it was written."),
     topic_key("max.message.bytes", "message.max.bytes", ConfigType::Int,
         "The largest record batch a producer may send to this topic."),
+    topic_key("message.format.version", "log.message.format.version", ConfigType::String,
+        "Accepted for compatibility with Kafka 3 clients (Kafka 4 removed it); samsa stores batches as producers send them, in the v2 format."),
     topic_key("message.timestamp.type", "log.message.timestamp.type", ConfigType::String,
         "CreateTime keeps the producer's timestamps, LogAppendTime stamps batches with the broker's clock."),
     topic_key("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", ConfigType::Double,
@@ -401,6 +434,7 @@ const COMPATIBILITY_TOPIC_KEYS: &[(&str, ValueCheck)] = &[
     ("file.delete.delay.ms", accepted_long),
     ("flush.messages", accepted_long),
     ("flush.ms", accepted_long),
+    ("message.format.version", kafka_version),
     ("preallocate", |v| boolean(v).map(drop)),
     ("segment.index.bytes", |v| long_at_least(v, 4).map(drop)),
     ("segment.jitter.ms", accepted_long),
@@ -417,6 +451,7 @@ pub fn compatibility_default(name: &str) -> Option<&'static str> {
         "file.delete.delay.ms" => "60000",
         "flush.messages" | "flush.ms" => "9223372036854775807",
         "preallocate" => "false",
+        "message.format.version" => "3.0-IV1",
         "segment.index.bytes" => "10485760",
         "segment.jitter.ms" => "0",
         _ => return None,
@@ -595,20 +630,22 @@ mod tests {
 
     #[test]
     fn broker_keys_parse_their_values_and_refuse_static_ones() {
-        assert!(validate_broker_config("log.retention.ms", Some("-1")).is_ok());
-        assert!(validate_broker_config("log.retention.ms", None).is_ok());
+        assert!(validate_broker_config("log.retention.ms", Some("-1"), true).is_ok());
+        assert!(validate_broker_config("log.retention.ms", None, true).is_ok());
         assert!(matches!(
-            validate_broker_config("log.retention.ms", Some("soon")),
+            validate_broker_config("log.retention.ms", Some("soon"), true),
             Err(BrokerConfigError::InvalidValue { .. })
         ));
         assert!(matches!(
-            validate_broker_config("log.cleanup.policy", Some("sometimes")),
+            validate_broker_config("log.cleanup.policy", Some("sometimes"), true),
             Err(BrokerConfigError::InvalidValue { .. })
         ));
         assert_eq!(
-            validate_broker_config("log.dirs", Some("/tmp")),
+            validate_broker_config("log.dirs", Some("/tmp"), true),
             Err(BrokerConfigError::NotDynamic("log.dirs".into()))
         );
+        // A key samsa does not have: a custom config, as Kafka takes it.
+        assert!(validate_broker_config("my.plugin.setting", Some("1"), false).is_ok());
         let mut c = BrokerConfig::default();
         dynamic_broker_key("log.cleaner.io.max.bytes.per.second")
             .unwrap()
@@ -632,6 +669,10 @@ mod tests {
         assert!(validate_topic_config("min.cleanable.dirty.ratio", "1.5").is_err());
         assert!(validate_topic_config("segment.index.bytes", "52428800").is_ok());
         assert!(validate_topic_config("preallocate", "maybe").is_err());
+        assert!(validate_topic_config("message.format.version", "0.10.0").is_ok());
+        assert!(validate_topic_config("message.format.version", "0.10.0.0").is_ok());
+        assert!(validate_topic_config("message.format.version", "2.8-IV1").is_ok());
+        assert!(validate_topic_config("message.format.version", "new").is_err());
         assert!(validate_topic_config("no.such.key", "1").is_err());
         assert!(validate_topic_config("min.insync.replicas", "0").is_err());
     }

@@ -130,7 +130,9 @@ pub fn storage_error_code(error: &StorageError) -> ResponseError {
     }
     match error {
         StorageError::CorruptRecord(_) => ResponseError::CorruptMessage,
-        StorageError::InvalidRecord(_) => ResponseError::InvalidRecord,
+        StorageError::InvalidRecord(_) | StorageError::KeylessRecords { .. } => {
+            ResponseError::InvalidRecord
+        }
         StorageError::RecordTooLarge { .. } | StorageError::DecompressedTooLarge { .. } => {
             ResponseError::MessageTooLarge
         }
@@ -166,6 +168,10 @@ pub fn partition_error_code(error: &PartitionError) -> ResponseError {
 pub struct Refusal {
     pub code: ResponseError,
     pub message: String,
+    /// Produce only: the records of the batch that caused the refusal, by
+    /// index, with why (KIP-467 `record_errors`); empty when the whole
+    /// batch is at fault.
+    pub record_errors: Vec<(i32, String)>,
 }
 
 impl Refusal {
@@ -173,7 +179,25 @@ impl Refusal {
         Refusal {
             code,
             message: message.into(),
+            record_errors: Vec::new(),
         }
+    }
+
+    /// The refusal of a produce append that failed with `error`.
+    pub fn of_storage(code: ResponseError, error: &StorageError) -> Self {
+        let mut refusal = Refusal::new(code, error.to_string());
+        if let StorageError::KeylessRecords { record_indexes } = error {
+            refusal.record_errors = record_indexes
+                .iter()
+                .map(|&i| {
+                    (
+                        i,
+                        "Compacted topic cannot accept message without key".to_owned(),
+                    )
+                })
+                .collect();
+        }
+        refusal
     }
 }
 

@@ -23,6 +23,11 @@ pub enum StorageError {
     /// Kafka `INVALID_RECORD` (87).
     #[error("invalid record: {0}")]
     InvalidRecord(String),
+    /// Kafka `INVALID_RECORD` (87) for records without a key in a compacted
+    /// log, with the index of each such record in its batch (KIP-467's
+    /// `record_errors`, which clients use to fail only those records).
+    #[error("{} record(s) without a key (indexes {record_indexes:?} of the batch); a compacted topic cannot accept records without a key", record_indexes.len())]
+    KeylessRecords { record_indexes: Vec<i32> },
     /// Kafka `MESSAGE_TOO_LARGE` (10).
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
     RecordTooLarge { size: usize, max: u32 },

@@ -760,14 +760,17 @@ impl PartitionLog {
         header: &BatchHeader,
     ) -> Result<(), StorageError> {
         let body = compression::decompressed_records(batch, self.decompression_limit())?;
+        let mut record_indexes = Vec::new();
         for (i, record) in batch::records_in(&body, header.records_count).enumerate() {
             if record?.key.is_none() {
-                return Err(StorageError::InvalidRecord(format!(
-                    "record {i} of the batch has no key; a compacted topic cannot accept records without a key"
-                )));
+                record_indexes.push(i32::try_from(i).unwrap_or(i32::MAX));
             }
         }
-        Ok(())
+        if record_indexes.is_empty() {
+            Ok(())
+        } else {
+            Err(StorageError::KeylessRecords { record_indexes })
+        }
     }
 
     /// First pass over a produce request: every check, no side effect. Fills

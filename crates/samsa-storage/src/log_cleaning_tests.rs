@@ -539,8 +539,8 @@ fn a_compacted_log_refuses_records_without_a_key() {
     put(&mut log, "k", Some("v"));
     let keyless = crate::testing::simple_batch(2, NOW);
     match log.append_as_leader(&keyless, 0, NOW) {
-        Err(crate::StorageError::InvalidRecord(reason)) => {
-            assert!(reason.contains("without a key"), "{reason}")
+        Err(crate::StorageError::KeylessRecords { record_indexes }) => {
+            assert_eq!(record_indexes, [0, 1], "every keyless record, by index")
         }
         other => panic!("{other:?}"),
     }

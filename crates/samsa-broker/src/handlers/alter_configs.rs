@@ -9,7 +9,9 @@
 //!   UNKNOWN_TOPIC_OR_PARTITION (checked after the values, as Kafka does);
 //! - a broker config that cannot change at run time, or a bad value for
 //!   one: INVALID_REQUEST with Kafka's message (Kafka answers broker
-//!   validation failures so, KAFKA-13609);
+//!   validation failures so, KAFKA-13609); a broker key samsa does not
+//!   have is stored with no effect, as Kafka stores custom configs (and
+//!   logged);
 //! - a broker resource is the cluster-wide defaults (empty name) or this
 //!   broker (its id); another id is INVALID_REQUEST, since clients send it
 //!   to that broker;
@@ -29,7 +31,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use super::configs::{is_broker_key, RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::str_bytes;
 use crate::dynamic_config::{
     topic_config_key, topic_log_config, validate_broker_config, validate_topic_config,
@@ -223,8 +225,12 @@ fn plan_changes(
         }
         ConfigResource::Cluster | ConfigResource::Broker { .. } => {
             for (name, value) in &changes {
-                validate_broker_config(name, value.as_deref())
+                let samsa_key = is_broker_key(broker, name);
+                validate_broker_config(name, value.as_deref(), samsa_key)
                     .map_err(|e| invalid_request(e.to_string()))?;
+                if !samsa_key && value.is_some() {
+                    tracing::warn!(key = %name, "storing a broker config samsa does not have; it has no effect here (Kafka stores unknown broker configs for custom plugins)");
+                }
             }
         }
     }

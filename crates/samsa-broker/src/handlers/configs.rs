@@ -111,17 +111,20 @@ impl DynamicValues<'_> {
 
 /// One config of a resource, ready to encode.
 struct Entry {
-    name: &'static str,
+    name: String,
     value: Option<String>,
     config_type: i8,
     /// Highest precedence first; the first one's source is the entry's.
     synonyms: Vec<Synonym>,
     read_only: bool,
+    /// A broker key samsa does not know, stored as Kafka stores custom
+    /// configs: Kafka reports those sensitive, their values null.
+    sensitive: bool,
     doc: &'static str,
 }
 
 struct Synonym {
-    name: &'static str,
+    name: String,
     value: Option<String>,
     source: i8,
 }
@@ -386,7 +389,7 @@ fn broker_synonyms(
     let at_level = |level: DynamicLevel, source: i8| {
         family.iter().filter_map(move |k| {
             dynamic.get(level, k.name).map(|v| Synonym {
-                name: k.name,
+                name: k.name.to_owned(),
                 value: Some(v),
                 source,
             })
@@ -396,13 +399,13 @@ fn broker_synonyms(
         .iter()
         .filter(|k| k.is_static(config))
         .map(|k| Synonym {
-            name: k.name,
+            name: k.name.to_owned(),
             value: k.value.clone(),
             source: SOURCE_STATIC_BROKER,
         });
     let defaults = family.iter().filter_map(|k| {
         k.default.as_ref().map(|d| Synonym {
-            name: k.name,
+            name: k.name.to_owned(),
             value: Some(d.clone()),
             source: SOURCE_DEFAULT,
         })
@@ -424,7 +427,8 @@ fn broker_entries(broker: &Broker, view: &MetadataView) -> Vec<Entry> {
         view,
         node_id: broker.config.node_id,
     };
-    keys.iter()
+    let mut entries: Vec<Entry> = keys
+        .iter()
         .map(|k| {
             let synonyms = broker_synonyms(&keys, &broker.config, &dynamic, k.name);
             let value = match synonyms.first() {
@@ -432,15 +436,69 @@ fn broker_entries(broker: &Broker, view: &MetadataView) -> Vec<Entry> {
                 _ => k.default.clone(),
             };
             Entry {
-                name: k.name,
+                name: k.name.to_owned(),
                 value,
                 config_type: k.config_type,
                 synonyms,
                 read_only: !k.is_dynamic(),
+                sensitive: false,
                 doc: k.doc,
             }
         })
-        .collect()
+        .collect();
+    // Custom keys set for this broker or cluster-wide.
+    let own = view.broker_configs.get(&broker.config.node_id);
+    let custom: std::collections::BTreeSet<&String> = own
+        .into_iter()
+        .flat_map(|c| c.keys())
+        .chain(view.cluster_configs.keys())
+        .filter(|name| !keys.iter().any(|k| k.name == name.as_str()))
+        .collect();
+    for name in custom {
+        let levels = [
+            (
+                own.is_some_and(|c| c.contains_key(name)),
+                SOURCE_DYNAMIC_BROKER,
+            ),
+            (
+                view.cluster_configs.contains_key(name),
+                SOURCE_DYNAMIC_DEFAULT,
+            ),
+        ];
+        entries.push(custom_entry(
+            name,
+            levels
+                .iter()
+                .filter(|(set, _)| *set)
+                .map(|(_, source)| *source),
+        ));
+    }
+    entries
+}
+
+/// A broker key samsa does not know, set at the `sources` levels: listed
+/// as Kafka lists custom configs (sensitive, value null).
+fn custom_entry(name: &str, sources: impl Iterator<Item = i8>) -> Entry {
+    Entry {
+        name: name.to_owned(),
+        value: None,
+        config_type: TYPE_STRING,
+        synonyms: sources
+            .map(|source| Synonym {
+                name: name.to_owned(),
+                value: None,
+                source,
+            })
+            .collect(),
+        read_only: false,
+        sensitive: true,
+        doc: "Not a samsa setting: stored as set, with no effect (Kafka stores unknown broker configs for custom plugins).",
+    }
+}
+
+/// Whether `name` is a broker config samsa has (dynamic or read-only).
+pub(crate) fn is_broker_key(broker: &Broker, name: &str) -> bool {
+    broker_keys(broker).iter().any(|k| k.name == name)
 }
 
 /// The cluster-wide dynamic defaults that are set, each with its one
@@ -449,21 +507,21 @@ fn cluster_default_entries(broker: &Broker, view: &MetadataView) -> Vec<Entry> {
     let keys = broker_keys(broker);
     view.cluster_configs
         .iter()
-        .filter_map(|(name, value)| {
-            let name = dynamic_broker_key(name)?.name;
-            let key = keys.iter().find(|k| k.name == name);
-            Some(Entry {
-                name,
+        .map(|(name, value)| match keys.iter().find(|k| k.name == name) {
+            Some(key) => Entry {
+                name: name.clone(),
                 value: Some(value.clone()),
-                config_type: key.map_or(TYPE_STRING, |k| k.config_type),
+                config_type: key.config_type,
                 synonyms: vec![Synonym {
-                    name,
+                    name: name.clone(),
                     value: Some(value.clone()),
                     source: SOURCE_DYNAMIC_DEFAULT,
                 }],
                 read_only: false,
-                doc: key.map_or("", |k| k.doc),
-            })
+                sensitive: false,
+                doc: key.doc,
+            },
+            None => custom_entry(name, std::iter::once(SOURCE_DYNAMIC_DEFAULT)),
         })
         .collect()
 }
@@ -519,7 +577,7 @@ fn topic_entries(broker: &Broker, view: &MetadataView, topic: &TopicMetadata) ->
             let own = topic.configs.get(k.name);
             let mut synonyms: Vec<Synonym> = own
                 .map(|v| Synonym {
-                    name: k.name,
+                    name: k.name.to_owned(),
                     value: Some(v.clone()),
                     source: SOURCE_TOPIC,
                 })
@@ -532,13 +590,14 @@ fn topic_entries(broker: &Broker, view: &MetadataView, topic: &TopicMetadata) ->
                 k.broker_key,
             ));
             Entry {
-                name: k.name,
+                name: k.name.to_owned(),
                 value: own
                     .cloned()
                     .or_else(|| topic_default_value(k.name, &log, &effective, topic, view)),
                 config_type: k.config_type as i8,
                 synonyms,
                 read_only: false,
+                sensitive: false,
                 doc: k.doc,
             }
         })
@@ -605,7 +664,7 @@ pub fn describe_configs(
                     };
                     result.configs = entries
                         .into_iter()
-                        .filter(|e| wanted(e.name))
+                        .filter(|e| wanted(&e.name))
                         .map(|e| encode_entry(e, include_synonyms, include_documentation))
                         .collect();
                 }
@@ -644,7 +703,7 @@ fn encode_entry(
         .with_value(e.value.map(str_bytes))
         .with_read_only(e.read_only)
         .with_config_source(source)
-        .with_is_sensitive(false)
+        .with_is_sensitive(e.sensitive)
         .with_synonyms(synonyms)
         .with_config_type(e.config_type)
         // Null unless asked for (the codec's default is "").

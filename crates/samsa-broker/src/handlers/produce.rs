@@ -33,7 +33,8 @@ use std::sync::Arc;
 use futures::future::join_all;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{
-    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
+    TopicProduceResponse,
 };
 use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
 use samsa_storage::{BatchHeader, StorageError};
@@ -525,7 +526,7 @@ fn append(
             } else {
                 debug!(partition = %partition.name(), error = %e, "append rejected");
             }
-            Err(Refusal::new(code, e.to_string()))
+            Err(Refusal::of_storage(code, &e))
         }
         Err(e @ (PartitionError::Closed(_) | PartitionError::RoleChanged { .. })) => Err(
             Refusal::new(ResponseError::NotLeaderOrFollower, e.to_string()),
@@ -543,12 +544,26 @@ fn append(
 
 fn refuse(
     response: &mut PartitionProduceResponse,
-    Refusal { code, message }: Refusal,
+    Refusal {
+        code,
+        message,
+        record_errors,
+    }: Refusal,
     version: i16,
 ) {
     response.error_code = code.code();
     response.base_offset = -1;
     if version >= 8 {
         response.error_message = Some(str_bytes(message));
+        // KIP-467: a client fails the records named here with the error and
+        // the batch's others with INVALID_DIFFERENT_RECORD (retriable).
+        response.record_errors = record_errors
+            .into_iter()
+            .map(|(batch_index, why)| {
+                BatchIndexAndErrorMessage::default()
+                    .with_batch_index(batch_index)
+                    .with_batch_index_error_message(Some(str_bytes(why)))
+            })
+            .collect();
     }
 }
