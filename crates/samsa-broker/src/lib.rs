@@ -409,8 +409,13 @@ pub async fn run(
     Ok(())
 }
 
-/// Retention, high-watermark checkpoints and, under
-/// [`FlushPolicy::Interval`], periodic fsync.
+/// How soon after a roll the closed segment is fsynced (Kafka schedules
+/// that flush at once; a second bounds how much a crash right after a roll
+/// replays, and batches the rolls of many partitions into one pass).
+const ROLLED_SEGMENT_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Retention, high-watermark checkpoints, the fsync of rolled segments
+/// and, under [`FlushPolicy::Interval`], periodic fsync.
 async fn maintenance_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let retention_every = Duration::from_millis(broker.config.retention_check_interval_ms.max(1));
     let flush_every = match broker.config.log.flush {
@@ -428,6 +433,7 @@ async fn maintenance_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Rec
     let mut hw_checkpoint = tokio::time::interval(hw_checkpoint_every);
     let mut retention = tokio::time::interval(retention_every);
     let mut flush = tokio::time::interval(flush_every.unwrap_or(Duration::from_secs(3600)));
+    let mut rolled_flush = tokio::time::interval(ROLLED_SEGMENT_FLUSH_INTERVAL);
     // Not awaited at shutdown: a pass in progress is abandoned, and its
     // files are deleted when the partition next opens.
     tokio::spawn(log_cleaner::run(broker.clone(), stop.clone()));
@@ -440,6 +446,9 @@ async fn maintenance_loop(broker: Arc<Broker>, mut stop: tokio::sync::watch::Rec
             _ = flush.tick(), if flush_every.is_some() => {
                 let b = broker.clone();
                 let _ = tokio::task::spawn_blocking(move || b.replicas.flush_all()).await;
+            }
+            _ = rolled_flush.tick() => {
+                broker.replicas.flush_rolled_segments().await;
             }
             _ = hw_checkpoint.tick() => {
                 let b = broker.clone();

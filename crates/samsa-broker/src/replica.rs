@@ -779,6 +779,22 @@ impl ReplicaManager {
         }
     }
 
+    /// Makes every segment closed by a roll durable (an fsync outside the
+    /// log lock, as a group commit does), as Kafka flushes a segment once it
+    /// rolls. Without it, a log written only with acks=0/1 under the
+    /// default flush policy would never advance its recovery point: crash
+    /// recovery would replay all of it and the cleaner would take none of it.
+    pub async fn flush_rolled_segments(&self) {
+        for partition in self.all() {
+            let Ok(Some(end)) = partition.with_log(|log| Ok(log.rolled_unflushed_end())) else {
+                continue;
+            };
+            if let Err(e) = partition.wait_durable(end).await {
+                debug!(partition = %partition.name(), error = %e, "flush of rolled segments failed; retried");
+            }
+        }
+    }
+
     pub fn flush_all(&self) {
         for partition in self.all() {
             if let Err(e) = partition.flush() {

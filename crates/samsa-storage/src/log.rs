@@ -1558,6 +1558,15 @@ impl PartitionLog {
         self.recovery_point
     }
 
+    /// The base of the active segment when segments rolled since the last
+    /// flush are not all durable yet: what a flush after a roll covers
+    /// (Kafka flushes a segment once it rolls). Until then the cleaner does
+    /// not take them and a crash recovery replays them.
+    pub fn rolled_unflushed_end(&self) -> Option<i64> {
+        let active_base = self.active().ok()?.base_offset();
+        (self.recovery_point < active_base).then_some(active_base)
+    }
+
     /// Synchronous fsync of everything appended, then [`PartitionLog::mark_flushed`].
     pub fn flush(&mut self) -> Result<(), StorageError> {
         if let Some(target) = self.flush_target() {
