@@ -38,6 +38,12 @@
 #                                  log cleaner compacted __consumer_offsets,
 #                                  and the cleaner's MB/s (tests/bench/compaction.py,
 #                                  the compat venv's python)
+#   tests/bench/run.sh cleaner     the log cleaner's MB/s on two ~1 GB dirty
+#                                  topics of 500,000 keys, and a producer's
+#                                  throughput and p99 beside it: idle, while an
+#                                  unthrottled pass runs, while a throttled one
+#                                  runs (tests/bench/cleaner.py; CLEANER_ARGS
+#                                  passes flags to it)
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
 #   SINGLE_QUICK=1 tests/bench/run.sh   (a)-(c) only: no dd, no 5 GiB (d)
 #                                  (for before/after pairs of one run)
@@ -233,6 +239,14 @@ if [ "$mode" = compaction ]; then
     echo "load before: $(uptime | sed 's/.*load average: //')"
     "$python" "$here/compaction.py" --samsa "$server" --dir "$bench_dir/compaction" \
         --commits "${COMPACTION_COMMITS:-1000000}" --segment-bytes "${COMPACTION_SEGMENT_BYTES:-16777216}"
+    echo "load after: $(uptime | sed 's/.*load average: //')"
+    exit 0
+fi
+
+if [ "$mode" = cleaner ]; then
+    echo "load before: $(uptime | sed 's/.*load average: //')"
+    # shellcheck disable=SC2086
+    python3 "$here/cleaner.py" --samsa "$server" --dir "$bench_dir/cleaner" ${CLEANER_ARGS:-}
     echo "load after: $(uptime | sed 's/.*load average: //')"
     exit 0
 fi

@@ -72,6 +72,11 @@ pub struct BenchProduceArgs {
     /// What the record values hold.
     #[arg(long, value_enum, default_value_t = PayloadKind::Same)]
     payload: PayloadKind,
+    /// Give records keys, cycling through N distinct ones (`k0` … `kN-1`,
+    /// padded to one length): a compacted topic needs them, and N sets how
+    /// much the cleaner can drop. Without it records have no key.
+    #[arg(long, value_name = "N")]
+    keys: Option<u64>,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -281,15 +286,27 @@ fn bench_produce(args: &BenchProduceArgs) -> Result<ExitCode> {
     let mut text = TextPayload::new();
     let ctx = producer.context();
     let mut progress = Progress::new(ctx.now_ns());
-    for _ in 0..args.records {
+    let key_width = args
+        .keys
+        .map_or(0, |n| n.saturating_sub(1).to_string().len());
+    let mut key = String::new();
+    for i in 0..args.records {
         if args.payload == PayloadKind::Text {
             text.fill(&mut payload, args.record_size);
+        }
+        if let Some(n) = args.keys.filter(|n| *n > 0) {
+            key.clear();
+            use std::fmt::Write as _;
+            let _ = write!(key, "k{:0key_width$}", i % n);
         }
         // Stamped once, before the first attempt: like Kafka's tool, time
         // spent waiting for room in a full queue counts as latency.
         let sent_ns = usize::try_from(ctx.now_ns()).unwrap_or(usize::MAX);
-        let mut record = BaseRecord::<(), [u8], usize>::with_opaque_to(&args.topic, sent_ns)
+        let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(&args.topic, sent_ns)
             .payload(&payload[..]);
+        if args.keys.is_some() {
+            record = record.key(key.as_bytes());
+        }
         loop {
             match producer.send(record) {
                 Ok(()) => break,
