@@ -250,3 +250,113 @@ fn an_unreachable_cluster_is_exit_2() {
         out.stderr
     );
 }
+
+/// The compact workload against one node whose cleaner looks for work
+/// every 200 ms: the run is clean (exit 0) and its final read shows that
+/// compaction happened (fewer records than writes, superseded writes due
+/// and gone); a superseded record put back into its history is then
+/// `compaction-overdue`.
+#[test]
+fn a_compacted_topic_run_against_one_node_is_clean() {
+    let started = std::time::Instant::now();
+    let node = SamsaNode::start_with(&["log_cleaner_backoff_ms=200"]);
+    let dir = tempfile::tempdir().unwrap();
+    let history = history_in(dir.path());
+    let mut args = verify_args(&node.bootstrap(), &unique_topic("verifyk"), &history, "15s");
+    args.extend(
+        [
+            "--workload",
+            "compact",
+            "--compact-max-lag",
+            "2s",
+            "--compact-delete-retention",
+            "2s",
+            "--compact-grace",
+            "5s",
+            "--settle",
+            "20s",
+        ]
+        .map(String::from),
+    );
+    let out = run_cli(&samsa_bin(), &args, Duration::from_secs(55));
+    let report = report_of(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "verify failed:\n{report:#}\nstderr: {}",
+        out.stderr
+    );
+    assert_eq!(report["anomaly_count"], 0, "{report:#}");
+    let compacted = &report["compacted"][0];
+    let count = |field: &str| compacted[field].as_u64().unwrap_or(0);
+    let (writes, read, due) = (count("writes"), count("read"), count("due_for_removal"));
+    eprintln!(
+        "compacted topic: {writes} writes acknowledged or committed, {read} records in the final read, {due} due for removal, run took {:?}",
+        started.elapsed()
+    );
+    assert!(writes > 500, "{report:#}");
+    assert!(count("tombstones") > 0, "{report:#}");
+    assert!(read < writes / 2, "no compaction to speak of: {report:#}");
+    assert!(due > writes / 4, "the deadlines judged little: {report:#}");
+    assert!(report["transactions"]["committed"].as_u64().unwrap_or(0) > 0);
+    assert!(report["transactions"]["aborted"].as_u64().unwrap_or(0) > 0);
+
+    // Put back a superseded record where it was acknowledged: the cleaner
+    // had to remove it long before the final read.
+    let events: Vec<Value> = std::fs::read_to_string(&history)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let read_values: std::collections::HashSet<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "final_read")
+        .filter_map(|e| e["value"].as_str())
+        .collect();
+    let send_of = |value: &str| {
+        events
+            .iter()
+            .find(|e| e["type"] == "send" && e["value"] == value)
+            .unwrap()
+            .clone()
+    };
+    let first_gone = events
+        .iter()
+        .find(|e| {
+            e["type"] == "ack"
+                && e["workload"] == "compact"
+                && e["txn"].is_null()
+                && e["offset"].as_i64().is_some_and(|o| o >= 0)
+                && e["value"]
+                    .as_str()
+                    .is_some_and(|v| !read_values.contains(v) && send_of(v)["tombstone"].is_null())
+        })
+        .unwrap()
+        .clone();
+    let mut altered = events.clone();
+    let at = altered
+        .iter()
+        .position(|e| e["type"] == "final_read_done")
+        .unwrap();
+    altered.insert(
+        at,
+        serde_json::json!({
+            "time_ms": altered[at]["time_ms"],
+            "type": "final_read",
+            "isolation": "read_committed",
+            "topic": first_gone["topic"],
+            "partition": first_gone["partition"],
+            "offset": first_gone["offset"],
+            "value": first_gone["value"],
+            "key": send_of(first_gone["value"].as_str().unwrap())["key"],
+        }),
+    );
+    let out = check(dir.path(), "overdue.jsonl", &altered);
+    assert_eq!(out.status.code(), Some(1), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("compaction-overdue: 1"),
+        "{}",
+        out.stdout
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+}

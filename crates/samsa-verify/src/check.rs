@@ -8,14 +8,25 @@
 //! final read did not complete are not judged for what is missing from
 //! them (they are listed as unchecked instead), only for what was seen.
 //!
+//! Compacted topics ([`compaction`]) are judged by key instead: the latest
+//! write of every key must be there, superseded records and tombstones
+//! must go by the topic's deadlines, tombstones not before theirs, and a
+//! deleted key must not come back;
+//! the value-level checks (offsets, aborted reads, duplicates, order,
+//! unknown values) apply to them as to every topic.
+//!
 //! A transaction's outcome is: committed (commit acknowledged), aborted
 //! (abort acknowledged), unknown (commit issued, neither acknowledged nor
 //! followed by an abort: all or nothing is fine, never a part) or never
 //! committed (no commit issued: nothing of it may ever be visible).
 
+mod compaction;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
+
+pub use compaction::CompactedTopic;
 
 use crate::history::{Event, EventKind, Isolation, TopicRole, Workload};
 
@@ -50,8 +61,25 @@ pub enum AnomalyKind {
     /// Two records of one producer in one partition are in the final read
     /// in an order other than the one they were sent in.
     Reordered,
-    /// A read returned a value no producer of the run sent.
+    /// A read returned a value no producer of the run sent (or a sent
+    /// value with another key, or as a tombstone when it was not one).
     UnknownValue,
+    /// Compacted topic: the latest write of a key (acknowledged, or of a
+    /// committed transaction; not a tombstone) is not at its offset in the
+    /// final read, and no later record of the key could have replaced it.
+    CompactedLatestMissing,
+    /// Compacted topic: a record superseded by a later write of its key is
+    /// still there after `max.compaction.lag.ms` (plus the grace).
+    CompactionOverdue,
+    /// Compacted topic: a tombstone is still there after
+    /// `max.compaction.lag.ms` and `delete.retention.ms` (plus the grace).
+    TombstoneOverdue,
+    /// Compacted topic: a tombstone, the latest write of its key, is gone
+    /// before `delete.retention.ms` passed since it was acknowledged.
+    TombstoneEarly,
+    /// Compacted topic: a key's tombstone is gone while an older value of
+    /// the key is still there: a reader sees the deleted key again.
+    Resurrected,
 }
 
 impl AnomalyKind {
@@ -68,6 +96,11 @@ impl AnomalyKind {
             AnomalyKind::CommitBackwards => "commit-backwards",
             AnomalyKind::Reordered => "reordered",
             AnomalyKind::UnknownValue => "unknown-value",
+            AnomalyKind::CompactedLatestMissing => "compacted-latest-missing",
+            AnomalyKind::CompactionOverdue => "compaction-overdue",
+            AnomalyKind::TombstoneOverdue => "tombstone-overdue",
+            AnomalyKind::TombstoneEarly => "tombstone-early",
+            AnomalyKind::Resurrected => "resurrected",
         }
     }
 }
@@ -91,6 +124,8 @@ pub struct Findings {
     pub drained: bool,
     /// Transactions by outcome.
     pub txns: TxnCounts,
+    /// What the final read of each compacted topic shows of its compaction.
+    pub compacted: Vec<CompactedTopic>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -204,6 +239,8 @@ pub fn pipeline_input_of(output: &str) -> &str {
 pub fn check(history: &[Event]) -> Findings {
     let mut c = Collector::default();
     let mut roles: HashMap<String, (Workload, TopicRole)> = HashMap::new();
+    // Compacted topics: their records are judged by key, not one by one.
+    let mut compacted: HashSet<String> = HashSet::new();
     let mut group_workload: HashMap<String, Workload> = HashMap::new();
     let mut sends: HashMap<String, SendInfo> = HashMap::new();
     let mut acks: Vec<(Workload, String, Tp, i64)> = Vec::new();
@@ -224,6 +261,9 @@ pub fn check(history: &[Event]) -> Findings {
             EventKind::RunStarted { topics, groups, .. } => {
                 for t in topics {
                     roles.insert(t.topic.clone(), (t.workload, t.role));
+                    if t.compaction.is_some() {
+                        compacted.insert(t.topic.clone());
+                    }
                 }
                 for g in groups {
                     group_workload.insert(g.group.clone(), g.workload);
@@ -236,6 +276,7 @@ pub fn check(history: &[Event]) -> Findings {
                 txn,
                 topic,
                 partition,
+                ..
             } => {
                 sends.insert(
                     value.clone(),
@@ -338,6 +379,7 @@ pub fn check(history: &[Event]) -> Findings {
                 partition,
                 offset,
                 value,
+                ..
             } => {
                 let tp = (topic.clone(), *partition);
                 seen_at
@@ -362,6 +404,7 @@ pub fn check(history: &[Event]) -> Findings {
                 isolation,
                 topic,
                 partitions,
+                ..
             } => {
                 let read = match isolation {
                     Isolation::ReadCommitted => &mut committed_read,
@@ -389,9 +432,13 @@ pub fn check(history: &[Event]) -> Findings {
         Some((id, txns.get(id)?.outcome()))
     };
 
-    // Lost: acknowledged non-transactional records missing from the final read.
+    // Lost: acknowledged non-transactional records missing from the final
+    // read (compacted topics: see `compaction`).
     for (workload, value, tp, offset) in &acks {
-        if committed_read.complete.contains(tp) && !committed_read.contains(value) {
+        if committed_read.complete.contains(tp)
+            && !committed_read.contains(value)
+            && !compacted.contains(&tp.0)
+        {
             c.add(AnomalyKind::Lost, || {
                 format!(
                     "{}: {value} acknowledged at {}[{}]@{offset}, not in the final read",
@@ -518,43 +565,49 @@ pub fn check(history: &[Event]) -> Findings {
             Outcome::Unknown => counts.unknown += 1,
             Outcome::NeverCommitted => counts.never_committed += 1,
         }
-        if !matches!(outcome, Outcome::Committed | Outcome::Unknown) || t.records.is_empty() {
+        // Records on compacted topics may be gone legitimately: the
+        // compaction checks judge them (an unknown outcome seen in part
+        // counts as committed there).
+        let records: Vec<&String> = t
+            .records
+            .iter()
+            .filter(|v| sends.get(*v).is_none_or(|s| !compacted.contains(&s.tp.0)))
+            .collect();
+        if !matches!(outcome, Outcome::Committed | Outcome::Unknown) || records.is_empty() {
             continue;
         }
         // Only judge transactions whose partitions were all read to the end.
-        let all_checked = t.records.iter().all(|v| {
+        let all_checked = records.iter().all(|v| {
             committed_read.contains(v)
                 || sends
-                    .get(v)
+                    .get(v.as_str())
                     .is_none_or(|s| committed_read.complete.contains(&s.tp))
         });
         if !all_checked {
             continue;
         }
-        let visible = t
-            .records
+        let visible = records
             .iter()
             .filter(|v| committed_read.contains(v))
             .count();
         let workload = t.workload.map_or("?", Workload::name);
-        if visible > 0 && visible < t.records.len() {
+        if visible > 0 && visible < records.len() {
             c.add(AnomalyKind::TornTransaction, || {
-                let missing: Vec<&str> = t
-                    .records
+                let missing: Vec<&str> = records
                     .iter()
                     .filter(|v| !committed_read.contains(v))
-                    .map(String::as_str)
+                    .map(|v| v.as_str())
                     .take(3)
                     .collect();
                 format!(
                     "{workload}: transaction {id} ({}) has {visible} of {} records in the final read; missing {}",
                     if outcome == Outcome::Committed { "committed" } else { "outcome unknown" },
-                    t.records.len(),
+                    records.len(),
                     missing.join(", ")
                 )
             });
         } else if visible == 0 && outcome == Outcome::Committed {
-            for v in &t.records {
+            for v in &records {
                 c.add(AnomalyKind::Lost, || {
                     format!("{workload}: {v} of committed transaction {id} not in the final read")
                 });
@@ -575,12 +628,14 @@ pub fn check(history: &[Event]) -> Findings {
     check_queue_commits(history, &roles, &committed_read, &mut c);
     check_pipeline(&txns, &roles, &committed_read, &mut c);
     check_commit_order(history, &txns, &mut c);
+    let compacted = compaction::check(history, &txns, &committed_read, &uncommitted_read, &mut c);
 
     Findings {
         anomalies: c.into_findings(),
         unchecked,
         drained,
         txns: counts,
+        compacted,
     }
 }
 
@@ -616,6 +671,7 @@ fn seen_record(e: &Event) -> Option<SeenRecord<'_>> {
             partition,
             offset,
             value,
+            ..
         } => Some(SeenRecord {
             value,
             isolation: *isolation,

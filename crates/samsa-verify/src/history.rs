@@ -20,7 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-/// The four workloads of `samsa verify`.
+/// The workloads of `samsa verify`.
 #[derive(
     Debug,
     Clone,
@@ -44,10 +44,22 @@ pub enum Workload {
     Pipeline,
     /// Producers and a consumer group committing after processing.
     Queue,
+    /// Keyed records and tombstones on a compacted topic, from an
+    /// idempotent and a transactional producer.
+    Compact,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 4] = [
+    pub const ALL: [Workload; 5] = [
+        Workload::Idempotent,
+        Workload::Txn,
+        Workload::Pipeline,
+        Workload::Queue,
+        Workload::Compact,
+    ];
+
+    /// What a run does without `--workload` (compact is opt-in).
+    pub const DEFAULT: [Workload; 4] = [
         Workload::Idempotent,
         Workload::Txn,
         Workload::Pipeline,
@@ -60,6 +72,7 @@ impl Workload {
             Workload::Txn => "txn",
             Workload::Pipeline => "pipeline",
             Workload::Queue => "queue",
+            Workload::Compact => "compact",
         }
     }
 }
@@ -82,6 +95,23 @@ pub struct TopicInfo {
     pub workload: Workload,
     pub role: TopicRole,
     pub partitions: i32,
+    /// Set for a compacted topic (`cleanup.policy=compact`): its records
+    /// are judged by the compaction checks, not for loss one by one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<Compaction>,
+}
+
+/// What the compaction checks of a compacted topic go by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compaction {
+    /// The topic's `max.compaction.lag.ms` (as the cluster describes it, or
+    /// as requested if it cannot); `None`: unbounded, no time-based check.
+    pub max_lag_ms: Option<i64>,
+    /// The topic's `delete.retention.ms`; `None`: no tombstone deadline.
+    pub delete_retention_ms: Option<i64>,
+    /// `--compact-grace`: what the deadlines allow for the cleaner's
+    /// scheduling and passes.
+    pub grace_ms: i64,
 }
 
 /// A consumer group of a workload and the topic it consumes.
@@ -154,6 +184,8 @@ pub enum EventKind {
         groups: Vec<GroupInfo>,
     },
     /// A record handed to a producer (`txn`: inside that transaction).
+    /// `key` only for keyed records; a `tombstone` has a null value, and
+    /// `value` (its id) travels in its [`ID_HEADER`] header instead.
     Send {
         workload: Workload,
         producer: String,
@@ -161,6 +193,10 @@ pub enum EventKind {
         topic: String,
         partition: i32,
         txn: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        #[serde(default, skip_serializing_if = "is_false")]
+        tombstone: bool,
     },
     /// The broker acknowledged the record at `offset`.
     Ack {
@@ -280,20 +316,38 @@ pub enum EventKind {
         complete: bool,
         detail: String,
     },
-    /// One record of the final read of a topic from its beginning.
+    /// One record of the final read of a topic from its beginning (`key`
+    /// if it has one; a `tombstone`'s `value` is its [`ID_HEADER`]).
     FinalRead {
         isolation: Isolation,
         topic: String,
         partition: i32,
         offset: i64,
         value: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        #[serde(default, skip_serializing_if = "is_false")]
+        tombstone: bool,
     },
+    /// `started_ms`: when the reader began fetching (every record of the
+    /// read was fetched after it; what the time-based compaction checks
+    /// compare with).
     FinalReadDone {
         isolation: Isolation,
         topic: String,
         partitions: Vec<FinalPartition>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        started_ms: Option<i64>,
     },
     RunEnded {},
+}
+
+/// The header carrying a tombstone's id (its `value` in the history): a
+/// tombstone has no value of its own.
+pub const ID_HEADER: &str = "samsa-verify-id";
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Wall-clock time as Unix epoch milliseconds.
@@ -437,6 +491,8 @@ mod tests {
             topic: "t".into(),
             partition: 1,
             txn: Some("x".into()),
+            key: None,
+            tombstone: false,
         };
         recorder.record(send.clone());
         recorder.record(EventKind::RunEnded {});
@@ -448,6 +504,62 @@ mod tests {
         assert!(line.starts_with("{\"time_ms\":"), "{line}");
         assert!(line.contains("\"type\":\"send\""), "{line}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn histories_without_keys_still_parse() {
+        // Lines as runs before the compact workload wrote them.
+        let old = [
+            r#"{"time_ms":1,"type":"run_started","seed":1,"bootstrap":"b","workloads":["txn"],"topics":[{"topic":"t","workload":"txn","role":"data","partitions":1}],"groups":[]}"#,
+            r#"{"time_ms":2,"type":"send","workload":"txn","producer":"p","value":"v","topic":"t","partition":0,"txn":null}"#,
+            r#"{"time_ms":3,"type":"final_read","isolation":"read_committed","topic":"t","partition":0,"offset":0,"value":"v"}"#,
+            r#"{"time_ms":4,"type":"final_read_done","isolation":"read_committed","topic":"t","partitions":[]}"#,
+        ];
+        let events: Vec<Event> = old
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert!(matches!(
+            &events[0].kind,
+            EventKind::RunStarted { topics, .. } if topics[0].compaction.is_none()
+        ));
+        assert!(matches!(
+            &events[1].kind,
+            EventKind::Send {
+                key: None,
+                tombstone: false,
+                ..
+            }
+        ));
+        assert!(matches!(
+            &events[2].kind,
+            EventKind::FinalRead {
+                key: None,
+                tombstone: false,
+                ..
+            }
+        ));
+        assert!(matches!(
+            &events[3].kind,
+            EventKind::FinalReadDone {
+                started_ms: None,
+                ..
+            }
+        ));
+        // Unkeyed events are written as before; keyed ones carry both fields.
+        assert_eq!(serde_json::to_string(&events[1]).unwrap(), old[1]);
+        let keyed = EventKind::FinalRead {
+            isolation: Isolation::ReadCommitted,
+            topic: "t".into(),
+            partition: 0,
+            offset: 1,
+            value: "w".into(),
+            key: Some("k1".into()),
+            tombstone: true,
+        };
+        let line = serde_json::to_string(&keyed).unwrap();
+        assert!(line.contains(r#""key":"k1","tombstone":true"#), "{line}");
+        assert_eq!(serde_json::from_str::<EventKind>(&line).unwrap(), keyed);
     }
 
     #[test]

@@ -28,15 +28,16 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use rand::Rng;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use samsa_tools::client::{CliContext, ConnectArgs, METADATA_TIMEOUT, REQUEST_TIMEOUT};
 
 use crate::history::{
-    EventKind, FinalPartition, GroupInfo, Isolation, Recorder, TopicInfo, TopicRole, Workload,
+    Compaction, EventKind, FinalPartition, GroupInfo, Isolation, Recorder, TopicInfo, TopicRole,
+    Workload, ID_HEADER,
 };
 use crate::workload::Env;
 
@@ -70,8 +71,8 @@ pub struct CheckArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Workloads to run, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Workload::ALL)]
+    /// Workloads to run, comma-separated (compact only when named).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Workload::DEFAULT)]
     pub workload: Vec<Workload>,
     /// How long to produce, e.g. 60s, 5m, 1500ms.
     #[arg(long, value_parser = parse_duration, default_value = "60s")]
@@ -100,6 +101,19 @@ pub struct RunArgs {
     /// A nemesis fault log to read at the end: adds unavailability per fault kind.
     #[arg(long, value_name = "FILE")]
     pub faults: Option<PathBuf>,
+    /// compact: how many keys the workload writes (its key space).
+    #[arg(long, default_value_t = 40)]
+    pub compact_keys: u32,
+    /// compact: the topic's max.compaction.lag.ms (30s, 500ms, ...).
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub compact_max_lag: Duration,
+    /// compact: the topic's delete.retention.ms (how long tombstones stay).
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub compact_delete_retention: Duration,
+    /// compact: slack the compaction deadlines allow for the cleaner's
+    /// scheduling and passes (raise it for brokers that clean less often).
+    #[arg(long, value_parser = parse_duration, default_value = "20s")]
+    pub compact_grace: Duration,
     /// Longest wait for the groups to catch up, and for the final reads, after producing stops.
     #[arg(long, value_parser = parse_duration, default_value = "60s")]
     pub settle: Duration,
@@ -181,7 +195,7 @@ fn topic_name(prefix: &str, suffix: &str) -> String {
     format!("{prefix}-{suffix}")
 }
 
-fn plan(prefix: &str, workloads: &[Workload], partitions: i32) -> Plan {
+fn plan(prefix: &str, workloads: &[Workload], partitions: i32, compaction: Compaction) -> Plan {
     let mut topics = Vec::new();
     let mut groups = Vec::new();
     let mut topic = |name: String, workload, role| {
@@ -190,6 +204,7 @@ fn plan(prefix: &str, workloads: &[Workload], partitions: i32) -> Plan {
             workload,
             role,
             partitions,
+            compaction: None,
         });
     };
     for w in workloads {
@@ -221,6 +236,12 @@ fn plan(prefix: &str, workloads: &[Workload], partitions: i32) -> Plan {
                     input_topic: topic_name(prefix, "pipeline-in"),
                 });
             }
+            Workload::Compact => topic(topic_name(prefix, "compact"), *w, TopicRole::Data),
+        }
+    }
+    for t in &mut topics {
+        if t.workload == Workload::Compact {
+            t.compaction = Some(compaction);
         }
     }
     Plan { topics, groups }
@@ -253,6 +274,12 @@ async fn run_workloads(args: RunArgs) -> Result<u8> {
     }
     if args.rate.is_nan() || args.rate <= 0.0 {
         bail!("--rate must be positive");
+    }
+    if args.compact_keys == 0 {
+        bail!("--compact-keys must be at least 1");
+    }
+    if args.compact_max_lag < Duration::from_millis(1) {
+        bail!("--compact-max-lag must be at least 1ms");
     }
     let mut workloads = args.workload.clone();
     workloads.sort();
@@ -288,9 +315,20 @@ async fn run_workloads(args: RunArgs) -> Result<u8> {
     let replication = args
         .replication_factor
         .unwrap_or_else(|| i32::try_from(brokers.clamp(1, 3)).unwrap_or(1));
-    let plan = plan(&prefix, &workloads, args.partitions);
+    let requested = Compaction {
+        max_lag_ms: Some(millis(args.compact_max_lag)),
+        delete_retention_ms: Some(millis(args.compact_delete_retention)),
+        grace_ms: millis(args.compact_grace),
+    };
+    let mut plan = plan(&prefix, &workloads, args.partitions, requested);
     create_topics(&admin, &plan, args.partitions, replication).await?;
     wait_topics_ready(&admin, &plan, args.partitions).await?;
+    // The checks go by what the cluster says the topic has.
+    for t in &mut plan.topics {
+        if let Some(c) = &mut t.compaction {
+            *c = effective_compaction(&admin, &t.topic, *c).await;
+        }
+    }
     drop(admin);
 
     let recorder = Arc::new(Recorder::create(&history_path)?);
@@ -313,7 +351,7 @@ async fn run_workloads(args: RunArgs) -> Result<u8> {
         partitions: args.partitions,
         gate: Arc::new(workload::Gate::default()),
     };
-    let (producers, consumers) = start(&env, &plan, &prefix, &workloads, args.abort_ratio)?;
+    let (producers, consumers) = start(&env, &plan, &prefix, &workloads, &args)?;
     let expected = producers.len()
         + consumers
             .iter()
@@ -403,16 +441,73 @@ async fn run_workloads(args: RunArgs) -> Result<u8> {
     report_history(&history_path, args.faults.as_deref(), args.json)
 }
 
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// `segment.bytes` of the compacted topic: small, so segments roll (and
+/// become cleanable) often. A cluster that refuses it (Kafka 4 wants at
+/// least 1 MiB) gets its default instead: `max.compaction.lag.ms` rolls
+/// segments all the same.
+const COMPACT_SEGMENT_BYTES: &str = "16384";
+
+/// The topic configs of a compacted topic; `small_segments`: with
+/// [`COMPACT_SEGMENT_BYTES`].
+fn compaction_configs(c: &Compaction, small_segments: bool) -> Vec<(&'static str, String)> {
+    let mut configs = vec![
+        ("cleanup.policy", "compact".to_string()),
+        ("min.cleanable.dirty.ratio", "0.01".to_string()),
+        ("min.compaction.lag.ms", "0".to_string()),
+    ];
+    if small_segments {
+        configs.push(("segment.bytes", COMPACT_SEGMENT_BYTES.to_string()));
+    }
+    if let Some(ms) = c.max_lag_ms {
+        configs.push(("max.compaction.lag.ms", ms.to_string()));
+    }
+    if let Some(ms) = c.delete_retention_ms {
+        configs.push(("delete.retention.ms", ms.to_string()));
+    }
+    configs
+}
+
+fn new_topic<'a>(
+    topic: &'a TopicInfo,
+    configs: &'a [(&'static str, String)],
+    partitions: i32,
+    replication: i32,
+) -> NewTopic<'a> {
+    let mut new = NewTopic::new(
+        &topic.topic,
+        partitions,
+        TopicReplication::Fixed(replication),
+    );
+    for (k, v) in configs {
+        new = new.set(k, v);
+    }
+    new
+}
+
 async fn create_topics(
     admin: &AdminClient<CliContext>,
     plan: &Plan,
     partitions: i32,
     replication: i32,
 ) -> Result<()> {
+    let configs: Vec<Vec<(&str, String)>> = plan
+        .topics
+        .iter()
+        .map(|t| {
+            t.compaction
+                .as_ref()
+                .map_or_else(Vec::new, |c| compaction_configs(c, true))
+        })
+        .collect();
     let new: Vec<NewTopic<'_>> = plan
         .topics
         .iter()
-        .map(|t| NewTopic::new(&t.topic, partitions, TopicReplication::Fixed(replication)))
+        .zip(&configs)
+        .map(|(t, c)| new_topic(t, c, partitions, replication))
         .collect();
     let options = AdminOptions::new()
         .request_timeout(Some(REQUEST_TIMEOUT))
@@ -427,10 +522,100 @@ async fn create_topics(
             Err((topic, RDKafkaErrorCode::TopicAlreadyExists)) => {
                 bail!("topic {topic} exists already: choose another --topic-prefix (a run needs topics of its own)")
             }
+            Err((
+                topic,
+                code @ (RDKafkaErrorCode::InvalidConfig | RDKafkaErrorCode::PolicyViolation),
+            )) => {
+                // Once more with the cluster's own segment size (the likely
+                // culprit; anything else fails again, and is reported).
+                let Some(info) = plan
+                    .topics
+                    .iter()
+                    .find(|t| t.topic == topic && t.compaction.is_some())
+                else {
+                    bail!("cannot create topic {topic}: {code}");
+                };
+                let configs = info
+                    .compaction
+                    .as_ref()
+                    .map_or_else(Vec::new, |c| compaction_configs(c, false));
+                eprintln!(
+                    "samsa verify: the cluster refused the configs of topic {topic} ({code}); \
+                     trying again without segment.bytes={COMPACT_SEGMENT_BYTES} (Kafka 4 wants at least 1 MiB)"
+                );
+                let retry_topic = new_topic(info, &configs, partitions, replication);
+                let retry = admin
+                    .create_topics([&retry_topic], &options)
+                    .await
+                    .context("cannot create the topics")?;
+                for r in retry {
+                    if let Err((topic, code)) = r {
+                        bail!("cannot create compacted topic {topic}: {code}");
+                    }
+                }
+            }
             Err((topic, code)) => bail!("cannot create topic {topic}: {code}"),
         }
     }
     Ok(())
+}
+
+/// The compaction settings `topic` has according to the cluster
+/// (DescribeConfigs): `requested` where it cannot tell. A
+/// `max.compaction.lag.ms` of i64::MAX (Kafka's "never") is no deadline.
+async fn effective_compaction(
+    admin: &AdminClient<CliContext>,
+    topic: &str,
+    requested: Compaction,
+) -> Compaction {
+    let options = AdminOptions::new().request_timeout(Some(REQUEST_TIMEOUT));
+    let described = admin
+        .describe_configs([&ResourceSpecifier::Topic(topic)], &options)
+        .await;
+    let resource = match described {
+        Ok(mut results) if !results.is_empty() => results.swap_remove(0),
+        Ok(_) => Err(RDKafkaErrorCode::UnknownTopicOrPartition),
+        Err(e) => {
+            eprintln!("samsa verify: cannot describe topic {topic} ({e}); checking with the requested compaction settings");
+            return requested;
+        }
+    };
+    let resource = match resource {
+        Ok(r) => r,
+        Err(code) => {
+            eprintln!("samsa verify: cannot describe topic {topic} ({code}); checking with the requested compaction settings");
+            return requested;
+        }
+    };
+    let value = |name: &str| resource.get(name).and_then(|e| e.value.clone());
+    if let Some(policy) = value("cleanup.policy") {
+        if !policy.contains("compact") {
+            eprintln!("samsa verify: warning: topic {topic} has cleanup.policy={policy}, not compact: expect compaction anomalies");
+        }
+    }
+    let millis_of = |name: &str, requested: Option<i64>| -> Option<i64> {
+        let Some(text) = value(name) else {
+            return requested;
+        };
+        match text.trim().parse::<i64>() {
+            Ok(i64::MAX) => None,
+            Ok(ms) => {
+                if Some(ms) != requested {
+                    eprintln!(
+                        "samsa verify: warning: topic {topic} has {name}={ms}, not the {} requested; checking with {ms}",
+                        requested.map_or("unbounded".to_string(), |r| r.to_string())
+                    );
+                }
+                Some(ms)
+            }
+            Err(_) => requested,
+        }
+    };
+    Compaction {
+        max_lag_ms: millis_of("max.compaction.lag.ms", requested.max_lag_ms),
+        delete_retention_ms: millis_of("delete.retention.ms", requested.delete_retention_ms),
+        grace_ms: requested.grace_ms,
+    }
 }
 
 /// Waits until the metadata shows every partition of every topic with a leader.
@@ -491,8 +676,9 @@ fn start(
     plan: &Plan,
     prefix: &str,
     workloads: &[Workload],
-    abort_ratio: f64,
+    args: &RunArgs,
 ) -> Result<(Handles, Handles)> {
+    let abort_ratio = args.abort_ratio;
     let mut producers = Handles::new();
     let mut consumers = Handles::new();
     for w in workloads {
@@ -551,6 +737,24 @@ fn start(
                         workload::pipeline::run_worker(&env, &topics, i)
                     })?;
                 }
+            }
+            Workload::Compact => {
+                let topic = topic_of(plan, *w, TopicRole::Data)?;
+                let keys = Arc::new(workload::compact::KeySpace::new(
+                    args.compact_keys,
+                    env.partitions,
+                ));
+                {
+                    let keys = Arc::clone(&keys);
+                    let (env, topic) = (env.clone(), topic.clone());
+                    spawn(&mut producers, "compact-p0".into(), move || {
+                        workload::compact::run_producer(&env, &topic, &keys)
+                    })?;
+                }
+                let (env, id) = (env.clone(), topic_name(prefix, "compact-txn"));
+                spawn(&mut producers, "compact-t0".into(), move || {
+                    workload::compact::run_txn_producer(&env, &topic, &id, &keys, abort_ratio)
+                })?;
             }
         }
     }
@@ -726,18 +930,32 @@ fn final_read(
         .enumerate()
         .map(|(i, (_, end))| ready[i] && *end == 0)
         .collect();
+    // Every record this read returns is fetched after this.
+    let started_ms = history::now_ms();
     if tpl.count() > 0 {
         reader.assign(&tpl)?;
     }
     while done.iter().zip(&ready).any(|(d, r)| *r && !*d) && Instant::now() < deadline {
         match reader.poll(Duration::from_millis(100)) {
             Some(Ok(msg)) => {
+                // A tombstone (null value) carries its id in a header.
+                let tombstone = msg.payload().is_none();
+                let value = match msg.payload() {
+                    Some(payload) => payload,
+                    None => msg
+                        .headers()
+                        .and_then(|h| h.iter().find(|h| h.key == ID_HEADER))
+                        .and_then(|h| h.value)
+                        .unwrap_or_default(),
+                };
                 env.recorder.record(EventKind::FinalRead {
                     isolation,
                     topic: topic.to_string(),
                     partition: msg.partition(),
                     offset: msg.offset(),
-                    value: String::from_utf8_lossy(msg.payload().unwrap_or_default()).into_owned(),
+                    value: String::from_utf8_lossy(value).into_owned(),
+                    key: msg.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                    tombstone,
                 });
             }
             // The fetch reached the end offset, which was already at least
@@ -763,6 +981,7 @@ fn final_read(
                 complete: done[i],
             })
             .collect(),
+        started_ms: Some(started_ms),
     });
     Ok(())
 }

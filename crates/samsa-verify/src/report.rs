@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::check::{Finding, Findings, TxnCounts};
+use crate::check::{CompactedTopic, Finding, Findings, TxnCounts};
 use crate::history::{Event, EventKind, Workload};
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -100,6 +100,10 @@ pub struct Report {
     /// Whether the consumer groups caught up with their input before the end.
     pub drained: bool,
     pub transactions: TxnCounts,
+    /// Per compacted topic: writes, what the final read still had, what
+    /// had to be gone (only with the compact workload).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub compacted: Vec<CompactedTopic>,
     pub workloads: BTreeMap<Workload, WorkloadStats>,
     pub availability: Availability,
     pub faults: Vec<FaultStats>,
@@ -319,6 +323,7 @@ pub fn build(
         unchecked: findings.unchecked.clone(),
         drained: findings.drained,
         transactions: findings.txns.clone(),
+        compacted: findings.compacted.clone(),
         workloads,
         availability,
         faults,
@@ -397,6 +402,20 @@ impl Report {
             "transactions: {} committed, {} aborted, {} outcome unknown, {} never committed",
             t.committed, t.aborted, t.unknown, t.never_committed
         );
+        for t in &self.compacted {
+            let _ = writeln!(
+                s,
+                "compacted {}: {} writes ({} tombstones) over {} keys; the final read has {} records ({} tombstones, {} superseded); {} writes were due for removal",
+                t.topic,
+                t.writes,
+                t.tombstones,
+                t.keys,
+                t.read,
+                t.tombstones_read,
+                t.superseded_read,
+                t.due_for_removal
+            );
+        }
         let a = &self.availability;
         let _ = writeln!(
             s,

@@ -1,14 +1,23 @@
 //! Synthetic histories: a clean one, and one per anomaly kind, each
 //! detected with the right count.
 
+#![allow(clippy::unwrap_used)]
+
 use super::*;
-use crate::history::{FinalPartition, GroupInfo, PartitionOffset, TopicInfo, TopicPartition};
+use crate::history::{
+    Compaction, FinalPartition, GroupInfo, PartitionOffset, TopicInfo, TopicPartition,
+};
 
 const DATA: &str = "t-data";
 const TXN: &str = "t-txn";
 const QUEUE: &str = "t-queue";
 const PIN: &str = "t-pin";
 const POUT: &str = "t-pout";
+const COMPACT: &str = "t-compact";
+/// The compacted topic's settings in these histories.
+const MAX_LAG: i64 = 5_000;
+const DELETE_RETENTION: i64 = 5_000;
+const GRACE: i64 = 2_000;
 
 /// A history under construction; time advances by 1 ms per event.
 struct H {
@@ -24,6 +33,7 @@ impl H {
             workload,
             role,
             partitions: 2,
+            compaction: None,
         };
         let mut h = H {
             events: Vec::new(),
@@ -40,6 +50,14 @@ impl H {
                 topic(QUEUE, Workload::Queue, TopicRole::Data),
                 topic(PIN, Workload::Pipeline, TopicRole::PipelineInput),
                 topic(POUT, Workload::Pipeline, TopicRole::PipelineOutput),
+                TopicInfo {
+                    compaction: Some(Compaction {
+                        max_lag_ms: Some(MAX_LAG),
+                        delete_retention_ms: Some(DELETE_RETENTION),
+                        grace_ms: GRACE,
+                    }),
+                    ..topic(COMPACT, Workload::Compact, TopicRole::Data)
+                },
             ],
             groups: vec![
                 GroupInfo {
@@ -74,6 +92,8 @@ impl H {
             topic: topic.into(),
             partition: p,
             txn: txn.map(str::to_string),
+            key: None,
+            tombstone: false,
         });
     }
 
@@ -207,6 +227,8 @@ impl H {
                 partition: *p,
                 offset: *o,
                 value: (*v).into(),
+                key: None,
+                tombstone: false,
             });
         }
     }
@@ -224,6 +246,7 @@ impl H {
                         complete: true,
                     })
                     .collect(),
+                started_ms: Some(self.now),
             });
         }
     }
@@ -385,6 +408,7 @@ fn nothing_is_missing_from_an_incomplete_partition() {
             isolation: Isolation::ReadCommitted,
             topic,
             partitions,
+            ..
         } = &mut e.kind
         {
             if topic == DATA {
@@ -701,4 +725,423 @@ fn a_record_read_elsewhere_than_acknowledged() {
     }
     let f = h.check();
     only(&f, AnomalyKind::OffsetConflict, 1);
+}
+
+// ---------------------------------------------------------------------
+// Compacted topics.
+
+/// How a transaction of the compact workload ended.
+#[derive(Clone, Copy)]
+enum End {
+    Committed,
+    Aborted,
+    CommitFailed,
+}
+
+/// A step of the compact workload: at `t` ms, an idempotent write or a
+/// transaction of keyed records (key, value, tombstone).
+enum Op {
+    W(i64, &'static str, &'static str, bool),
+    Txn(
+        i64,
+        &'static str,
+        Vec<(&'static str, &'static str, bool)>,
+        End,
+    ),
+    /// A failed delivery (no acknowledgement).
+    Failed(i64, &'static str, &'static str, bool),
+}
+
+impl Op {
+    fn time(&self) -> i64 {
+        match self {
+            Op::W(t, ..) | Op::Txn(t, ..) | Op::Failed(t, ..) => *t,
+        }
+    }
+}
+
+/// A compacted history: every record on partition 0, offsets in time
+/// order. Two writes of `a` (one tombstone of `b` after a value), a
+/// committed transaction writing `a` last and an aborted one after it,
+/// `c` written every second from 4 s to 30 s (c-0 … c-26: the appends that
+/// roll segments), a tombstone of `d` at 20.5 s, `e` written at 24 s and
+/// deleted at 29 s. With a max lag of 5 s and a grace of 2 s, what was
+/// superseded before about 23 s is due by 60 s; the tombstone of `b` too
+/// (due by 22.5 s), not those of `d` and `e` (no append late enough).
+fn compact_ops() -> Vec<Op> {
+    let mut ops = vec![
+        Op::W(1_000, "a", "a-1", false),
+        Op::W(1_100, "b", "b-1", false),
+        Op::W(2_000, "a", "a-2", false),
+        Op::W(2_100, "b", "b-2", true),
+        Op::Txn(3_000, "x1", vec![("a", "x1-a", false)], End::Committed),
+        Op::Txn(3_100, "x2", vec![("a", "x2-a", false)], End::Aborted),
+        Op::W(20_500, "d", "d-1", true),
+        Op::W(24_000, "e", "e-1", false),
+        Op::W(29_000, "e", "e-2", true),
+    ];
+    for (i, value) in C_VALUES.iter().enumerate() {
+        ops.push(Op::W(4_000 + 1_000 * i as i64, "c", value, false));
+    }
+    ops
+}
+
+const C_VALUES: [&str; 27] = [
+    "c-0", "c-1", "c-2", "c-3", "c-4", "c-5", "c-6", "c-7", "c-8", "c-9", "c-10", "c-11", "c-12",
+    "c-13", "c-14", "c-15", "c-16", "c-17", "c-18", "c-19", "c-20", "c-21", "c-22", "c-23", "c-24",
+    "c-25", "c-26",
+];
+
+/// What a legitimately compacted final read of [`compact_ops`] holds: the
+/// latest of every key, c-25 (superseded, not yet due), the tombstone of
+/// `d` (not yet due) and both records of `e` (not yet due).
+const COMPACT_READ: [&str; 6] = ["x1-a", "c-25", "c-26", "d-1", "e-1", "e-2"];
+
+/// (offset, key, tombstone) of every record written.
+type Placed = HashMap<&'static str, (i64, &'static str, bool)>;
+
+/// `ops` as a history, then both final reads of `read` beginning at 60 s.
+fn compacted(mut ops: Vec<Op>, read: &[&str]) -> (H, Placed) {
+    ops.sort_by_key(Op::time);
+    let mut h = H::new();
+    let mut placed = Placed::new();
+    let mut offset = 0;
+    let send = |h: &mut H, key: &str, value: &str, tombstone: bool, txn: Option<&str>| {
+        h.push(EventKind::Send {
+            workload: Workload::Compact,
+            producer: if txn.is_some() { "ct" } else { "cp" }.into(),
+            value: value.into(),
+            topic: COMPACT.into(),
+            partition: 0,
+            txn: txn.map(str::to_string),
+            key: Some(key.into()),
+            tombstone,
+        });
+    };
+    for op in &ops {
+        h.now = op.time();
+        match op {
+            Op::W(_, key, value, tombstone) => {
+                send(&mut h, key, value, *tombstone, None);
+                h.ack(Workload::Compact, COMPACT, 0, offset, value, None);
+                placed.insert(value, (offset, key, *tombstone));
+                offset += 1;
+            }
+            Op::Failed(_, key, value, tombstone) => {
+                send(&mut h, key, value, *tombstone, None);
+                h.push(EventKind::AckFailed {
+                    workload: Workload::Compact,
+                    producer: "cp".into(),
+                    value: value.to_string(),
+                    topic: COMPACT.into(),
+                    partition: 0,
+                    txn: None,
+                    error: "timed out".into(),
+                });
+            }
+            Op::Txn(_, id, records, end) => {
+                h.push(EventKind::TxnBegin {
+                    workload: Workload::Compact,
+                    producer: "ct".into(),
+                    txn: id.to_string(),
+                });
+                for (key, value, tombstone) in records {
+                    send(&mut h, key, value, *tombstone, Some(id));
+                    h.ack(Workload::Compact, COMPACT, 0, offset, value, Some(id));
+                    placed.insert(value, (offset, key, *tombstone));
+                    offset += 1;
+                }
+                match end {
+                    End::Committed => h.committed(id),
+                    End::Aborted => h.aborted(id, true),
+                    End::CommitFailed => {
+                        h.commit_issued(id);
+                        h.push(EventKind::TxnCommitFailed {
+                            workload: Workload::Compact,
+                            txn: id.to_string(),
+                            error: "timed out".into(),
+                        });
+                    }
+                }
+                // The transaction's marker.
+                offset += 1;
+            }
+        }
+    }
+    h.now = 59_000;
+    h.push(EventKind::ProducingStopped {});
+    h.push(EventKind::Drained {
+        complete: true,
+        detail: String::new(),
+    });
+    h.now = 60_000;
+    for isolation in [Isolation::ReadCommitted, Isolation::ReadUncommitted] {
+        for value in read {
+            let (offset, key, tombstone) = placed[value];
+            h.push(EventKind::FinalRead {
+                isolation,
+                topic: COMPACT.into(),
+                partition: 0,
+                offset,
+                value: value.to_string(),
+                key: Some(key.into()),
+                tombstone,
+            });
+        }
+    }
+    h.now = 60_000;
+    h.final_done(COMPACT);
+    (h, placed)
+}
+
+fn compacted_read_with(extra: &[&'static str]) -> Vec<&'static str> {
+    COMPACT_READ.iter().chain(extra).copied().collect()
+}
+
+fn compacted_read_without(gone: &[&str]) -> Vec<&'static str> {
+    COMPACT_READ
+        .iter()
+        .filter(|v| !gone.contains(v))
+        .copied()
+        .collect()
+}
+
+/// The final read_committed read's record of `value` moved to `offset`.
+fn read_at_offset(h: &mut H, value: &str, to: i64) {
+    for e in &mut h.events {
+        if let EventKind::FinalRead {
+            value: v, offset, ..
+        } = &mut e.kind
+        {
+            if v == value {
+                *offset = to;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_legitimately_compacted_topic_has_no_anomalies() {
+    let (h, _) = compacted(compact_ops(), &COMPACT_READ);
+    let f = h.check();
+    assert!(f.anomalies.is_empty(), "{f:#?}");
+    let stats = f.compacted.iter().find(|t| t.topic == COMPACT).unwrap();
+    assert_eq!(
+        *stats,
+        CompactedTopic {
+            topic: COMPACT.into(),
+            keys: 5,
+            // 35 writes in the log (x2-a was aborted).
+            writes: 35,
+            tombstones: 3,
+            read: 6,
+            tombstones_read: 2,
+            superseded_read: 2,
+            // a-1, a-2, b-1, b-2 and c-0 … c-19.
+            due_for_removal: 24,
+        }
+    );
+    // Superseded records not yet due may all still be there; tombstones
+    // not yet due may go early, with what they delete.
+    let mut all: Vec<&str> = vec!["x1-a", "d-1", "e-1", "e-2"];
+    all.extend(&C_VALUES[20..]);
+    let (h, _) = compacted(compact_ops(), &all);
+    assert!(h.check().anomalies.is_empty());
+    let (h, _) = compacted(
+        compact_ops(),
+        &compacted_read_without(&["d-1", "e-1", "e-2"]),
+    );
+    assert!(h.check().anomalies.is_empty());
+}
+
+#[test]
+fn the_latest_write_of_a_key_must_stay() {
+    // x1-a (committed) is the latest of `a`: the aborted x2-a after it
+    // does not replace it.
+    let (h, _) = compacted(compact_ops(), &compacted_read_without(&["x1-a"]));
+    let f = h.check();
+    only(&f, AnomalyKind::CompactedLatestMissing, 1);
+    assert!(f.anomalies[0].examples[0].contains("x1-a"), "{f:#?}");
+    // The latest idempotent write too.
+    let (h, _) = compacted(compact_ops(), &compacted_read_without(&["c-26"]));
+    only(&h.check(), AnomalyKind::CompactedLatestMissing, 1);
+}
+
+#[test]
+fn a_later_tombstone_that_may_have_landed_excuses_the_latest() {
+    // A tombstone of `a` whose delivery failed may be in the log after
+    // x1-a, and gone since: x1-a may be gone.
+    let mut ops = compact_ops();
+    ops.push(Op::Failed(3_500, "a", "a-9", true));
+    let (h, _) = compacted(ops, &compacted_read_without(&["x1-a"]));
+    let f = h.check();
+    assert!(f.anomalies.is_empty(), "{f:#?}");
+}
+
+#[test]
+fn an_unknown_outcome_seen_in_part_counts_as_committed() {
+    let mut ops = compact_ops();
+    ops.push(Op::Txn(
+        3_200,
+        "x3",
+        vec![("f", "x3-f", false), ("g", "x3-g", false)],
+        End::CommitFailed,
+    ));
+    // None of it: fine (it may have been aborted).
+    let (h, _) = compacted(ops, &COMPACT_READ);
+    assert!(h.check().anomalies.is_empty());
+    let mut ops = compact_ops();
+    ops.push(Op::Txn(
+        3_200,
+        "x3",
+        vec![("f", "x3-f", false), ("g", "x3-g", false)],
+        End::CommitFailed,
+    ));
+    // x3-f seen: x3 committed, and x3-g, the latest of `g`, is missing
+    // (a compacted topic's transaction is judged by key, not as torn).
+    let (h, _) = compacted(ops, &compacted_read_with(&["x3-f"]));
+    let f = h.check();
+    only(&f, AnomalyKind::CompactedLatestMissing, 1);
+    assert!(f.anomalies[0].examples[0].contains("x3-g"), "{f:#?}");
+}
+
+#[test]
+fn a_superseded_record_past_the_max_lag_is_overdue() {
+    // a-1 was superseded by a-2 (acknowledged at 2 s); c-20 by c-21 too
+    // late for the appends after it to roll its segment: not judged.
+    let (h, _) = compacted(compact_ops(), &compacted_read_with(&["a-1", "c-20"]));
+    let f = h.check();
+    only(&f, AnomalyKind::CompactionOverdue, 1);
+    assert!(f.anomalies[0].examples[0].contains("a-1"), "{f:#?}");
+}
+
+#[test]
+fn overdue_is_judged_against_when_the_read_began() {
+    // a-2 acknowledged at 2002 ms (events are 1 ms apart); the first record
+    // sent after 7002 ms (c-4, at 8001 ms) was acknowledged at 8002 ms;
+    // + 2 s grace: 10002 ms.
+    let read_from = |started: i64| {
+        let (mut h, _) = compacted(compact_ops(), &compacted_read_with(&["a-1"]));
+        for e in &mut h.events {
+            if let EventKind::FinalReadDone {
+                topic, started_ms, ..
+            } = &mut e.kind
+            {
+                if topic == COMPACT {
+                    *started_ms = Some(started);
+                }
+            }
+        }
+        h.check()
+    };
+    assert!(read_from(10_001).anomalies.is_empty());
+    only(&read_from(10_002), AnomalyKind::CompactionOverdue, 1);
+}
+
+#[test]
+fn a_tombstone_past_its_delete_retention_is_overdue() {
+    // b-2 (acknowledged at 2102 ms): rolled and cleaned by 10002 ms,
+    // horizon 15002 ms, the next pass due by the append after 20002 ms
+    // (d-1, acknowledged at 20502 ms) + 2 s.
+    let (h, _) = compacted(compact_ops(), &compacted_read_with(&["b-2"]));
+    let f = h.check();
+    only(&f, AnomalyKind::TombstoneOverdue, 1);
+    assert!(f.anomalies[0].examples[0].contains("b-2"), "{f:#?}");
+}
+
+#[test]
+fn a_tombstone_stays_for_its_delete_retention() {
+    // z-1 deletes `z` 1.5 s before the read ends: delete.retention.ms is 5 s.
+    let with_z = || {
+        let mut ops = compact_ops();
+        ops.push(Op::W(58_500, "z", "z-1", true));
+        ops
+    };
+    let (h, _) = compacted(with_z(), &compacted_read_with(&["z-1"]));
+    assert!(h.check().anomalies.is_empty());
+    let (h, _) = compacted(with_z(), &COMPACT_READ);
+    let f = h.check();
+    only(&f, AnomalyKind::TombstoneEarly, 1);
+    assert!(f.anomalies[0].examples[0].contains("z-1"), "{f:#?}");
+    // Replaced by a later write of `z` (which may itself go, being a
+    // tombstone whose delivery failed), it may go at once.
+    let mut ops = with_z();
+    ops.push(Op::Failed(58_700, "z", "z-2", true));
+    let (h, _) = compacted(ops, &COMPACT_READ);
+    assert!(h.check().anomalies.is_empty());
+}
+
+#[test]
+fn a_deleted_key_must_not_come_back() {
+    // e-2 deleted `e` (not due yet, so it may go), but e-1 is still there.
+    let (h, _) = compacted(compact_ops(), &compacted_read_without(&["e-2"]));
+    let f = h.check();
+    only(&f, AnomalyKind::Resurrected, 1);
+    assert!(f.anomalies[0].examples[0].contains("e-1"), "{f:#?}");
+}
+
+#[test]
+fn value_checks_run_on_compacted_topics() {
+    // The aborted x2-a in the read_committed read.
+    let (mut h, placed) = compacted(compact_ops(), &COMPACT_READ);
+    h.push(EventKind::FinalRead {
+        isolation: Isolation::ReadCommitted,
+        topic: COMPACT.into(),
+        partition: 0,
+        offset: placed["x2-a"].0,
+        value: "x2-a".into(),
+        key: Some("a".into()),
+        tombstone: false,
+    });
+    only(&h.check(), AnomalyKind::AbortedRead, 1);
+    // A record read at another offset than its acknowledgement's (where
+    // its transaction's marker is).
+    let (mut h, placed) = compacted(compact_ops(), &COMPACT_READ);
+    read_at_offset(&mut h, "x1-a", placed["x1-a"].0 + 1);
+    only(&h.check(), AnomalyKind::OffsetConflict, 1);
+    // A value read as a tombstone it was not sent as.
+    let (mut h, _) = compacted(compact_ops(), &COMPACT_READ);
+    for e in &mut h.events {
+        if let EventKind::FinalRead {
+            isolation: Isolation::ReadCommitted,
+            value,
+            tombstone,
+            ..
+        } = &mut e.kind
+        {
+            if value == "c-26" {
+                *tombstone = true;
+            }
+        }
+    }
+    only(&h.check(), AnomalyKind::UnknownValue, 1);
+}
+
+#[test]
+fn a_write_acknowledged_without_an_offset_is_judged_by_its_key() {
+    let without_offsets = |h: &mut H, values: &[&str]| {
+        for e in &mut h.events {
+            if let EventKind::Ack { value, offset, .. } = &mut e.kind {
+                if values.contains(&value.as_str()) {
+                    *offset = -1001;
+                }
+            }
+        }
+    };
+    // c-26 is found where the read has it; h-1 (the only write of `h`)
+    // is nowhere, and nothing of its key could have replaced it.
+    let mut ops = compact_ops();
+    ops.push(Op::W(3_300, "h", "h-1", false));
+    let (mut h, _) = compacted(ops, &COMPACT_READ);
+    without_offsets(&mut h, &["c-26", "h-1"]);
+    let f = h.check();
+    only(&f, AnomalyKind::CompactedLatestMissing, 1);
+    assert!(f.anomalies[0].examples[0].contains("h-1"), "{f:#?}");
+    // A later h-2 in the read may have replaced it.
+    let mut ops = compact_ops();
+    ops.push(Op::W(3_300, "h", "h-1", false));
+    ops.push(Op::W(3_400, "h", "h-2", false));
+    let (mut h, _) = compacted(ops, &compacted_read_with(&["h-2"]));
+    without_offsets(&mut h, &["h-1"]);
+    assert!(h.check().anomalies.is_empty());
 }

@@ -7,6 +7,7 @@
 //! order in the history is the order that client saw (rebalance callbacks
 //! run inside `poll`, on the same thread).
 
+pub mod compact;
 pub mod idempotent;
 pub mod pipeline;
 pub mod queue;
@@ -21,12 +22,12 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{DeliveryResult, Message};
+use rdkafka::message::{DeliveryResult, Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use samsa_tools::client::{forward_error, forward_log, ConnectArgs};
 
-use crate::history::{EventKind, PartitionOffset, Recorder, TopicPartition, Workload};
+use crate::history::{EventKind, PartitionOffset, Recorder, TopicPartition, Workload, ID_HEADER};
 
 /// What every workload thread gets.
 #[derive(Clone)]
@@ -195,11 +196,16 @@ pub fn group_consumer_settings(client_id: &str, group: &str) -> Vec<(&'static st
 }
 
 /// What a delivery report needs to be recorded.
+#[derive(Debug, Clone, Default)]
 pub struct Pending {
     pub value: String,
     pub topic: String,
     pub partition: i32,
     pub txn: Option<String>,
+    /// The record's key (keyed workloads only).
+    pub key: Option<String>,
+    /// A null value: `value` goes in the [`ID_HEADER`] header instead.
+    pub tombstone: bool,
 }
 
 /// Producer context: every delivery report becomes an `Ack` or
@@ -229,6 +235,7 @@ impl ProducerContext for RecordingContext {
             topic,
             partition,
             txn,
+            ..
         } = *pending;
         let kind = match result {
             Ok(msg) => EventKind::Ack {
@@ -273,7 +280,8 @@ pub fn recording_producer(
 
 /// Records a `Send` and hands the record to the producer, waiting while
 /// librdkafka's queue is full. An immediate error is returned (and
-/// recorded as a failed delivery: nothing was sent).
+/// recorded as a failed delivery: nothing was sent). A tombstone is sent
+/// with a null value and its id in the [`ID_HEADER`] header.
 pub fn send(
     producer: &RecordingProducer,
     workload: Workload,
@@ -287,16 +295,29 @@ pub fn send(
         topic: pending.topic.clone(),
         partition: pending.partition,
         txn: pending.txn.clone(),
+        key: pending.key.clone(),
+        tombstone: pending.tombstone,
     });
     let mut pending = Box::new(pending);
     loop {
         let topic = pending.topic.clone();
         let value = pending.value.clone();
+        let key = pending.key.clone();
         let partition = pending.partition;
-        let record: BaseRecord<'_, [u8], [u8], Box<Pending>> =
-            BaseRecord::with_opaque_to(&topic, pending)
-                .partition(partition)
-                .payload(value.as_bytes());
+        let tombstone = pending.tombstone;
+        let mut record: BaseRecord<'_, [u8], [u8], Box<Pending>> =
+            BaseRecord::with_opaque_to(&topic, pending).partition(partition);
+        if let Some(key) = &key {
+            record = record.key(key.as_bytes());
+        }
+        record = if tombstone {
+            record.headers(OwnedHeaders::new().insert(Header {
+                key: ID_HEADER,
+                value: Some(value.as_bytes()),
+            }))
+        } else {
+            record.payload(value.as_bytes())
+        };
         match producer.send(record) {
             Ok(()) => return Ok(()),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), record)) => {
@@ -344,7 +365,7 @@ pub fn produce_round_robin(
             value: format!("{name}-{n}"),
             topic: topic.to_string(),
             partition: i32::try_from(n % partitions).unwrap_or(0),
-            txn: None,
+            ..Pending::default()
         };
         n += 1;
         if let Err(e) = send(&producer, workload, name, pending) {

@@ -138,6 +138,7 @@ impl Worker {
             topic: self.topics.output.clone(),
             partition: msg.partition() % self.env.partitions.max(1),
             txn: Some(txn),
+            ..Pending::default()
         };
         send(&self.producer, W, &self.name, pending).map_err(|e| classify("produce", e))
     }
