@@ -6,6 +6,7 @@ mod bad_input;
 mod basics;
 mod chaos;
 mod cluster;
+mod compacted_state;
 mod compression;
 mod coordinator_loss;
 mod dev;
