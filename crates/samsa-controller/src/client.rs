@@ -71,6 +71,7 @@ has_error!(
     pb::DeleteTopicsResponse,
     pb::CreatePartitionsResponse,
     pb::AlterConfigsResponse,
+    pb::AlterSecurityResponse,
     pb::AlterPartitionResponse,
     pb::ElectLeadersResponse,
 );
@@ -467,6 +468,22 @@ impl ControllerClient {
             topic_id: convert::parse_uuid(&result.topic_id, "topic id")?,
             num_partitions: result.num_partitions,
         })
+    }
+
+    /// (c) SCRAM credential and ACL records, in one batch.
+    pub async fn alter_security(&self, records: &[MetadataRecord]) -> Result<(), ControllerError> {
+        let records_json = records
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ControllerError::Internal(e.to_string()))?;
+        let msg = pb::AlterSecurityRequest { records_json };
+        self.call(|mut c| {
+            let msg = msg.clone();
+            async move { c.alter_security(msg).await }
+        })
+        .await?;
+        Ok(())
     }
 
     /// (c) Sets (`Some`) or removes (`None`) config keys.

@@ -26,13 +26,16 @@
 //! Topics are held behind `Arc`, so cloning an image (which atomic batches,
 //! handlers' scratch copies and readers do) copies pointers, not partitions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::records::{BrokerEndpoint, BrokerId, ConfigResource, MetadataRecord, NO_LEADER};
+use crate::records::{
+    AclBinding, BrokerEndpoint, BrokerId, ConfigResource, MetadataRecord, ScramCredential,
+    NO_LEADER,
+};
 
 /// Topic config that allows electing a leader from outside the ISR.
 pub const UNCLEAN_LEADER_ELECTION_ENABLE: &str = "unclean.leader.election.enable";
@@ -171,6 +174,12 @@ pub struct MetadataImage {
     /// before brokers had them).
     #[serde(default)]
     broker_configs: BTreeMap<BrokerId, BTreeMap<String, String>>,
+    /// SCRAM credentials by user, then mechanism.
+    #[serde(default)]
+    scram_credentials: BTreeMap<String, BTreeMap<String, ScramCredential>>,
+    /// Every ACL binding.
+    #[serde(default)]
+    acls: BTreeSet<AclBinding>,
     next_producer_id: i64,
     next_broker_epoch: i64,
 }
@@ -233,6 +242,16 @@ impl MetadataImage {
 
     pub fn cluster_configs(&self) -> &BTreeMap<String, String> {
         &self.cluster_configs
+    }
+
+    /// SCRAM credentials by user, then mechanism.
+    pub fn scram_credentials(&self) -> &BTreeMap<String, BTreeMap<String, ScramCredential>> {
+        &self.scram_credentials
+    }
+
+    /// Every ACL binding.
+    pub fn acls(&self) -> &BTreeSet<AclBinding> {
+        &self.acls
     }
 
     /// Every broker's own dynamic configs, by broker id.
@@ -379,6 +398,37 @@ impl MetadataImage {
                 name,
                 value,
             } => self.change_config(resource, name, value.as_deref()),
+            MetadataRecord::ScramCredentialChanged {
+                user,
+                mechanism,
+                credential,
+            } => {
+                match credential {
+                    Some(c) => {
+                        self.scram_credentials
+                            .entry(user.clone())
+                            .or_default()
+                            .insert(mechanism.clone(), c.clone());
+                    }
+                    None => {
+                        if let Some(by_mechanism) = self.scram_credentials.get_mut(user) {
+                            by_mechanism.remove(mechanism);
+                            if by_mechanism.is_empty() {
+                                self.scram_credentials.remove(user);
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            }
+            MetadataRecord::AclCreated { binding } => {
+                self.acls.insert(binding.clone());
+                Ok(())
+            }
+            MetadataRecord::AclDeleted { binding } => {
+                self.acls.remove(binding);
+                Ok(())
+            }
         }
     }
 

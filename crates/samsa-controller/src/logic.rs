@@ -1319,6 +1319,30 @@ impl ControllerLogic {
         Ok(leader)
     }
 
+    /// Applies SCRAM credential and ACL changes (checked by the broker that
+    /// took the Kafka request); refuses any other kind of record.
+    pub fn alter_security(
+        &mut self,
+        image: &MetadataImage,
+        records: Vec<MetadataRecord>,
+        _now_ms: i64,
+    ) -> Outcome<()> {
+        let mut changes = Changes::new(image);
+        for record in records {
+            match record {
+                MetadataRecord::ScramCredentialChanged { .. }
+                | MetadataRecord::AclCreated { .. }
+                | MetadataRecord::AclDeleted { .. } => changes.push(record)?,
+                other => {
+                    return Err(ControllerError::InvalidRequest(format!(
+                        "{other} is not a security change"
+                    )))
+                }
+            }
+        }
+        Ok((changes.records, ()))
+    }
+
     /// Sets or removes config keys on the cluster or one topic.
     pub fn alter_configs(
         &mut self,

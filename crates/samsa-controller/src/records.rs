@@ -25,6 +25,8 @@
 //! | [`TopicDeleted`](MetadataRecord::TopicDeleted) | topic and its partitions removed | topic exists with that name and UUID |
 //! | [`ProducerIdsAllocated`](MetadataRecord::ProducerIdsAllocated) | next producer-id block start moves past the block | `first_producer_id == next_producer_id`, size > 0 |
 //! | [`ConfigChanged`](MetadataRecord::ConfigChanged) | one config key set or removed on the cluster-wide broker defaults, one broker, or a topic | the topic exists |
+//! | [`ScramCredentialChanged`](MetadataRecord::ScramCredentialChanged) | a user's SCRAM credential of one mechanism set (salted, never the password) or removed | none (a removal of none is a no-op) |
+//! | [`AclCreated`](MetadataRecord::AclCreated) / [`AclDeleted`](MetadataRecord::AclDeleted) | one ACL binding added / removed | none (adding one twice or removing a missing one changes nothing) |
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -46,6 +48,58 @@ pub struct BrokerEndpoint {
     pub host: String,
     pub port: u16,
     pub security_protocol: String,
+}
+
+/// A user's SCRAM credential for one mechanism (RFC 5802): what the
+/// server keeps instead of the password. Bytes are base64 in the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScramCredential {
+    #[serde(with = "b64")]
+    pub salt: Vec<u8>,
+    /// H(ClientKey), ClientKey = HMAC(SaltedPassword, "Client Key").
+    #[serde(with = "b64")]
+    pub stored_key: Vec<u8>,
+    /// HMAC(SaltedPassword, "Server Key").
+    #[serde(with = "b64")]
+    pub server_key: Vec<u8>,
+    pub iterations: u32,
+}
+
+/// One ACL as Kafka's CreateAcls names it (an `AclBinding`), in Kafka's
+/// codes so that it passes through the protocol unchanged: resource type
+/// (2 TOPIC, 3 GROUP, 4 CLUSTER, 5 TRANSACTIONAL_ID, 6 DELEGATION_TOKEN,
+/// 7 USER), pattern type (3 LITERAL, 4 PREFIXED), operation (2 ALL, 3 READ,
+/// 4 WRITE, 5 CREATE, 6 DELETE, 7 ALTER, 8 DESCRIBE, 9 CLUSTER_ACTION,
+/// 10 DESCRIBE_CONFIGS, 11 ALTER_CONFIGS, 12 IDEMPOTENT_WRITE,
+/// 13 CREATE_TOKENS, 14 DESCRIBE_TOKENS), permission (2 DENY, 3 ALLOW).
+/// The principal is `Type:name` (`User:alice`, `User:*`), the host an IP
+/// address or `*`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct AclBinding {
+    pub resource_type: i8,
+    pub resource_name: String,
+    pub pattern_type: i8,
+    pub principal: String,
+    pub host: String,
+    pub operation: i8,
+    pub permission_type: i8,
+}
+
+/// Serde of byte strings as base64 text.
+mod b64 {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 /// What a [`MetadataRecord::ConfigChanged`] applies to.
@@ -127,6 +181,19 @@ pub enum MetadataRecord {
         /// `None` removes the key.
         value: Option<String>,
     },
+    ScramCredentialChanged {
+        user: String,
+        /// `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+        mechanism: String,
+        /// `None` removes it.
+        credential: Option<ScramCredential>,
+    },
+    AclCreated {
+        binding: AclBinding,
+    },
+    AclDeleted {
+        binding: AclBinding,
+    },
 }
 
 impl fmt::Display for MetadataRecord {
@@ -180,6 +247,17 @@ impl fmt::Display for MetadataRecord {
             Self::ConfigChanged { resource, name, value } => {
                 write!(f, "ConfigChanged({resource:?}, {name}={value:?})")
             }
+            Self::ScramCredentialChanged {
+                user,
+                mechanism,
+                credential,
+            } => write!(
+                f,
+                "ScramCredentialChanged({user}, {mechanism}, {})",
+                if credential.is_some() { "set" } else { "removed" }
+            ),
+            Self::AclCreated { binding } => write!(f, "AclCreated({binding:?})"),
+            Self::AclDeleted { binding } => write!(f, "AclDeleted({binding:?})"),
         }
     }
 }

@@ -717,6 +717,33 @@ impl ControllerService for ControllerGrpc {
         }))
     }
 
+    async fn alter_security(
+        &self,
+        request: Request<pb::AlterSecurityRequest>,
+    ) -> Result<Response<pb::AlterSecurityResponse>, Status> {
+        let parsed: Result<Vec<MetadataRecord>, _> = request
+            .into_inner()
+            .records_json
+            .iter()
+            .map(|json| serde_json::from_str::<MetadataRecord>(json))
+            .collect();
+        let result = match parsed {
+            Ok(records) => {
+                self.core
+                    .write(true, move |logic, image, now| {
+                        logic.alter_security(image, records, now)
+                    })
+                    .await
+            }
+            Err(e) => Err(ControllerError::InvalidRequest(format!(
+                "undecodable security record: {e}"
+            ))),
+        };
+        Ok(Response::new(pb::AlterSecurityResponse {
+            error: result.err().map(|e| error_to_pb(&e)),
+        }))
+    }
+
     async fn alter_partition(
         &self,
         request: Request<pb::AlterPartitionRequest>,
