@@ -391,10 +391,27 @@ impl SamsaCluster {
     /// The last `lines` lines of node `id`'s log.
     pub fn log_tail(&self, id: i32, lines: usize) -> String {
         let path = self.node(id).log_path();
+        let text = tail(&path, lines);
+        // A node that fails prints `error: …` as it exits, while its
+        // threads may still log for a moment: the line can be above the
+        // tail, so errors and warnings of the last start are listed too.
+        let marker = format!("===== samsa node {id} start");
+        let last_start = std::fs::read_to_string(&path)
+            .map(|all| {
+                let from = all.rfind(&marker).unwrap_or(0);
+                all[from..]
+                    .lines()
+                    .filter(|l| {
+                        l.starts_with("error:") || l.contains(" ERROR ") || l.contains(" WARN ")
+                    })
+                    .take(50)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default();
         format!(
-            "----- node {id} log ({}) -----\n{}\n----- end of node {id} log -----",
+            "----- node {id} log ({}) -----\n{text}\n----- errors and warnings of its last start -----\n{last_start}\n----- end of node {id} log -----",
             path.display(),
-            tail(&path, lines)
         )
     }
 

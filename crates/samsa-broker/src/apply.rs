@@ -102,6 +102,7 @@ impl Broker {
             );
         }
         let effective = self.effective_config();
+        self.apply_acls(&image.acls);
 
         for (name, old) in &applied.topics {
             let same = image

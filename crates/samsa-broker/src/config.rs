@@ -21,7 +21,8 @@ pub struct BrokerConfig {
     /// (with an unspecified bind address replaced by 127.0.0.1).
     pub advertised_listener: Option<String>,
     /// Further Kafka listeners, by name, beside the main one (`listen`,
-    /// named [`MAIN_LISTENER`]): `[listeners.host]` with its own `listen`
+    /// named after its `security_protocol`, [`MAIN_LISTENER`] by default):
+    /// `[listeners.host]` with its own `listen`
     /// and `advertised_listener`, e.g. one for clients on a container's
     /// host while the main one serves the container network. A client is
     /// told the addresses of the listener its connection came in on
@@ -59,6 +60,39 @@ pub struct BrokerConfig {
     /// own. Unset (the default): 2 for topics of three or more replicas,
     /// else 1 (Kafka's default is 1).
     pub min_insync_replicas: Option<u32>,
+
+    // --- security (docs/SECURITY.md) ---
+    /// The main listener's security protocol (Kafka's
+    /// `listener.security.protocol.map`); the listener is named after it.
+    pub security_protocol: SecurityProtocol,
+    /// `ssl.keystore.location` (PEM): the certificate chain TLS listeners
+    /// present, leaf first. Reloaded when the file changes.
+    pub ssl_cert_file: Option<PathBuf>,
+    /// `ssl.keystore` key (PEM, PKCS#8, PKCS#1 or SEC1).
+    pub ssl_key_file: Option<PathBuf>,
+    /// `ssl.truststore.location` (PEM): the CAs client certificates must
+    /// chain to.
+    pub ssl_ca_file: Option<PathBuf>,
+    /// `ssl.client.auth`: whether TLS listeners ask for a client
+    /// certificate (`none`, `requested`, `required`).
+    pub ssl_client_auth: SslClientAuth,
+    /// `sasl.enabled.mechanisms` of the SASL listeners.
+    pub sasl_enabled_mechanisms: Vec<String>,
+    /// `connections.max.reauth.ms` (KIP-368): a SASL session lasts at most
+    /// this long, then the client must authenticate again on the same
+    /// connection or be disconnected; 0, sessions never expire.
+    pub connections_max_reauth_ms: u64,
+    /// How long a connection to a TLS or SASL listener may take to finish
+    /// its TLS handshake, and then to authenticate, before it is closed.
+    pub authentication_timeout_ms: u64,
+    /// `authorizer.class.name` set: requests are authorized by ACLs (Kafka's
+    /// StandardAuthorizer). Off (the default), everyone may do everything.
+    pub authorizer_enable: bool,
+    /// `super.users`: principals (`User:admin`) allowed everything.
+    pub super_users: Vec<String>,
+    /// `allow.everyone.if.no.acl.found`: with the authorizer on, a resource
+    /// no ACL names is open to everyone (else to super users only).
+    pub allow_everyone_if_no_acl_found: bool,
 
     // --- cluster mode (all ignored while `controller_quorum_voters` is unset) ---
     /// `controller.quorum.voters`: the static controller quorum,
@@ -203,6 +237,21 @@ impl Default for BrokerConfig {
             log_cleaner_io_max_bytes_per_second: None,
             log_cleaner_backoff_ms: 15_000,
             min_insync_replicas: None,
+            security_protocol: SecurityProtocol::Plaintext,
+            ssl_cert_file: None,
+            ssl_key_file: None,
+            ssl_ca_file: None,
+            ssl_client_auth: SslClientAuth::None,
+            sasl_enabled_mechanisms: vec![
+                "SCRAM-SHA-512".to_owned(),
+                "SCRAM-SHA-256".to_owned(),
+                "PLAIN".to_owned(),
+            ],
+            connections_max_reauth_ms: 0,
+            authentication_timeout_ms: 10_000,
+            authorizer_enable: false,
+            super_users: Vec::new(),
+            allow_everyone_if_no_acl_found: false,
             controller_quorum_voters: None,
             controller_listen: SocketAddr::from(([0, 0, 0, 0], 9093)),
             cluster_id: None,
@@ -265,14 +314,32 @@ impl BrokerConfig {
         advertised_or_bound(self.advertised_listener.as_deref(), self.listen)
     }
 
+    /// `super_users` parsed; an entry that is not `Type:name` is a
+    /// configuration error (Kafka would never match it).
+    pub fn super_user_principals(
+        &self,
+    ) -> Result<Vec<crate::security::Principal>, crate::BrokerError> {
+        self.super_users
+            .iter()
+            .map(|text| {
+                crate::security::Principal::parse(text.trim()).ok_or_else(|| {
+                    crate::BrokerError::Config(format!(
+                        "super_users entry `{text}` is not a principal (`User:name`)"
+                    ))
+                })
+            })
+            .collect()
+    }
+
     /// The main listener (`listen`, `advertised_listener`).
     pub fn main_listener(&self) -> KafkaListener {
         let (advertised_host, advertised_port) = self.advertised_host_port();
         KafkaListener {
-            name: MAIN_LISTENER.to_string(),
+            name: self.security_protocol.name().to_string(),
             listen: self.listen,
             advertised_host,
             advertised_port,
+            security_protocol: self.security_protocol,
         }
     }
 
@@ -297,8 +364,9 @@ impl BrokerConfig {
             }
             if let Some(other) = out.iter().find(|l| l.name == name) {
                 return Err(format!(
-                    "listeners.{key}: the name {} is taken (the main listener, listen, is {MAIN_LISTENER}; names ignore case)",
-                    other.name
+                    "listeners.{key}: the name {} is taken (the main listener, listen, is named after its security_protocol, {}; names ignore case)",
+                    other.name,
+                    self.security_protocol.name()
                 ));
             }
             if let Some(other) = out
@@ -338,18 +406,20 @@ impl BrokerConfig {
                 listen,
                 advertised_host,
                 advertised_port,
+                security_protocol: listener.security_protocol,
             });
         }
         Ok(out)
     }
 }
 
-/// The name of the main Kafka listener (`listen`, `advertised_listener`),
-/// as brokers register it and DescribeConfigs reports it.
+/// The name of the main Kafka listener (`listen`, `advertised_listener`)
+/// with the default `security_protocol`, as brokers register it and
+/// DescribeConfigs reports it.
 pub const MAIN_LISTENER: &str = "PLAINTEXT";
 
 /// One further Kafka listener (`[listeners.<name>]`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
     /// Address it binds to. Required; optional here only so that its keys
@@ -361,6 +431,57 @@ pub struct ListenerConfig {
     /// unspecified address read as 127.0.0.1).
     #[serde(default)]
     pub advertised_listener: Option<AdvertisedAddress>,
+    /// Its security protocol (Kafka's `listener.security.protocol.map`
+    /// entry).
+    #[serde(default)]
+    pub security_protocol: SecurityProtocol,
+}
+
+/// Kafka's security protocols of a listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum SecurityProtocol {
+    #[default]
+    #[serde(rename = "PLAINTEXT")]
+    Plaintext,
+    #[serde(rename = "SSL")]
+    Ssl,
+    #[serde(rename = "SASL_PLAINTEXT")]
+    SaslPlaintext,
+    #[serde(rename = "SASL_SSL")]
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// Kafka's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    pub fn uses_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+}
+
+/// Kafka's `ssl.client.auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SslClientAuth {
+    #[default]
+    None,
+    Requested,
+    Required,
 }
 
 /// A listener's advertised address: one `host:port`, or one per node, the
@@ -382,6 +503,7 @@ pub struct KafkaListener {
     pub listen: SocketAddr,
     pub advertised_host: String,
     pub advertised_port: i32,
+    pub security_protocol: SecurityProtocol,
 }
 
 fn parse_host_port(address: &str) -> Option<(String, i32)> {
@@ -425,6 +547,7 @@ mod tests {
             ListenerConfig {
                 listen: Some("0.0.0.0:19092".parse().unwrap()),
                 advertised_listener: Some(AdvertisedAddress::One("127.0.0.1:9192".into())),
+                ..Default::default()
             },
         );
         let listeners = config.kafka_listeners().unwrap();
@@ -452,6 +575,7 @@ mod tests {
                 "203.0.113.5:31090".into(),
                 "203.0.113.5:31091".into(),
             ])),
+            ..Default::default()
         };
         let second = with_listener(2, listener.clone())
             .kafka_listeners()
@@ -468,6 +592,7 @@ mod tests {
             ListenerConfig {
                 listen: Some("0.0.0.0:19092".parse().unwrap()),
                 advertised_listener: None,
+                ..Default::default()
             },
         );
         let listeners = config.kafka_listeners().unwrap();
@@ -488,6 +613,7 @@ mod tests {
             ListenerConfig {
                 listen,
                 advertised_listener: None,
+                ..Default::default()
             },
         );
         config.listeners = BTreeMap::from([(
@@ -495,6 +621,7 @@ mod tests {
             ListenerConfig {
                 listen,
                 advertised_listener: None,
+                ..Default::default()
             },
         )]);
         assert!(config.kafka_listeners().unwrap_err().contains("is taken"));
@@ -503,6 +630,7 @@ mod tests {
             ListenerConfig {
                 listen: Some("0.0.0.0:9092".parse().unwrap()),
                 advertised_listener: None,
+                ..Default::default()
             },
         )]);
         assert!(config
@@ -514,6 +642,7 @@ mod tests {
             ListenerConfig {
                 listen,
                 advertised_listener: Some(AdvertisedAddress::One("no-port".into())),
+                ..Default::default()
             },
         )]);
         assert!(config
@@ -525,6 +654,7 @@ mod tests {
             ListenerConfig {
                 listen,
                 advertised_listener: None,
+                ..Default::default()
             },
         )]);
         assert!(config
@@ -536,6 +666,7 @@ mod tests {
             ListenerConfig {
                 listen: None,
                 advertised_listener: None,
+                ..Default::default()
             },
         )]);
         assert!(config

@@ -27,6 +27,57 @@ use crate::Broker;
 pub struct ClientConnection {
     pub peer: std::net::SocketAddr,
     pub listener: std::sync::Arc<str>,
+    /// Who the connection authenticated as (TLS client certificate, SASL);
+    /// `User:ANONYMOUS` otherwise.
+    pub principal: std::sync::Arc<crate::security::Principal>,
+}
+
+/// A SaslHandshake or SaslAuthenticate frame of a SASL listener's
+/// connection, answered by its session (`security::sasl`): the encoded
+/// answer, and whether the connection goes on.
+pub(crate) fn sasl_step(
+    frame: &Bytes,
+    session: &mut crate::security::sasl::SaslSession,
+    now_ms: i64,
+) -> Result<(BytesMut, crate::security::sasl::Outcome), DispatchError> {
+    let mut frame = frame.clone();
+    if frame.len() < 8 {
+        return Err(DispatchError::Close(
+            "frame too short for a request header".into(),
+        ));
+    }
+    let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let v = i16::from_be_bytes([frame[2], frame[3]]);
+    let cid = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let api_key = ApiKey::try_from(raw_key)
+        .map_err(|_| DispatchError::Close(format!("unknown api key {raw_key}")))?;
+    let supported = crate::apis::find(api_key)
+        .is_some_and(|api| (api.min_version..=api.max_version).contains(&v));
+    if !supported {
+        return Err(DispatchError::Close(format!(
+            "unsupported version {v} of {api_key:?}"
+        )));
+    }
+    let header = RequestHeader::decode(&mut frame, api_key.request_header_version(v))
+        .map_err(|e| DispatchError::Close(format!("malformed {api_key:?} header: {e}")))?;
+    match api_key {
+        ApiKey::SaslHandshake => {
+            let request = decode(api_key, &mut frame, v)?;
+            let (response, outcome) = session.handshake(&request);
+            Ok((
+                encode_response(api_key, v, header.correlation_id, &response)?,
+                outcome,
+            ))
+        }
+        ApiKey::SaslAuthenticate => {
+            let request = decode(api_key, &mut frame, v)?;
+            let (response, outcome) = session.authenticate(&request, v, now_ms);
+            Ok((encode_response(api_key, v, cid, &response)?, outcome))
+        }
+        other => Err(DispatchError::Close(format!(
+            "{other:?} is not a SASL request"
+        ))),
+    }
 }
 
 #[derive(Debug)]
@@ -183,8 +234,13 @@ async fn handle(
     turn: Option<AppendTurn>,
 ) -> Result<Option<BytesMut>, DispatchError> {
     let listener = &*client.listener;
+    let access = &broker.access(client);
     let v = header.request_api_version;
     let cid = header.correlation_id;
+    use crate::security::acl::AclOperation::{Alter, Describe, Read};
+    use kafka_protocol::error::ResponseError;
+    const GROUP_DENIED: i16 = ResponseError::GroupAuthorizationFailed.code();
+    const CLUSTER_DENIED: i16 = ResponseError::ClusterAuthorizationFailed.code();
     macro_rules! respond {
         ($resp:expr) => {
             encode_response(api_key, v, cid, &$resp).map(Some)
@@ -198,14 +254,20 @@ async fn handle(
         }
         ApiKey::Metadata => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::metadata::handle(broker, request, v, listener).await)
+            respond!(handlers::metadata::handle(broker, access, request, v, listener).await)
         }
         ApiKey::Produce => {
             let request: kafka_protocol::messages::ProduceRequest = decode(api_key, &mut body, v)?;
             let acks = request.acks;
-            let response =
-                handlers::produce::handle(broker, request, v, turn.unwrap_or_default(), listener)
-                    .await;
+            let response = handlers::produce::handle(
+                broker,
+                access,
+                request,
+                v,
+                turn.unwrap_or_default(),
+                listener,
+            )
+            .await;
             if acks == 0 {
                 Ok(None)
             } else {
@@ -214,39 +276,43 @@ async fn handle(
         }
         ApiKey::Fetch => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::fetch::handle(broker, request, v, listener).await)
+            respond!(handlers::fetch::handle(broker, access, request, v, listener).await)
         }
         ApiKey::ListOffsets => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::list_offsets::handle(broker, request, v))
+            respond!(handlers::list_offsets::handle(broker, access, request, v))
         }
         ApiKey::CreateTopics => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::admin::create_topics(broker, request, v).await)
+            respond!(handlers::admin::create_topics(broker, access, request, v).await)
         }
         ApiKey::DeleteTopics => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::admin::delete_topics(broker, request, v).await)
+            respond!(handlers::admin::delete_topics(broker, access, request, v).await)
         }
         ApiKey::DeleteRecords => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::delete_records::handle(broker, request))
+            respond!(handlers::delete_records::handle(broker, access, request))
         }
         ApiKey::CreatePartitions => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::admin::create_partitions(broker, request).await)
+            respond!(handlers::admin::create_partitions(broker, access, request).await)
         }
         ApiKey::DescribeConfigs => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::configs::describe_configs(broker, request, v))
+            respond!(handlers::configs::describe_configs(
+                broker, access, request, v
+            ))
         }
         ApiKey::AlterConfigs => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::alter_configs::alter_configs(broker, request).await)
+            respond!(handlers::alter_configs::alter_configs(broker, access, request).await)
         }
         ApiKey::IncrementalAlterConfigs => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::alter_configs::incremental_alter_configs(broker, request).await)
+            respond!(
+                handlers::alter_configs::incremental_alter_configs(broker, access, request).await
+            )
         }
         ApiKey::DescribeCluster => {
             let request = decode(api_key, &mut body, v)?;
@@ -256,44 +322,57 @@ async fn handle(
         }
         ApiKey::InitProducerId => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::init_producer_id::handle(broker, request, v).await)
+            respond!(handlers::init_producer_id::handle(broker, access, request, v).await)
         }
         ApiKey::FindCoordinator => {
             let request = decode(api_key, &mut body, v)?;
             respond!(handlers::find_coordinator::handle(
-                broker, request, v, listener
+                broker, access, request, v, listener
             ))
         }
         ApiKey::AddPartitionsToTxn => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::txn::add_partitions_to_txn(broker, request, v).await)
+            respond!(handlers::txn::add_partitions_to_txn(broker, access, request, v).await)
         }
         ApiKey::AddOffsetsToTxn => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::txn::add_offsets_to_txn(broker, request, v).await)
+            respond!(handlers::txn::add_offsets_to_txn(broker, access, request, v).await)
         }
         ApiKey::EndTxn => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::txn::end_txn(broker, request, v).await)
+            respond!(handlers::txn::end_txn(broker, access, request, v).await)
         }
         ApiKey::WriteTxnMarkers => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::txn::write_txn_markers(broker, request).await)
+            respond!(handlers::txn::write_txn_markers(broker, access, request).await)
         }
         ApiKey::DescribeProducers => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::txn_admin::describe_producers(broker, request))
+            respond!(handlers::txn_admin::describe_producers(
+                broker, access, request
+            ))
         }
         ApiKey::DescribeTransactions => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::txn_admin::describe_transactions(broker, request))
+            respond!(handlers::txn_admin::describe_transactions(
+                broker, access, request
+            ))
         }
         ApiKey::ListTransactions => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::txn_admin::list_transactions(broker, request, v))
+            respond!(handlers::txn_admin::list_transactions(
+                broker, access, request, v
+            ))
         }
         ApiKey::JoinGroup => {
-            let request = decode(api_key, &mut body, v)?;
+            let request: kafka_protocol::messages::JoinGroupRequest =
+                decode(api_key, &mut body, v)?;
+            if !access.allows_group(Read, request.group_id.as_str()) {
+                return respond!(kafka_protocol::messages::JoinGroupResponse::default()
+                    .with_error_code(GROUP_DENIED)
+                    .with_generation_id(-1)
+                    .with_member_id(request.member_id));
+            }
             let member = crate::coordinator::group::ClientInfo {
                 client_id: header
                     .client_id
@@ -306,57 +385,132 @@ async fn handle(
             respond!(handlers::group::join_group(broker, request, v, member).await)
         }
         ApiKey::SyncGroup => {
-            let request = decode(api_key, &mut body, v)?;
+            let request: kafka_protocol::messages::SyncGroupRequest =
+                decode(api_key, &mut body, v)?;
+            if !access.allows_group(Read, request.group_id.as_str()) {
+                return respond!(kafka_protocol::messages::SyncGroupResponse::default()
+                    .with_error_code(GROUP_DENIED));
+            }
             respond!(handlers::group::sync_group(broker, request, v).await)
         }
         ApiKey::Heartbeat => {
-            let request = decode(api_key, &mut body, v)?;
+            let request: kafka_protocol::messages::HeartbeatRequest =
+                decode(api_key, &mut body, v)?;
+            if !access.allows_group(Read, request.group_id.as_str()) {
+                return respond!(kafka_protocol::messages::HeartbeatResponse::default()
+                    .with_error_code(GROUP_DENIED));
+            }
             respond!(handlers::group::heartbeat(broker, request))
         }
         ApiKey::LeaveGroup => {
-            let request = decode(api_key, &mut body, v)?;
+            let request: kafka_protocol::messages::LeaveGroupRequest =
+                decode(api_key, &mut body, v)?;
+            if !access.allows_group(Read, request.group_id.as_str()) {
+                return respond!(kafka_protocol::messages::LeaveGroupResponse::default()
+                    .with_error_code(GROUP_DENIED));
+            }
             respond!(handlers::group::leave_group(broker, request, v))
         }
         ApiKey::OffsetCommit => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::offsets::offset_commit(broker, request, v).await)
+            respond!(handlers::offsets::offset_commit(broker, access, request, v).await)
         }
         ApiKey::OffsetFetch => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::offsets::offset_fetch(broker, request, v))
+            respond!(handlers::offsets::offset_fetch(broker, access, request, v))
         }
         ApiKey::OffsetDelete => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::offsets::offset_delete(broker, request).await)
+            respond!(handlers::offsets::offset_delete(broker, access, request).await)
         }
         ApiKey::DescribeGroups => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::group::describe_groups(broker, request, v))
+            respond!(handlers::group::describe_groups(broker, access, request, v))
         }
         ApiKey::ListGroups => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::group::list_groups(broker, request, v))
+            respond!(handlers::group::list_groups(broker, access, request, v))
         }
         ApiKey::DeleteGroups => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::group::delete_groups(broker, request).await)
+            respond!(handlers::group::delete_groups(broker, access, request).await)
         }
         ApiKey::TxnOffsetCommit => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::offsets::txn_offset_commit(broker, request, v).await)
+            respond!(handlers::offsets::txn_offset_commit(broker, access, request, v).await)
         }
         ApiKey::DescribeLogDirs => {
             let request = decode(api_key, &mut body, v)?;
+            if !access.allows_cluster(Describe) {
+                return respond!(kafka_protocol::messages::DescribeLogDirsResponse::default()
+                    .with_error_code(CLUSTER_DENIED));
+            }
             respond!(handlers::describe_log_dirs::handle(broker, request))
         }
         ApiKey::DescribeQuorum => {
             let request = decode(api_key, &mut body, v)?;
+            if !access.allows_cluster(Describe) {
+                return respond!(kafka_protocol::messages::DescribeQuorumResponse::default()
+                    .with_error_code(CLUSTER_DENIED));
+            }
             respond!(handlers::describe_quorum::handle(broker, request, v).await)
+        }
+        ApiKey::DescribeUserScramCredentials => {
+            let request = decode(api_key, &mut body, v)?;
+            if !access.allows_cluster(Describe) {
+                return respond!(
+                    kafka_protocol::messages::DescribeUserScramCredentialsResponse::default()
+                        .with_error_code(CLUSTER_DENIED)
+                );
+            }
+            respond!(handlers::user_scram::describe(broker, request))
+        }
+        ApiKey::AlterUserScramCredentials => {
+            let request: kafka_protocol::messages::AlterUserScramCredentialsRequest =
+                decode(api_key, &mut body, v)?;
+            if !access.allows_cluster(Alter) {
+                return respond!(handlers::user_scram::refuse_all(
+                    &request,
+                    ResponseError::ClusterAuthorizationFailed
+                ));
+            }
+            respond!(handlers::user_scram::alter(broker, request).await)
+        }
+        ApiKey::CreateAcls => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::acls::create_acls(broker, access, request).await)
+        }
+        ApiKey::DescribeAcls => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::acls::describe_acls(access, request))
+        }
+        ApiKey::DeleteAcls => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::acls::delete_acls(broker, access, request).await)
+        }
+        // Only a SASL listener's connection authenticates (`sasl_step`, before
+        // dispatch); elsewhere Kafka answers ILLEGAL_SASL_STATE.
+        ApiKey::SaslHandshake => {
+            let _request: kafka_protocol::messages::SaslHandshakeRequest =
+                decode(api_key, &mut body, v)?;
+            respond!(kafka_protocol::messages::SaslHandshakeResponse::default()
+                .with_error_code(kafka_protocol::error::ResponseError::IllegalSaslState.code()))
+        }
+        ApiKey::SaslAuthenticate => {
+            let _request: kafka_protocol::messages::SaslAuthenticateRequest =
+                decode(api_key, &mut body, v)?;
+            respond!(
+                kafka_protocol::messages::SaslAuthenticateResponse::default()
+                    .with_error_code(kafka_protocol::error::ResponseError::IllegalSaslState.code())
+                    .with_error_message(Some(handlers::str_bytes(
+                        "SASL authentication is not enabled on this listener"
+                    )))
+            )
         }
         ApiKey::DescribeTopicPartitions => {
             let request = decode(api_key, &mut body, v)?;
             respond!(handlers::describe_topic_partitions::handle(
-                broker, request, listener
+                broker, access, request, listener
             ))
         }
         other => Err(DispatchError::Close(format!("no handler for {other:?}"))),

@@ -57,6 +57,7 @@ pub mod produce_order;
 pub mod producer_ids;
 pub mod replica;
 pub mod replication;
+pub mod security;
 mod server;
 pub mod topic_partition;
 pub mod write_failures;
@@ -135,6 +136,9 @@ pub struct Broker {
     pub groups: coordinator::group::GroupRuntime,
     /// How much clients pipeline produce requests (`/metrics`).
     pub pipelining: produce_order::PipeliningStats,
+    /// The ACL authorizer over the last applied image's ACLs; `None` with
+    /// `authorizer_enable` off.
+    authorizer: std::sync::RwLock<Option<Arc<security::acl::Authorizer>>>,
 }
 
 /// This broker as it advertises itself.
@@ -198,7 +202,17 @@ impl Broker {
     ) -> Result<Broker, BrokerError> {
         let replicas = ReplicaManager::new(config.data_dir.clone(), config.log.clone());
         replicas.purge_deleted_dirs()?;
+        let authorizer = if config.authorizer_enable {
+            Some(Arc::new(security::acl::Authorizer::new(
+                Vec::<security::acl::AclBinding>::new(),
+                config.super_user_principals()?,
+                config.allow_everyone_if_no_acl_found,
+            )))
+        } else {
+            None
+        };
         Ok(Broker {
+            authorizer: std::sync::RwLock::new(authorizer),
             txn: coordinator::txn::TxnRuntime::for_config(&config),
             groups: coordinator::group::GroupRuntime::for_config(&config),
             pipelining: Default::default(),
@@ -221,6 +235,65 @@ impl Broker {
                 .effective_config
                 .read()
                 .unwrap_or_else(|p| p.into_inner()),
+        )
+    }
+
+    /// What a request of `client`'s may do: its principal judged by the
+    /// ACLs in force now.
+    pub fn access(&self, client: &dispatch::ClientConnection) -> security::access::Access {
+        let authorizer = self
+            .authorizer
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        security::access::Access::new(authorizer, Arc::clone(&client.principal), client.peer.ip())
+    }
+
+    /// Rebuilds the authorizer when `acls` differ from the ones it holds.
+    fn apply_acls(&self, acls: &std::collections::BTreeSet<security::acl::AclBinding>) {
+        let mut slot = self.authorizer.write().unwrap_or_else(|p| p.into_inner());
+        let Some(current) = slot.as_ref() else {
+            return;
+        };
+        if current.holds_exactly(acls) {
+            return;
+        }
+        *slot = Some(Arc::new(current.with_bindings(acls)));
+        info!(acls = acls.len(), "ACLs in force");
+    }
+
+    /// Applies SCRAM credential and ACL changes (checked by the caller)
+    /// through the metadata; in force here when this returns.
+    pub async fn alter_security(
+        &self,
+        records: Vec<metadata::MetadataRecord>,
+    ) -> Result<(), MetadataError> {
+        let _admin = self.admin_lock.lock().await;
+        let summary: Vec<String> = records.iter().map(ToString::to_string).collect();
+        self.metadata.alter_security(records).await?;
+        self.apply_current();
+        info!(changes = ?summary, "security changed");
+        Ok(())
+    }
+
+    /// A new connection's SASL side: the enabled mechanisms, checking
+    /// passwords against the credentials of the metadata as it is when a
+    /// client authenticates.
+    pub fn sasl_session(&self) -> security::sasl::SaslSession {
+        let metadata = Arc::clone(&self.metadata);
+        security::sasl::SaslSession::new(
+            Arc::new(self.config.sasl_enabled_mechanisms.clone()),
+            Arc::new(
+                move |user: &str, mechanism: security::scram::ScramMechanism| {
+                    metadata
+                        .image()
+                        .scram_credentials
+                        .get(user)?
+                        .get(mechanism.name())
+                        .cloned()
+                },
+            ),
+            self.config.connections_max_reauth_ms,
         )
     }
 

@@ -20,7 +20,7 @@
 //! exactly `partitions` partition states; a change is durable (on disk, or
 //! committed by the quorum) before the new image is published.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -30,7 +30,7 @@ use uuid::Uuid;
 
 use crate::error::MetadataError;
 use crate::fsutil::write_atomic;
-pub use samsa_controller::records::ConfigResource;
+pub use samsa_controller::records::{AclBinding, ConfigResource, MetadataRecord, ScramCredential};
 
 /// `leader` of a partition that has no leader (Kafka's -1), and the leader
 /// and ISR of one partition: the controller's types, which the broker's view
@@ -160,6 +160,10 @@ pub struct MetadataView {
     pub cluster_configs: BTreeMap<String, String>,
     /// Each broker's own dynamic configs, by broker id.
     pub broker_configs: BTreeMap<i32, BTreeMap<String, String>>,
+    /// SCRAM credentials by user, then mechanism name (`security::sasl`).
+    pub scram_credentials: Arc<BTreeMap<String, BTreeMap<String, ScramCredential>>>,
+    /// Every ACL binding (`security::acl`).
+    pub acls: Arc<BTreeSet<AclBinding>>,
 }
 
 impl MetadataView {
@@ -197,6 +201,17 @@ impl MetadataView {
     ) -> Self {
         self.cluster_configs = cluster_configs;
         self.broker_configs = broker_configs;
+        self
+    }
+
+    /// This view with the users' SCRAM credentials and the ACLs.
+    pub fn with_security(
+        mut self,
+        scram_credentials: BTreeMap<String, BTreeMap<String, ScramCredential>>,
+        acls: BTreeSet<AclBinding>,
+    ) -> Self {
+        self.scram_credentials = Arc::new(scram_credentials);
+        self.acls = Arc::new(acls);
         self
     }
 
@@ -275,6 +290,12 @@ pub trait MetadataStore: Send + Sync {
         resource: ConfigResource,
         changes: Vec<(String, Option<String>)>,
     ) -> BoxFuture<'_, Result<(), MetadataError>>;
+    /// Applies SCRAM credential and ACL records (`ScramCredentialChanged`,
+    /// `AclCreated`, `AclDeleted`), all or none, checked by the caller.
+    fn alter_security(
+        &self,
+        records: Vec<MetadataRecord>,
+    ) -> BoxFuture<'_, Result<(), MetadataError>>;
 }
 
 #[derive(Serialize, Deserialize)]
@@ -290,6 +311,11 @@ struct MetadataFile {
     cluster_configs: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     broker_configs: BTreeMap<i32, BTreeMap<String, String>>,
+    /// SCRAM credentials (salted; never a password) and ACLs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    scram_credentials: BTreeMap<String, BTreeMap<String, ScramCredential>>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    acls: BTreeSet<AclBinding>,
 }
 
 /// Single-node metadata store: one JSON file, rewritten atomically per change.
@@ -337,6 +363,7 @@ impl LocalMetadataStore {
                     })?;
                 local_image(file.offset, file.cluster_id, &local, file.topics)
                     .with_dynamic_configs(file.cluster_configs, file.broker_configs)
+                    .with_security(file.scram_credentials, file.acls)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let image = local_image(0, new_cluster_id(), &local, []);
@@ -378,6 +405,8 @@ impl LocalMetadataStore {
         let mut configs = DynamicBrokerConfigs {
             cluster: guard.cluster_configs.clone(),
             brokers: guard.broker_configs.clone(),
+            scram_credentials: BTreeMap::clone(&guard.scram_credentials),
+            acls: BTreeSet::clone(&guard.acls),
         };
         let result = change(&mut topics, &mut configs)?;
         let image = local_image(
@@ -386,17 +415,21 @@ impl LocalMetadataStore {
             &self.local,
             topics.into_values(),
         )
-        .with_dynamic_configs(configs.cluster, configs.brokers);
+        .with_dynamic_configs(configs.cluster, configs.brokers)
+        .with_security(configs.scram_credentials, configs.acls);
         persist(&self.path, &image)?;
         *guard = Arc::new(image);
         Ok(result)
     }
 }
 
-/// The dynamic broker configs of a single node's file.
+/// What a single node's file holds besides topics: the dynamic broker
+/// configs, SCRAM credentials and ACLs.
 struct DynamicBrokerConfigs {
     cluster: BTreeMap<String, String>,
     brokers: BTreeMap<i32, BTreeMap<String, String>>,
+    scram_credentials: BTreeMap<String, BTreeMap<String, ScramCredential>>,
+    acls: BTreeSet<AclBinding>,
 }
 
 fn new_cluster_id() -> String {
@@ -435,6 +468,8 @@ fn persist(path: &std::path::Path, image: &MetadataView) -> Result<(), MetadataE
             .collect(),
         cluster_configs: image.cluster_configs.clone(),
         broker_configs: image.broker_configs.clone(),
+        scram_credentials: BTreeMap::clone(&image.scram_credentials),
+        acls: BTreeSet::clone(&image.acls),
     };
     let bytes = serde_json::to_vec_pretty(&file).map_err(|e| MetadataError::Corrupt {
         path: path.to_path_buf(),
@@ -542,6 +577,55 @@ impl MetadataStore for LocalMetadataStore {
                 };
             }
             brokers.brokers.retain(|_, c| !c.is_empty());
+            Ok(())
+        });
+        Box::pin(async move { result })
+    }
+
+    fn alter_security(
+        &self,
+        records: Vec<MetadataRecord>,
+    ) -> BoxFuture<'_, Result<(), MetadataError>> {
+        let result = self.update_with_configs(|_, state| {
+            for record in records {
+                match record {
+                    MetadataRecord::ScramCredentialChanged {
+                        user,
+                        mechanism,
+                        credential: Some(credential),
+                    } => {
+                        state
+                            .scram_credentials
+                            .entry(user)
+                            .or_default()
+                            .insert(mechanism, credential);
+                    }
+                    MetadataRecord::ScramCredentialChanged {
+                        user,
+                        mechanism,
+                        credential: None,
+                    } => {
+                        if let Some(by_mechanism) = state.scram_credentials.get_mut(&user) {
+                            by_mechanism.remove(&mechanism);
+                            if by_mechanism.is_empty() {
+                                state.scram_credentials.remove(&user);
+                            }
+                        }
+                    }
+                    MetadataRecord::AclCreated { binding } => {
+                        state.acls.insert(binding);
+                    }
+                    MetadataRecord::AclDeleted { binding } => {
+                        state.acls.remove(&binding);
+                    }
+                    other => {
+                        return Err(MetadataError::Rejected {
+                            error: kafka_protocol::error::ResponseError::InvalidRequest,
+                            message: format!("{other} is not a security change"),
+                        })
+                    }
+                }
+            }
             Ok(())
         });
         Box::pin(async move { result })

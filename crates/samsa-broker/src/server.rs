@@ -21,21 +21,37 @@
 //! unknown API key, unsupported version (other than ApiVersions), a body that
 //! does not decode — closes the connection with a log line, as Kafka does.
 //! Nothing a peer sends can panic the broker.
+//!
+//! Security (docs/SECURITY.md): a listener's `security_protocol` decides
+//! whether a connection first does a TLS handshake (SSL, SASL_SSL; its
+//! client certificate, if any, names the principal) and whether it must
+//! authenticate with SASL before anything but ApiVersions is served
+//! (SASL_PLAINTEXT, SASL_SSL: `security::sasl`, run here in the
+//! connection's loop, since it is the connection's state). Neither may
+//! take longer than `authentication_timeout_ms`: a slow or half-done
+//! handshake is closed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
-use futures::StreamExt;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use futures::{FutureExt, StreamExt};
+use kafka_protocol::messages::ApiKey;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::apis::ConnectionOrder;
+use crate::config::KafkaListener;
 use crate::dispatch::{dispatch, ClientConnection, DispatchError};
 use crate::produce_order::{AppendTurn, ConnectionAppendOrder};
+use crate::security::sasl::{Outcome, SaslSession};
+use crate::security::tls::{certificate_principal, TlsListenerConfig};
+use crate::security::Principal;
 use crate::Broker;
 
 /// How many requests of one connection may be in flight at once.
@@ -43,10 +59,12 @@ const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
 
 async fn accept_loop(
     listener: TcpListener,
-    name: Arc<str>,
+    spec: KafkaListener,
+    tls: Option<Arc<TlsListenerConfig>>,
     broker: Arc<Broker>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
+    let name: Arc<str> = Arc::from(spec.name.as_str());
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -55,8 +73,14 @@ async fn accept_loop(
                     let _ = stream.set_nodelay(true);
                     let broker = broker.clone();
                     let span = tracing::info_span!("conn", node = broker.config.node_id, listener = &*name, %peer);
-                    let client = ClientConnection { peer, listener: Arc::clone(&name) };
-                    connections.spawn(serve_connection(stream, client, broker).instrument(span));
+                    let client = ClientConnection {
+                        peer,
+                        listener: Arc::clone(&name),
+                        principal: Arc::new(Principal::anonymous()),
+                    };
+                    let tls = tls.as_ref().map(|t| t.acceptor());
+                    let sasl = spec.security_protocol.uses_sasl();
+                    connections.spawn(accept_connection(stream, tls, sasl, client, broker).instrument(span));
                 }
                 Err(e) => {
                     warn!(error = %e, "accept failed");
@@ -72,13 +96,66 @@ async fn accept_loop(
     while connections.join_next().await.is_some() {}
 }
 
+/// A new connection: its TLS handshake first on a TLS listener (bounded by
+/// `authentication_timeout_ms`; the client certificate names the
+/// principal), then its requests.
+async fn accept_connection(
+    stream: TcpStream,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    sasl: bool,
+    mut client: ClientConnection,
+    broker: Arc<Broker>,
+) {
+    let timeout = Duration::from_millis(broker.config.authentication_timeout_ms.max(1));
+    let Some(acceptor) = tls else {
+        let (reader, writer) = stream.into_split();
+        serve_connection(reader, writer, client, sasl, broker).await;
+        return;
+    };
+    let tls_stream = match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+        Ok(Ok(tls_stream)) => tls_stream,
+        Ok(Err(e)) => {
+            info!(error = %e, "TLS handshake failed; connection closed");
+            return;
+        }
+        Err(_) => {
+            info!(
+                timeout_ms = timeout.as_millis() as u64,
+                "TLS handshake not done in time; connection closed"
+            );
+            return;
+        }
+    };
+    if let Some(cert) = tls_stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|certs| certs.first())
+    {
+        match certificate_principal(cert) {
+            Some(principal) => {
+                debug!(%principal, "TLS client certificate verified");
+                client.principal = Arc::new(principal);
+            }
+            None => {
+                warn!(
+                    "a verified client certificate whose subject does not parse; connection closed"
+                );
+                return;
+            }
+        }
+    }
+    let (reader, writer) = tokio::io::split(tls_stream);
+    serve_connection(reader, writer, client, sasl, broker).await;
+}
+
 /// One request frame, cut from the stream.
 struct Frame {
     body: Bytes,
 }
 
-async fn read_frames(
-    mut reader: tokio::net::tcp::OwnedReadHalf,
+async fn read_frames<R: AsyncRead + Unpin>(
+    mut reader: R,
     frames: mpsc::Sender<Frame>,
     max_request_bytes: usize,
     peer: SocketAddr,
@@ -128,9 +205,17 @@ async fn read_frames(
     }
 }
 
-async fn serve_connection(stream: TcpStream, client: ClientConnection, broker: Arc<Broker>) {
+async fn serve_connection<R, W>(
+    reader: R,
+    writer: W,
+    mut client: ClientConnection,
+    sasl: bool,
+    broker: Arc<Broker>,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin,
+{
     let peer = client.peer;
-    let (reader, writer) = stream.into_split();
     let mut writer = BufWriter::with_capacity(64 * 1024, writer);
     let (frame_tx, mut frame_rx) = mpsc::channel::<Frame>(MAX_IN_FLIGHT_PER_CONNECTION);
     let reader_task = tokio::spawn(read_frames(
@@ -139,7 +224,8 @@ async fn serve_connection(stream: TcpStream, client: ClientConnection, broker: A
         broker.config.max_request_bytes,
         peer,
     ));
-    let mut in_flight = FuturesOrdered::new();
+    let mut in_flight: FuturesOrdered<BoxFuture<'static, Result<Option<BytesMut>, DispatchError>>> =
+        FuturesOrdered::new();
     let mut reading = true;
     // A frame waiting for the requests before it (see the module docs), and
     // whether the request in flight is a barrier.
@@ -147,20 +233,58 @@ async fn serve_connection(stream: TcpStream, client: ClientConnection, broker: A
     let mut barrier_in_flight = false;
     // Frames are dispatched in arrival order, so turns are handed out in it.
     let mut append_order = ConnectionAppendOrder::default();
-    let mut start = |body: Bytes| {
+    let mut session = sasl.then(|| broker.sasl_session());
+    let auth_deadline = tokio::time::Instant::now()
+        + Duration::from_millis(broker.config.authentication_timeout_ms.max(1));
+    // After a SASL answer that ends the connection: no more frames.
+    let mut closing: Option<String> = None;
+    let mut start = |body: Bytes,
+                     session: &mut Option<SaslSession>,
+                     client: &mut ClientConnection,
+                     closing: &mut Option<String>|
+     -> BoxFuture<'static, Result<Option<BytesMut>, DispatchError>> {
+        if let Some(s) = session.as_mut() {
+            let now = crate::now_ms();
+            let key = api_key_of(&body);
+            match key {
+                Some(ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) => {
+                    let answer = crate::dispatch::sasl_step(&body, s, now);
+                    if let Ok((_, Outcome::Close(reason))) = &answer {
+                        *closing = Some(reason.clone());
+                    }
+                    if let Some(principal) = s.principal() {
+                        if *client.principal != *principal {
+                            info!(principal = %principal, "authenticated");
+                            client.principal = Arc::new(principal.clone());
+                        }
+                    }
+                    return futures::future::ready(answer.map(|(bytes, _)| Some(bytes))).boxed();
+                }
+                Some(key) if !s.admits(key, now) => {
+                    let reason = if s.principal().is_some() {
+                        format!("{key:?} request after the SASL session expired (connections_max_reauth_ms) without re-authentication")
+                    } else {
+                        format!("unexpected {key:?} request before SASL authentication")
+                    };
+                    return futures::future::ready(Err(DispatchError::Close(reason))).boxed();
+                }
+                _ => {}
+            }
+        }
         let turn = is_produce(&body).then(|| append_order.next_turn());
-        dispatch_owned(broker.clone(), body, client.clone(), turn)
+        dispatch_owned(broker.clone(), body, client.clone(), turn).boxed()
     };
     loop {
         if in_flight.is_empty() {
             barrier_in_flight = false;
             if let Some(frame) = held.take() {
                 barrier_in_flight = is_barrier(&frame.body);
-                in_flight.push_back(start(frame.body));
+                in_flight.push_back(start(frame.body, &mut session, &mut client, &mut closing));
             }
         }
+        let authenticating = session.as_ref().is_some_and(|s| s.principal().is_none());
         tokio::select! {
-            frame = frame_rx.recv(), if reading && held.is_none() && in_flight.len() < MAX_IN_FLIGHT_PER_CONNECTION => {
+            frame = frame_rx.recv(), if reading && closing.is_none() && held.is_none() && in_flight.len() < MAX_IN_FLIGHT_PER_CONNECTION => {
                 match frame {
                     Some(frame) => {
                         let barrier = is_barrier(&frame.body);
@@ -168,7 +292,7 @@ async fn serve_connection(stream: TcpStream, client: ClientConnection, broker: A
                             held = Some(frame);
                         } else {
                             barrier_in_flight = barrier;
-                            in_flight.push_back(start(frame.body));
+                            in_flight.push_back(start(frame.body, &mut session, &mut client, &mut closing));
                         }
                     }
                     None => reading = false,
@@ -189,7 +313,17 @@ async fn serve_connection(stream: TcpStream, client: ClientConnection, broker: A
                     }
                 }
             }
+            _ = tokio::time::sleep_until(auth_deadline), if authenticating && closing.is_none() => {
+                info!(%peer, timeout_ms = broker.config.authentication_timeout_ms, "SASL authentication not done in time; closing connection");
+                break;
+            }
             else => break,
+        }
+        if let Some(reason) = &closing {
+            if in_flight.is_empty() {
+                info!(%peer, %reason, "closing connection after the SASL answer");
+                break;
+            }
         }
         if !reading && in_flight.is_empty() && held.is_none() {
             break;
@@ -198,6 +332,12 @@ async fn serve_connection(stream: TcpStream, client: ClientConnection, broker: A
     let _ = writer.flush().await;
     reader_task.abort();
     debug!(%peer, "connection closed");
+}
+
+/// The API key of a request frame, if it names one.
+fn api_key_of(frame: &[u8]) -> Option<ApiKey> {
+    let raw = i16::from_be_bytes([*frame.first()?, *frame.get(1)?]);
+    ApiKey::try_from(raw).ok()
 }
 
 async fn dispatch_owned(
@@ -225,8 +365,8 @@ fn is_barrier(frame: &[u8]) -> bool {
     order_of(frame) == ConnectionOrder::Barrier
 }
 
-async fn write_response(
-    writer: &mut BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+async fn write_response<W: AsyncWrite + Unpin>(
+    writer: &mut BufWriter<W>,
     response: BytesMut,
 ) -> std::io::Result<()> {
     let len = i32::try_from(response.len()).map_err(std::io::Error::other)?;
@@ -237,19 +377,32 @@ async fn write_response(
     writer.flush().await
 }
 
-/// A broker's Kafka listeners, bound, each with its name.
-pub(crate) struct BoundListeners(Vec<(Arc<str>, TcpListener)>);
+/// A broker's Kafka listeners, bound, each with how it runs, and the TLS
+/// configuration of the TLS ones (loaded once, shared, reloaded on change).
+pub(crate) struct BoundListeners {
+    sockets: Vec<(KafkaListener, TcpListener)>,
+    tls: Option<Arc<TlsListenerConfig>>,
+}
 
 /// Binds every Kafka listener of `config` (the main one and
-/// `[listeners.*]`); an error names the listener that cannot work.
+/// `[listeners.*]`) and loads the TLS configuration if one of them needs
+/// it; an error names the listener or file that cannot work.
 pub(crate) async fn bind_listeners(
     config: &crate::config::BrokerConfig,
 ) -> Result<BoundListeners, crate::BrokerError> {
-    let mut bound = Vec::new();
-    for listener in config
+    let listeners = config
         .kafka_listeners()
-        .map_err(crate::BrokerError::Config)?
-    {
+        .map_err(crate::BrokerError::Config)?;
+    let tls = if listeners.iter().any(|l| l.security_protocol.uses_tls()) {
+        Some(
+            TlsListenerConfig::load(config)
+                .map_err(|e| crate::BrokerError::Config(e.to_string()))?,
+        )
+    } else {
+        None
+    };
+    let mut sockets = Vec::new();
+    for listener in listeners {
         let addr = listener.listen;
         let socket = TcpListener::bind(addr)
             .await
@@ -258,24 +411,32 @@ pub(crate) async fn bind_listeners(
             listener = %listener.name,
             %addr,
             advertised = %format!("{}:{}", listener.advertised_host, listener.advertised_port),
+            security_protocol = listener.security_protocol.name(),
             "kafka listener bound"
         );
-        bound.push((Arc::from(listener.name), socket));
+        sockets.push((listener, socket));
     }
-    Ok(BoundListeners(bound))
+    Ok(BoundListeners { sockets, tls })
 }
 
-/// Accepts Kafka connections on every listener until `shutdown`.
+/// Accepts Kafka connections on every listener until `shutdown` (and
+/// watches the TLS files for changes meanwhile).
 pub(crate) async fn accept_all(
     listeners: BoundListeners,
     broker: Arc<Broker>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    futures::future::join_all(
-        listeners
-            .0
-            .into_iter()
-            .map(|(name, socket)| accept_loop(socket, name, Arc::clone(&broker), shutdown.clone())),
-    )
+    let BoundListeners { sockets, tls } = listeners;
+    if let Some(tls) = &tls {
+        tokio::spawn(Arc::clone(tls).watch(shutdown.clone()).in_current_span());
+    }
+    futures::future::join_all(sockets.into_iter().map(|(spec, socket)| {
+        let tls = spec
+            .security_protocol
+            .uses_tls()
+            .then(|| tls.clone())
+            .flatten();
+        accept_loop(socket, spec, tls, Arc::clone(&broker), shutdown.clone())
+    }))
     .await;
 }

@@ -20,8 +20,8 @@ use tracing::warn;
 use super::ClusterSettings;
 use crate::error::{controller_error, MetadataError};
 use crate::metadata::{
-    ConfigResource, MetadataStore, MetadataView, NewTopic, QuorumDescription, QuorumVoter,
-    TopicMetadata,
+    ConfigResource, MetadataRecord, MetadataStore, MetadataView, NewTopic, QuorumDescription,
+    QuorumVoter, TopicMetadata,
 };
 
 /// [`MetadataStore`] backed by the controller quorum: reads come from the
@@ -204,6 +204,42 @@ impl MetadataStore for QuorumMetadataStore {
                 .await;
             if shown.is_none() {
                 warn!(resource = %subject, "configs changed but not yet visible here");
+            }
+            Ok(())
+        })
+    }
+
+    fn alter_security(
+        &self,
+        records: Vec<MetadataRecord>,
+    ) -> BoxFuture<'_, Result<(), MetadataError>> {
+        Box::pin(async move {
+            self.client
+                .alter_security(&records)
+                .await
+                .map_err(|e| self.error(e, "security"))?;
+            // Visible here once the image holds what the last record says.
+            let expected = records.last().cloned();
+            let shown = self
+                .visible(|image| match &expected {
+                    Some(MetadataRecord::ScramCredentialChanged {
+                        user,
+                        mechanism,
+                        credential,
+                    }) => {
+                        image
+                            .scram_credentials
+                            .get(user)
+                            .and_then(|m| m.get(mechanism))
+                            == credential.as_ref()
+                    }
+                    Some(MetadataRecord::AclCreated { binding }) => image.acls.contains(binding),
+                    Some(MetadataRecord::AclDeleted { binding }) => !image.acls.contains(binding),
+                    _ => true,
+                })
+                .await;
+            if shown.is_none() {
+                warn!("security change committed but not yet visible here");
             }
             Ok(())
         })

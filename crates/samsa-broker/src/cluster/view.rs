@@ -61,6 +61,7 @@ pub fn metadata_view(image: &MetadataImage, raft_leader: Option<NodeId>, me: i32
         image.cluster_configs().clone(),
         image.broker_configs().clone(),
     )
+    .with_security(image.scram_credentials().clone(), image.acls().clone())
 }
 
 #[cfg(test)]

@@ -25,6 +25,8 @@ use super::{str_bytes, topic_name};
 use crate::dynamic_config::{validate_topic_config, validate_topic_configs};
 use crate::error::{metadata_error_code, MetadataError};
 use crate::metadata::{validate_topic_name, MetadataView, NewTopic};
+use crate::security::access::Access;
+use crate::security::acl::AclOperation;
 use crate::Broker;
 
 /// Checks that an assignment names only known brokers, each once per partition.
@@ -141,17 +143,30 @@ fn new_topic_from_request(
     })
 }
 
+/// Authorization as Kafka's: CREATE on the cluster or on the topic, else
+/// TOPIC_AUTHORIZATION_FAILED.
 pub async fn create_topics(
     broker: &Broker,
+    access: &Access,
     request: CreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
     let mut results = Vec::with_capacity(request.topics.len());
+    let may_create_any = access.allows_cluster(AclOperation::Create);
     for topic in &request.topics {
         let mut result = CreatableTopicResult::default()
             .with_name(topic.name.clone())
             .with_num_partitions(-1)
             .with_replication_factor(-1);
+        if !may_create_any && !access.allows_topic(AclOperation::Create, topic.name.0.as_str()) {
+            result.error_code = ResponseError::TopicAuthorizationFailed.code();
+            result.error_message = Some(str_bytes(format!(
+                "not authorized to create topic {}",
+                topic.name.0.as_str()
+            )));
+            results.push(result);
+            continue;
+        }
         let outcome = match new_topic_from_request(broker, topic) {
             Ok(new_topic) if request.validate_only => {
                 if broker.metadata.image().topic(&new_topic.name).is_some() {
@@ -206,8 +221,10 @@ pub async fn create_topics(
     CreateTopicsResponse::default().with_topics(results)
 }
 
+/// DELETE on the topic, else TOPIC_AUTHORIZATION_FAILED.
 pub async fn delete_topics(
     broker: &Broker,
+    access: &Access,
     request: DeleteTopicsRequest,
     version: i16,
 ) -> DeleteTopicsResponse {
@@ -243,6 +260,13 @@ pub async fn delete_topics(
         let mut result = DeletableTopicResult::default()
             .with_name(name.clone().map(topic_name))
             .with_topic_id(id);
+        let resolved = resolved.and_then(|resolved| {
+            if access.allows_topic(AclOperation::Delete, &resolved) {
+                Ok(resolved)
+            } else {
+                Err(ResponseError::TopicAuthorizationFailed)
+            }
+        });
         match resolved {
             Ok(resolved) => match broker.delete_topic(resolved.clone()).await {
                 Ok(deleted) => {
@@ -264,14 +288,22 @@ pub async fn delete_topics(
     DeleteTopicsResponse::default().with_responses(responses)
 }
 
+/// ALTER on the topic, else TOPIC_AUTHORIZATION_FAILED.
 pub async fn create_partitions(
     broker: &Broker,
+    access: &Access,
     request: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let name = topic.name.0.as_str().to_string();
         let mut result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
+        if !access.allows_topic(AclOperation::Alter, &name) {
+            result.error_code = ResponseError::TopicAuthorizationFailed.code();
+            result.error_message = Some(str_bytes(format!("not authorized to alter topic {name}")));
+            results.push(result);
+            continue;
+        }
         let image = broker.metadata.image();
         let current = image.topic(&name).map_or(0, |t| t.partitions);
         let assignments: Option<Vec<Vec<i32>>> = topic.assignments.as_ref().map(|assignments| {

@@ -39,6 +39,8 @@ use crate::dynamic_config::{
 };
 use crate::error::{metadata_error_code, MetadataError};
 use crate::metadata::{ConfigResource, MetadataView};
+use crate::security::access::Access;
+use crate::security::acl::AclOperation;
 use crate::Broker;
 
 /// Kafka's `AlterConfigOp.OpType`.
@@ -277,6 +279,7 @@ async fn alter_resource(
 /// named twice are all refused, as Kafka does.
 async fn alter_all(
     broker: &Broker,
+    access: &Access,
     resources: Vec<(i8, StrBytes, Vec<Op>)>,
     replace: bool,
     validate_only: bool,
@@ -289,6 +292,13 @@ async fn alter_all(
     for (resource_type, name, ops) in resources {
         let outcome = if counts[&(resource_type, name.to_string())] > 1 {
             Err(invalid_request("Each resource must appear at most once."))
+        } else if let Err(refusal) = super::configs::authorize_config_resource(
+            access,
+            AclOperation::AlterConfigs,
+            resource_type,
+            name.as_str(),
+        ) {
+            Err(refusal)
         } else {
             alter_resource(broker, resource_type, &name, &ops, replace, validate_only).await
         };
@@ -309,6 +319,7 @@ fn error_fields(outcome: &Result<(), Refusal>) -> (i16, Option<StrBytes>) {
 
 pub async fn incremental_alter_configs(
     broker: &Broker,
+    access: &Access,
     request: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
     let resources = request
@@ -327,7 +338,7 @@ pub async fn incremental_alter_configs(
             (r.resource_type, r.resource_name, ops)
         })
         .collect();
-    let results = alter_all(broker, resources, false, request.validate_only).await;
+    let results = alter_all(broker, access, resources, false, request.validate_only).await;
     IncrementalAlterConfigsResponse::default().with_responses(
         results
             .into_iter()
@@ -343,7 +354,11 @@ pub async fn incremental_alter_configs(
     )
 }
 
-pub async fn alter_configs(broker: &Broker, request: AlterConfigsRequest) -> AlterConfigsResponse {
+pub async fn alter_configs(
+    broker: &Broker,
+    access: &Access,
+    request: AlterConfigsRequest,
+) -> AlterConfigsResponse {
     let resources = request
         .resources
         .into_iter()
@@ -361,7 +376,7 @@ pub async fn alter_configs(broker: &Broker, request: AlterConfigsRequest) -> Alt
             (r.resource_type, r.resource_name, ops)
         })
         .collect();
-    let results = alter_all(broker, resources, true, request.validate_only).await;
+    let results = alter_all(broker, access, resources, true, request.validate_only).await;
     AlterConfigsResponse::default().with_responses(
         results
             .into_iter()

@@ -40,6 +40,8 @@ use crate::dynamic_config::{
     topic_log_config, DynamicLevel, TOPIC_CONFIG_KEYS,
 };
 use crate::metadata::{MetadataView, TopicMetadata};
+use crate::security::access::Access;
+use crate::security::acl::AclOperation;
 use crate::Broker;
 
 pub(crate) const RESOURCE_TOPIC: i8 = 2;
@@ -640,8 +642,37 @@ fn describe_resource(
     }
 }
 
+/// Kafka's authorization of a config resource: `operation`
+/// (DESCRIBE_CONFIGS or ALTER_CONFIGS) on the topic, or on the cluster for
+/// a broker; a resource of another type is left to the handler to refuse.
+pub(crate) fn authorize_config_resource(
+    access: &Access,
+    operation: AclOperation,
+    resource_type: i8,
+    name: &str,
+) -> Result<(), (ResponseError, String)> {
+    let allowed = match resource_type {
+        RESOURCE_TOPIC => access.allows_topic(operation, name),
+        RESOURCE_BROKER => access.allows_cluster(operation),
+        _ => true,
+    };
+    if allowed {
+        return Ok(());
+    }
+    let error = if resource_type == RESOURCE_TOPIC {
+        ResponseError::TopicAuthorizationFailed
+    } else {
+        ResponseError::ClusterAuthorizationFailed
+    };
+    Err((
+        error,
+        format!("not authorized to {operation} of this resource"),
+    ))
+}
+
 pub fn describe_configs(
     broker: &Broker,
+    access: &Access,
     request: DescribeConfigsRequest,
     version: i16,
 ) -> DescribeConfigsResponse {
@@ -654,7 +685,14 @@ pub fn describe_configs(
             let mut result = DescribeConfigsResult::default()
                 .with_resource_type(resource.resource_type)
                 .with_resource_name(resource.resource_name.clone());
-            match describe_resource(broker, resource) {
+            let described = authorize_config_resource(
+                access,
+                AclOperation::DescribeConfigs,
+                resource.resource_type,
+                resource.resource_name.as_str(),
+            )
+            .and_then(|()| describe_resource(broker, resource));
+            match described {
                 Ok(entries) => {
                     // A null or empty key list asks for every config.
                     let wanted = |name: &str| {

@@ -16,14 +16,22 @@ use tracing::info;
 
 use crate::coordinator::placement::{CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC};
 use crate::error::partition_error_code;
+use crate::security::access::Access;
+use crate::security::acl::AclOperation;
 use crate::Broker;
 
-pub fn handle(broker: &Broker, request: DeleteRecordsRequest) -> DeleteRecordsResponse {
+/// DELETE on the topic, else TOPIC_AUTHORIZATION_FAILED.
+pub fn handle(
+    broker: &Broker,
+    access: &Access,
+    request: DeleteRecordsRequest,
+) -> DeleteRecordsResponse {
     let topics = request
         .topics
         .into_iter()
         .map(|topic| {
             let name = topic.name.0.as_str();
+            let denied = !access.allows_topic(AclOperation::Delete, name);
             let partitions = topic
                 .partitions
                 .into_iter()
@@ -31,7 +39,12 @@ pub fn handle(broker: &Broker, request: DeleteRecordsRequest) -> DeleteRecordsRe
                     let mut result = DeleteRecordsPartitionResult::default()
                         .with_partition_index(wanted.partition_index)
                         .with_low_watermark(-1);
-                    match delete(broker, name, wanted.partition_index, wanted.offset) {
+                    let deleted = if denied {
+                        Err(ResponseError::TopicAuthorizationFailed)
+                    } else {
+                        delete(broker, name, wanted.partition_index, wanted.offset)
+                    };
+                    match deleted {
                         Ok(low_watermark) => result.low_watermark = low_watermark,
                         Err(code) => result.error_code = code.code(),
                     }

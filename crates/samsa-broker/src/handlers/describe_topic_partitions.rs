@@ -43,8 +43,11 @@ pub const MAX_PARTITIONS_PER_RESPONSE: i32 = 2000;
 pub const ALL_TOPIC_OPERATIONS: i32 =
     (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
 
+/// Topics the caller may not DESCRIBE are left out of a listing of every
+/// topic, and answer TOPIC_AUTHORIZATION_FAILED when named.
 pub fn handle(
     broker: &Broker,
+    access: &crate::security::access::Access,
     request: DescribeTopicPartitionsRequest,
     listener: &str,
 ) -> DescribeTopicPartitionsResponse {
@@ -94,6 +97,17 @@ pub fn handle(
             // Every partition before fitted exactly: go on at this topic.
             next_cursor = Some(cursor_at(&name, 0));
             break;
+        }
+        if !access.allows_topic(crate::security::acl::AclOperation::Describe, &name) {
+            if !all_topics {
+                topics.push(
+                    DescribeTopicPartitionsResponseTopic::default()
+                        .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                        .with_name(Some(topic_name(name)))
+                        .with_topic_id(Uuid::nil()),
+                );
+            }
+            continue;
         }
         let Some(topic) = image.topic(&name) else {
             if !all_topics {

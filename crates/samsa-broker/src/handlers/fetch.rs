@@ -20,6 +20,10 @@
 //! watermark), which samsa's replication does not carry over the Kafka
 //! protocol: those fields are ignored. There are no fetch sessions
 //! (`session_id` 0), so every request is a full fetch.
+//!
+//! A topic the caller may not READ answers TOPIC_AUTHORIZATION_FAILED on
+//! each of its partitions; that answer alone does not end the long poll
+//! (as in Kafka, the other partitions still wait for data).
 
 use std::time::Duration;
 
@@ -38,6 +42,8 @@ use tracing::warn;
 use super::str_bytes;
 use crate::error::storage_error_code;
 use crate::error::PartitionError;
+use crate::security::access::Access;
+use crate::security::acl::AclOperation;
 use crate::Broker;
 
 /// The first version that names topics by id.
@@ -47,6 +53,7 @@ const LEADER_HINTS: i16 = 16;
 
 pub async fn handle(
     broker: &Broker,
+    access: &Access,
     request: FetchRequest,
     version: i16,
     listener: &str,
@@ -65,9 +72,17 @@ pub async fn handle(
         version >= TOPIC_IDS,
         request.topics.iter().map(|t| (&t.topic, &t.topic_id)),
     );
+    let denied: Vec<bool> = names
+        .iter()
+        .map(|name| {
+            name.as_deref()
+                .is_some_and(|name| !access.allows_topic(AclOperation::Read, name))
+        })
+        .collect();
     let read = Read {
         request: &request,
         names: &names,
+        denied: &denied,
         version,
         read_committed,
         max_bytes,
@@ -80,7 +95,9 @@ pub async fn handle(
             .topics
             .iter()
             .zip(&names)
-            .filter_map(|(t, name)| name.as_deref().map(|name| (t, name)))
+            .zip(&denied)
+            .filter(|(_, denied)| !**denied)
+            .filter_map(|((t, name), _)| name.as_deref().map(|name| (t, name)))
             .flat_map(|(t, name)| {
                 t.partitions
                     .iter()
@@ -109,6 +126,8 @@ pub async fn handle(
 struct Read<'a> {
     request: &'a FetchRequest,
     names: &'a [Option<String>],
+    /// Per topic: the caller may not READ it.
+    denied: &'a [bool],
     version: i16,
     read_committed: bool,
     max_bytes: usize,
@@ -162,9 +181,20 @@ impl Read<'_> {
         let mut total = 0usize;
         let mut any_error = false;
         let mut topics = Vec::with_capacity(self.request.topics.len());
-        for (topic, name) in self.request.topics.iter().zip(self.names) {
+        for ((topic, name), denied) in self.request.topics.iter().zip(self.names).zip(self.denied) {
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for wanted in &topic.partitions {
+                if *denied {
+                    partitions.push(
+                        PartitionData::default()
+                            .with_partition_index(wanted.partition)
+                            .with_high_watermark(-1)
+                            .with_last_stable_offset(-1)
+                            .with_log_start_offset(-1)
+                            .with_error_code(ResponseError::TopicAuthorizationFailed.code()),
+                    );
+                    continue;
+                }
                 let data = self.partition(broker, name.as_deref(), wanted, &mut total, endpoints);
                 any_error |= data.error_code != 0;
                 partitions.push(data);

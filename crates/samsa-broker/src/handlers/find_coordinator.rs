@@ -19,6 +19,8 @@ use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinator
 use tracing::debug;
 
 use super::str_bytes;
+use crate::security::access::Access;
+use crate::security::acl::AclOperation;
 use crate::Broker;
 
 const KEY_TYPE_GROUP: i8 = 0;
@@ -29,6 +31,7 @@ const KEY_TYPE_TRANSACTION: i8 = 1;
 /// reach: COORDINATOR_NOT_AVAILABLE, as Kafka answers.
 fn find(
     broker: &Broker,
+    access: &Access,
     key_type: i8,
     key: &str,
     listener: &str,
@@ -37,8 +40,18 @@ fn find(
         return Err(ResponseError::InvalidRequest);
     }
     let node = match key_type {
-        KEY_TYPE_TRANSACTION => broker.txn.coordinator_node(broker, key)?,
-        KEY_TYPE_GROUP => broker.groups.coordinator_node(broker, key)?,
+        KEY_TYPE_TRANSACTION => {
+            if !access.allows_transactional_id(AclOperation::Describe, key) {
+                return Err(ResponseError::TransactionalIdAuthorizationFailed);
+            }
+            broker.txn.coordinator_node(broker, key)?
+        }
+        KEY_TYPE_GROUP => {
+            if !access.allows_group(AclOperation::Describe, key) {
+                return Err(ResponseError::GroupAuthorizationFailed);
+            }
+            broker.groups.coordinator_node(broker, key)?
+        }
         _ => return Err(ResponseError::InvalidRequest),
     };
     let endpoint = node
@@ -49,6 +62,7 @@ fn find(
 
 pub fn handle(
     broker: &Broker,
+    access: &Access,
     request: FindCoordinatorRequest,
     version: i16,
     listener: &str,
@@ -64,7 +78,7 @@ pub fn handle(
             .iter()
             .map(|key| {
                 let c = Coordinator::default().with_key(key.clone());
-                match find(broker, key_type, key.as_str(), listener) {
+                match find(broker, access, key_type, key.as_str(), listener) {
                     Ok((node, host, port)) => c
                         .with_node_id(BrokerId(node))
                         .with_host(str_bytes(host))
@@ -84,7 +98,7 @@ pub fn handle(
     // v1–v3 carry a top-level message, which Kafka fills with the error's
     // name on success ("NONE") and its description on failure; v0 has none.
     let message = |text: String| (version >= 1).then(|| str_bytes(text));
-    match find(broker, key_type, request.key.as_str(), listener) {
+    match find(broker, access, key_type, request.key.as_str(), listener) {
         Ok((node, host, port)) => FindCoordinatorResponse::default()
             .with_error_message(message("NONE".into()))
             .with_node_id(BrokerId(node))

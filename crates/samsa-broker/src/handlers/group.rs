@@ -27,6 +27,8 @@ use tracing::{info_span, Instrument};
 use super::str_bytes;
 use crate::coordinator::group::{self, ClientInfo, Reply};
 use crate::error::wire_code;
+use crate::security::access::Access;
+use crate::security::acl::AclOperation;
 use crate::Broker;
 
 /// The reply a dropped waiter gets (the runtime shut down under it).
@@ -249,10 +251,22 @@ fn leave_response(r: group::LeaveGroupResponse) -> LeaveGroupResponse {
         .with_members(members)
 }
 
-pub async fn delete_groups(broker: &Broker, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
+pub async fn delete_groups(
+    broker: &Broker,
+    access: &Access,
+    request: DeleteGroupsRequest,
+) -> DeleteGroupsResponse {
     let mut results = Vec::new();
     for group in &request.groups_names {
         let name = group.to_string();
+        if !access.allows_group(AclOperation::Delete, &name) {
+            results.push(
+                DeletableGroupResult::default()
+                    .with_group_id(group.clone())
+                    .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
+            );
+            continue;
+        }
         let error = match broker
             .groups
             .call(|c, token, now| c.delete_group(token, &name, now))
@@ -272,6 +286,7 @@ pub async fn delete_groups(broker: &Broker, request: DeleteGroupsRequest) -> Del
 
 pub fn describe_groups(
     broker: &Broker,
+    access: &Access,
     request: DescribeGroupsRequest,
     version: i16,
 ) -> DescribeGroupsResponse {
@@ -281,6 +296,11 @@ pub fn describe_groups(
         .iter()
         .map(|g: &GroupId| {
             let described = DescribedGroup::default().with_group_id(g.clone());
+            if !access.allows_group(AclOperation::Describe, g.as_str()) {
+                return described
+                    .with_error_code(ResponseError::GroupAuthorizationFailed.code())
+                    .with_group_state(str_bytes(""));
+            }
             match coordinator.describe_group(g.as_str()) {
                 Err(e) => described
                     .with_error_code(e.code())
@@ -330,6 +350,7 @@ pub fn describe_groups(
 
 pub fn list_groups(
     broker: &Broker,
+    access: &Access,
     request: ListGroupsRequest,
     version: i16,
 ) -> ListGroupsResponse {
@@ -355,8 +376,12 @@ pub fn list_groups(
     } else {
         Vec::new()
     };
+    // Kafka: DESCRIBE on the cluster lists every group, otherwise only
+    // the groups the caller may DESCRIBE.
+    let all = access.allows_cluster(AclOperation::Describe);
     let groups = listed
         .into_iter()
+        .filter(|g| all || access.allows_group(AclOperation::Describe, &g.group_id))
         .filter(|g| states.is_empty() || states.contains(&g.state.name().to_lowercase()))
         // Every group samsa has is a classic group.
         .filter(|_| types.is_empty() || types.iter().any(|t| t == "classic"))

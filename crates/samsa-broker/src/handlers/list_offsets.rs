@@ -14,6 +14,8 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use crate::error::storage_error_code;
 use crate::error::PartitionError;
 use crate::replica::Partition;
+use crate::security::access::Access;
+use crate::security::acl::AclOperation;
 use crate::Broker;
 
 const LATEST: i64 = -1;
@@ -22,13 +24,21 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
 
-pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+/// A topic the caller may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED
+/// on each partition, as Kafka's.
+pub fn handle(
+    broker: &Broker,
+    access: &Access,
+    request: ListOffsetsRequest,
+    version: i16,
+) -> ListOffsetsResponse {
     let read_committed = request.isolation_level == 1;
     let topics = request
         .topics
         .into_iter()
         .map(|topic| {
             let name = topic.name.0.as_str().to_string();
+            let denied = !access.allows_topic(AclOperation::Describe, &name);
             let partitions = topic
                 .partitions
                 .into_iter()
@@ -37,6 +47,10 @@ pub fn handle(broker: &Broker, request: ListOffsetsRequest, version: i16) -> Lis
                         .with_partition_index(wanted.partition_index)
                         .with_timestamp(-1)
                         .with_offset(-1);
+                    if denied {
+                        response.error_code = ResponseError::TopicAuthorizationFailed.code();
+                        return response;
+                    }
                     let partition = match broker.leader_partition(&name, wanted.partition_index) {
                         Ok(partition) => partition,
                         Err(code) => {

@@ -1,5 +1,10 @@
 //! Metadata: topics, partitions (leader, epoch, replicas, ISR) and the live
 //! brokers, all from the broker's metadata image, with auto-creation.
+//!
+//! Authorization as Kafka's: a request for every topic lists only those the
+//! caller may DESCRIBE; a named topic it may not DESCRIBE answers
+//! TOPIC_AUTHORIZATION_FAILED (without its id), whether it exists or not,
+//! and auto-creation needs CREATE on the cluster or on the topic.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_response::{
@@ -13,10 +18,13 @@ use crate::error::metadata_error_code;
 use crate::metadata::{
     is_internal_topic, validate_topic_name, MetadataView, TopicMetadata, NO_LEADER,
 };
+use crate::security::access::Access;
+use crate::security::acl::AclOperation;
 use crate::Broker;
 
 pub async fn handle(
     broker: &Broker,
+    access: &Access,
     request: MetadataRequest,
     version: i16,
     listener: &str,
@@ -27,6 +35,9 @@ pub async fn handle(
     match request.topics {
         None => {
             for topic in image.topics.values() {
+                if !access.allows_topic(AclOperation::Describe, &topic.name) {
+                    continue;
+                }
                 topics.push(topic_response(broker, topic, version, listener));
             }
         }
@@ -39,12 +50,30 @@ pub async fn handle(
                     Some(name) => image.topic(name).cloned(),
                     None => image.topic_by_id(&wanted.topic_id).cloned(),
                 };
+                let describable = |name: &str| access.allows_topic(AclOperation::Describe, name);
                 let response = match (topic, by_name) {
+                    (Some(topic), by_name) if !describable(&topic.name) => error_topic(
+                        by_name,
+                        Uuid::nil(),
+                        ResponseError::TopicAuthorizationFailed,
+                    ),
                     (Some(topic), _) => topic_response(broker, &topic, version, listener),
                     (None, Some(name)) => {
+                        let auto_create =
+                            allow_auto_create && broker.config.auto_create_topics_enable;
                         if let Err(e) = validate_topic_name(&name) {
                             error_topic(Some(name), Uuid::nil(), metadata_error_code(&e))
-                        } else if allow_auto_create && broker.config.auto_create_topics_enable {
+                        } else if !describable(&name)
+                            || (auto_create
+                                && !access.allows_cluster(AclOperation::Create)
+                                && !access.allows_topic(AclOperation::Create, &name))
+                        {
+                            error_topic(
+                                Some(name),
+                                Uuid::nil(),
+                                ResponseError::TopicAuthorizationFailed,
+                            )
+                        } else if auto_create {
                             match broker.auto_create_topic(&name).await {
                                 Ok(topic) => topic_response(broker, &topic, version, listener),
                                 Err(e) => {

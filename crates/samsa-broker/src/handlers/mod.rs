@@ -2,6 +2,7 @@
 //! struct; encoding and error-to-code mapping live at the edges
 //! (`dispatch`, `error`).
 
+pub mod acls;
 pub mod admin;
 pub mod alter_configs;
 pub mod api_versions;
@@ -20,6 +21,7 @@ pub mod offsets;
 pub mod produce;
 pub mod txn;
 pub mod txn_admin;
+pub mod user_scram;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;

@@ -6,6 +6,14 @@
 //! request's token: a commit is answered once durable), and converts back
 //! with only the fields the request's version has. Every call runs in a
 //! span carrying the group id.
+//!
+//! Authorization as Kafka's: a commit needs READ on the group (and, in a
+//! transaction, WRITE on the transactional id), else every partition
+//! answers GROUP_AUTHORIZATION_FAILED (TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+//! a partition of a topic the caller may not READ answers
+//! TOPIC_AUTHORIZATION_FAILED. OffsetFetch needs DESCRIBE on the group and
+//! on each topic (unnamed topics it may not DESCRIBE are left out);
+//! OffsetDelete DELETE on the group and READ on each topic.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_commit_response::{
@@ -37,6 +45,8 @@ use crate::coordinator::group::{
 use crate::coordinator::TransactionalWrite;
 use crate::error::txn_offset_commit_error;
 use crate::error::wire_code;
+use crate::security::access::Access;
+use crate::security::acl::AclOperation;
 use crate::Broker;
 
 /// The offsets of an OffsetCommit or TxnOffsetCommit request, by accessors
@@ -98,6 +108,26 @@ fn by_topic(results: Vec<PartitionResult>) -> TopicResults {
     out
 }
 
+/// The partitions the caller may commit (or delete) offsets of, and the
+/// refusals of the others: all of them refused with `whole` (a group or
+/// transactional id it may not use), else those of topics it may not READ.
+fn without_unauthorized_partitions(
+    access: &Access,
+    whole: Option<ResponseError>,
+    mut partitions: Vec<CommitPartition>,
+) -> (Vec<CommitPartition>, Vec<PartitionResult>) {
+    if let Some(error) = whole {
+        return (Vec::new(), all_failed(&partitions, error));
+    }
+    let (allowed, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut partitions)
+        .into_iter()
+        .partition(|p| access.allows_topic(AclOperation::Read, &p.topic));
+    (
+        allowed,
+        all_failed(&denied, ResponseError::TopicAuthorizationFailed),
+    )
+}
+
 /// Kafka commits offsets only for partitions that exist: the others answer
 /// UNKNOWN_TOPIC_OR_PARTITION and never reach the coordinator.
 fn without_unknown_partitions(
@@ -128,6 +158,7 @@ fn all_failed(partitions: &[CommitPartition], error: ResponseError) -> Vec<Parti
 
 pub async fn offset_commit(
     broker: &Broker,
+    access: &Access,
     request: OffsetCommitRequest,
     version: i16,
 ) -> OffsetCommitResponse {
@@ -154,7 +185,18 @@ pub async fn offset_commit(
                 version >= 6,
             ),
         };
+        let group_denied = !access.allows_group(AclOperation::Read, &commit.group_id);
+        let (allowed, refused) = without_unauthorized_partitions(
+            access,
+            group_denied.then_some(ResponseError::GroupAuthorizationFailed),
+            commit.partitions,
+        );
+        let commit = CommitRequest {
+            partitions: allowed,
+            ..commit
+        };
         let (commit, mut results) = without_unknown_partitions(broker, commit);
+        results.extend(refused);
         if !commit.partitions.is_empty() {
             results.extend(
                 match broker
@@ -187,6 +229,7 @@ pub async fn offset_commit(
 
 pub async fn txn_offset_commit(
     broker: &Broker,
+    access: &Access,
     request: TxnOffsetCommitRequest,
     version: i16,
 ) -> TxnOffsetCommitResponse {
@@ -236,7 +279,21 @@ pub async fn txn_offset_commit(
             producer_epoch: request.producer_epoch,
             add_partition: version >= 5,
         };
+        let whole =
+            if !access.allows_transactional_id(AclOperation::Write, &producer.transactional_id) {
+                Some(ResponseError::TransactionalIdAuthorizationFailed)
+            } else if !access.allows_group(AclOperation::Read, &commit.group_id) {
+                Some(ResponseError::GroupAuthorizationFailed)
+            } else {
+                None
+            };
+        let (allowed, refused) = without_unauthorized_partitions(access, whole, commit.partitions);
+        let commit = CommitRequest {
+            partitions: allowed,
+            ..commit
+        };
         let (commit, mut results) = without_unknown_partitions(broker, commit);
+        results.extend(refused);
         if !commit.partitions.is_empty() {
             results.extend(
                 match broker
@@ -279,14 +336,30 @@ type Wanted = Option<Vec<(String, Vec<i32>)>>;
 
 fn fetched(
     broker: &Broker,
+    access: &Access,
     group_id: &str,
     wanted: &Wanted,
     require_stable: bool,
 ) -> Result<Vec<FetchedOffset>, ResponseError> {
-    broker
-        .groups
-        .serving()
-        .offset_fetch(group_id, wanted.as_deref(), require_stable)
+    if !access.allows_group(AclOperation::Describe, group_id) {
+        return Err(ResponseError::GroupAuthorizationFailed);
+    }
+    let mut offsets =
+        broker
+            .groups
+            .serving()
+            .offset_fetch(group_id, wanted.as_deref(), require_stable)?;
+    if wanted.is_none() {
+        offsets.retain(|o| access.allows_topic(AclOperation::Describe, &o.topic));
+    } else {
+        for o in &mut offsets {
+            if !access.allows_topic(AclOperation::Describe, &o.topic) {
+                o.offset = None;
+                o.error = Some(ResponseError::TopicAuthorizationFailed);
+            }
+        }
+    }
+    Ok(offsets)
 }
 
 fn group_fetched(offsets: Vec<FetchedOffset>) -> Vec<(String, Vec<FetchedOffset>)> {
@@ -302,6 +375,7 @@ fn group_fetched(offsets: Vec<FetchedOffset>) -> Vec<(String, Vec<FetchedOffset>
 
 pub fn offset_fetch(
     broker: &Broker,
+    access: &Access,
     request: OffsetFetchRequest,
     version: i16,
 ) -> OffsetFetchResponse {
@@ -317,7 +391,7 @@ pub fn offset_fetch(
                         .collect()
                 });
                 let group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-                match fetched(broker, g.group_id.as_str(), &wanted, require_stable) {
+                match fetched(broker, access, g.group_id.as_str(), &wanted, require_stable) {
                     Err(e) => group.with_error_code(e.code()),
                     Ok(offsets) => group.with_topics(
                         group_fetched(offsets)
@@ -358,7 +432,13 @@ pub fn offset_fetch(
     } else {
         wanted
     };
-    match fetched(broker, request.group_id.as_str(), &wanted, require_stable) {
+    match fetched(
+        broker,
+        access,
+        request.group_id.as_str(),
+        &wanted,
+        require_stable,
+    ) {
         Err(e) if version >= 2 => OffsetFetchResponse::default().with_error_code(e.code()),
         Err(e) => {
             // v1 reports a coordinator error on every partition.
@@ -415,11 +495,32 @@ fn v7_topics(offsets: Vec<FetchedOffset>, version: i16) -> Vec<OffsetFetchRespon
         .collect()
 }
 
-pub async fn offset_delete(broker: &Broker, request: OffsetDeleteRequest) -> OffsetDeleteResponse {
+pub async fn offset_delete(
+    broker: &Broker,
+    access: &Access,
+    request: OffsetDeleteRequest,
+) -> OffsetDeleteResponse {
     let group_id = request.group_id.to_string();
+    if !access.allows_group(AclOperation::Delete, &group_id) {
+        return OffsetDeleteResponse::default()
+            .with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
+    let denied: Vec<PartitionResult> = request
+        .topics
+        .iter()
+        .filter(|t| !access.allows_topic(AclOperation::Read, t.name.as_str()))
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| PartitionResult {
+                topic: t.name.to_string(),
+                partition: p.partition_index,
+                error: Some(ResponseError::TopicAuthorizationFailed),
+            })
+        })
+        .collect();
     let partitions: Vec<(String, i32)> = request
         .topics
         .iter()
+        .filter(|t| access.allows_topic(AclOperation::Read, t.name.as_str()))
         .flat_map(|t| {
             t.partitions
                 .iter()
@@ -445,9 +546,10 @@ pub async fn offset_delete(broker: &Broker, request: OffsetDeleteRequest) -> Off
     if let Some(e) = top_error {
         return OffsetDeleteResponse::default().with_error_code(e.code());
     }
-    let Some(Reply::Commit(results)) = reply else {
+    let Some(Reply::Commit(mut results)) = reply else {
         return OffsetDeleteResponse::default().with_error_code(LOST.code());
     };
+    results.extend(denied);
     OffsetDeleteResponse::default().with_topics(response_topics(
         results,
         |name, parts| {

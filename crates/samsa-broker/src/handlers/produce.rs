@@ -48,6 +48,8 @@ use crate::error::{
 use crate::produce_order::AppendTurn;
 use crate::replica::Partition;
 use crate::replication::LeaderAppend;
+use crate::security::access::Access;
+use crate::security::acl::AclOperation;
 use crate::topic_partition::TopicPartition;
 use crate::{now_ms, Broker};
 
@@ -83,6 +85,7 @@ const LEADER_HINTS: i16 = 10;
 /// acks=all.
 pub async fn handle(
     broker: &Broker,
+    access: &Access,
     request: ProduceRequest,
     version: i16,
     mut turn: AppendTurn,
@@ -106,7 +109,7 @@ pub async fn handle(
     let deadline = tokio::time::Instant::now()
         + std::time::Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0));
     let transactional_id = request.transactional_id.as_ref().map(|t| t.0.to_string());
-    let (mut responses, mut writes) = plan(request, names, version);
+    let (mut responses, mut writes) = plan(access, request, names, version);
 
     turn.wait().await;
     find_leaders(broker, &mut writes, &mut responses, version);
@@ -137,23 +140,29 @@ pub async fn handle(
 /// request alone does not rule out (unknown topic id, a batch that is not
 /// admissible).
 fn plan(
+    access: &Access,
     request: ProduceRequest,
     names: Vec<Option<String>>,
     version: i16,
 ) -> (Vec<TopicProduceResponse>, Vec<Write>) {
     let acks = request.acks;
-    // As Kafka: transactional records in a request without a transactional
-    // id fail the whole request with TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    // (the id is what the write is authorised and verified against).
-    let untagged_txn = request.transactional_id.is_none()
-        && request.topic_data.iter().any(|t| {
-            t.partition_data.iter().any(|p| {
-                p.records
-                    .as_ref()
-                    .and_then(|r| BatchHeader::parse(r).ok())
-                    .is_some_and(|h| h.is_transactional())
-            })
-        });
+    // As Kafka: transactional records fail the whole request with
+    // TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless the request names a
+    // transactional id the caller may WRITE (the id is what the write is
+    // authorised and verified against).
+    let has_txn_records = request.topic_data.iter().any(|t| {
+        t.partition_data.iter().any(|p| {
+            p.records
+                .as_ref()
+                .and_then(|r| BatchHeader::parse(r).ok())
+                .is_some_and(|h| h.is_transactional())
+        })
+    });
+    let txn_refused = has_txn_records
+        && !request
+            .transactional_id
+            .as_ref()
+            .is_some_and(|id| access.allows_transactional_id(AclOperation::Write, id.0.as_str()));
     let mut responses = Vec::with_capacity(request.topic_data.len());
     let mut writes = Vec::new();
     for (topic_index, (topic, name)) in request.topic_data.into_iter().zip(names).enumerate() {
@@ -176,7 +185,17 @@ fn plan(
                 partitions.push(response);
                 continue;
             };
-            match admissible(untagged_txn, acks, &records) {
+            if !access.allows_topic(AclOperation::Write, name) {
+                let message = format!("not authorized to write to topic {name}");
+                refuse(
+                    &mut response,
+                    Refusal::new(ResponseError::TopicAuthorizationFailed, message),
+                    version,
+                );
+                partitions.push(response);
+                continue;
+            }
+            match admissible(txn_refused, acks, &records) {
                 Ok(txn) => writes.push(Write {
                     topic: topic_index,
                     partition: partition_index,
@@ -330,15 +349,11 @@ fn add_leader_hints(
 
 /// The checks that need nothing but the request: `Ok` with the batch's
 /// (producer id, epoch) when it is transactional.
-fn admissible(
-    untagged_txn: bool,
-    acks: i16,
-    records: &[u8],
-) -> Result<Option<(i64, i16)>, Refusal> {
-    if untagged_txn {
+fn admissible(txn_refused: bool, acks: i16, records: &[u8]) -> Result<Option<(i64, i16)>, Refusal> {
+    if txn_refused {
         return Err(Refusal::new(
             ResponseError::TransactionalIdAuthorizationFailed,
-            "transactional records without a transactional id".to_string(),
+            "transactional records without a transactional id the producer may write".to_string(),
         ));
     }
     if !matches!(acks, -1..=1) {

@@ -38,6 +38,8 @@ use super::topic_name;
 use crate::coordinator::txn::markers::write_markers;
 use crate::coordinator::txn::{self, Outcome, TxnResult};
 use crate::error::wire_code;
+use crate::security::access::Access;
+use crate::security::acl::AclOperation;
 use crate::topic_partition::TopicPartition;
 use crate::{now_ms, Broker};
 
@@ -181,9 +183,57 @@ fn topic_results(
         .collect()
 }
 
+/// Kafka's authorization of one transaction of an AddPartitionsToTxn
+/// request: without WRITE on the transactional id every partition answers
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED; otherwise the partitions of a
+/// topic the caller may not WRITE answer TOPIC_AUTHORIZATION_FAILED and the
+/// rest OPERATION_NOT_ATTEMPTED. `None`: all allowed.
+fn unauthorized_partitions(
+    access: &Access,
+    transactional_id: &str,
+    partitions: &[TopicPartition],
+) -> Option<Vec<(TopicPartition, Option<ResponseError>)>> {
+    if !access.allows_transactional_id(AclOperation::Write, transactional_id) {
+        return Some(
+            partitions
+                .iter()
+                .map(|tp| {
+                    (
+                        tp.clone(),
+                        Some(ResponseError::TransactionalIdAuthorizationFailed),
+                    )
+                })
+                .collect(),
+        );
+    }
+    let denied: Vec<bool> = partitions
+        .iter()
+        .map(|tp| !access.allows_topic(AclOperation::Write, &tp.topic))
+        .collect();
+    if !denied.contains(&true) {
+        return None;
+    }
+    Some(
+        partitions
+            .iter()
+            .zip(denied)
+            .map(|(tp, denied)| {
+                let e = if denied {
+                    ResponseError::TopicAuthorizationFailed
+                } else {
+                    ResponseError::OperationNotAttempted
+                };
+                (tp.clone(), Some(e))
+            })
+            .collect(),
+    )
+}
+
 /// One transaction of an `AddPartitionsToTxn` request.
+#[allow(clippy::too_many_arguments)]
 async fn add_partitions_one(
     broker: &Broker,
+    access: &Access,
     transactional_id: &TransactionalId,
     producer_id: i64,
     producer_epoch: i16,
@@ -200,6 +250,9 @@ async fn add_partitions_one(
         verify_only
     );
     async {
+        if let Some(unauthorized) = unauthorized_partitions(access, id, &partitions) {
+            return unauthorized;
+        }
         if let Some(unknown) = unknown_partitions(broker, &partitions) {
             return unknown;
         }
@@ -225,6 +278,7 @@ async fn add_partitions_one(
 
 pub async fn add_partitions_to_txn(
     broker: &Broker,
+    access: &Access,
     request: AddPartitionsToTxnRequest,
     version: i16,
 ) -> AddPartitionsToTxnResponse {
@@ -241,6 +295,7 @@ pub async fn add_partitions_to_txn(
     if version < 4 {
         let results = add_partitions_one(
             broker,
+            access,
             &request.v3_and_below_transactional_id,
             request.v3_and_below_producer_id.0,
             request.v3_and_below_producer_epoch,
@@ -252,10 +307,17 @@ pub async fn add_partitions_to_txn(
         return AddPartitionsToTxnResponse::default()
             .with_results_by_topic_v3_and_below(topic_results(results));
     }
+    // v4+ batches transactions: a broker's request (Kafka's produce-path
+    // verification), which needs CLUSTER_ACTION.
+    if !access.allows_cluster(AclOperation::ClusterAction) {
+        return AddPartitionsToTxnResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
     let mut out = Vec::with_capacity(request.transactions.len());
     for t in &request.transactions {
         let results = add_partitions_one(
             broker,
+            access,
             &t.transactional_id,
             t.producer_id.0,
             t.producer_epoch,
@@ -275,6 +337,7 @@ pub async fn add_partitions_to_txn(
 
 pub async fn add_offsets_to_txn(
     broker: &Broker,
+    access: &Access,
     request: AddOffsetsToTxnRequest,
     version: i16,
 ) -> AddOffsetsToTxnResponse {
@@ -286,6 +349,14 @@ pub async fn add_offsets_to_txn(
         group = request.group_id.0.as_str()
     );
     async {
+        if !access.allows_transactional_id(AclOperation::Write, id) {
+            return AddOffsetsToTxnResponse::default()
+                .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
+        }
+        if !access.allows_group(AclOperation::Read, request.group_id.0.as_str()) {
+            return AddOffsetsToTxnResponse::default()
+                .with_error_code(ResponseError::GroupAuthorizationFailed.code());
+        }
         // The markers of the transaction must reach the group's offsets
         // partition, so it has to exist before it joins the transaction.
         if let Err(e) = broker.groups.ensure_state_topic(broker) {
@@ -311,7 +382,12 @@ pub async fn add_offsets_to_txn(
     .await
 }
 
-pub async fn end_txn(broker: &Broker, request: EndTxnRequest, version: i16) -> EndTxnResponse {
+pub async fn end_txn(
+    broker: &Broker,
+    access: &Access,
+    request: EndTxnRequest,
+    version: i16,
+) -> EndTxnResponse {
     let id = request.transactional_id.0.as_str();
     let span = info_span!(
         "end_txn",
@@ -321,6 +397,10 @@ pub async fn end_txn(broker: &Broker, request: EndTxnRequest, version: i16) -> E
         commit = request.committed
     );
     async {
+        if !access.allows_transactional_id(AclOperation::Write, id) {
+            return EndTxnResponse::default()
+                .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
+        }
         let req = txn::EndTxnRequest {
             transactional_id: id.to_string(),
             producer_id: request.producer_id.0,
@@ -357,8 +437,10 @@ pub async fn end_txn(broker: &Broker, request: EndTxnRequest, version: i16) -> E
 /// partition-side function).
 pub async fn write_txn_markers(
     broker: &Broker,
+    access: &Access,
     request: WriteTxnMarkersRequest,
 ) -> WriteTxnMarkersResponse {
+    let authorized = access.allows_cluster(AclOperation::ClusterAction);
     let mut out = Vec::with_capacity(request.markers.len());
     for m in request.markers {
         let marker = EndTxnMarker {
@@ -382,9 +464,16 @@ pub async fn write_txn_markers(
             producer_epoch = marker.producer_epoch,
             commit = marker.commit
         );
-        let results = write_markers(broker, marker, &partitions)
-            .instrument(span)
-            .await;
+        let results = if authorized {
+            write_markers(broker, marker, &partitions)
+                .instrument(span)
+                .await
+        } else {
+            partitions
+                .into_iter()
+                .map(|tp| (tp, Some(ResponseError::ClusterAuthorizationFailed)))
+                .collect()
+        };
         let mut by_topic: BTreeMap<String, Vec<WritableTxnMarkerPartitionResult>> = BTreeMap::new();
         for (tp, e) in results {
             by_topic.entry(tp.topic).or_default().push(

@@ -18,18 +18,32 @@ use super::{str_bytes, topic_name};
 use crate::coordinator::txn::{self};
 use crate::error::partition_error_code;
 use crate::error::wire_code;
+use crate::security::access::Access;
+use crate::security::acl::AclOperation;
 use crate::{now_ms, Broker};
+use kafka_protocol::error::ResponseError;
 
+/// DESCRIBE on each transactional id, else
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED for it.
 pub fn describe_transactions(
     broker: &Broker,
+    access: &Access,
     request: DescribeTransactionsRequest,
 ) -> DescribeTransactionsResponse {
-    let ids: Vec<String> = request
+    let (ids, denied): (Vec<String>, Vec<String>) = request
         .transactional_ids
         .iter()
         .map(|t| t.0.as_str().to_string())
-        .collect();
+        .partition(|id| access.allows_transactional_id(AclOperation::Describe, id));
     let described = broker.txn.serving().describe_transactions(&ids);
+    let refused = denied.into_iter().map(|id| {
+        TransactionState::default()
+            .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
+            .with_transactional_id(TransactionalId(str_bytes(id)))
+            .with_transaction_state(str_bytes(""))
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+    });
     let states = described
         .into_iter()
         .map(|d| {
@@ -52,12 +66,15 @@ pub fn describe_transactions(
                         .collect(),
                 )
         })
+        .chain(refused)
         .collect();
     DescribeTransactionsResponse::default().with_transaction_states(states)
 }
 
+/// Lists only the transactional ids the caller may DESCRIBE.
 pub fn list_transactions(
     broker: &Broker,
+    access: &Access,
     request: ListTransactionsRequest,
     version: i16,
 ) -> ListTransactionsResponse {
@@ -88,6 +105,9 @@ pub fn list_transactions(
             listed
                 .transactions
                 .into_iter()
+                .filter(|t| {
+                    access.allows_transactional_id(AclOperation::Describe, &t.transactional_id)
+                })
                 .map(|t| {
                     ListedState::default()
                         .with_transactional_id(TransactionalId(str_bytes(t.transactional_id)))
@@ -99,8 +119,10 @@ pub fn list_transactions(
 }
 
 /// `DescribeProducers`: the producer state of partitions this broker leads.
+/// READ on the topic, else TOPIC_AUTHORIZATION_FAILED.
 pub fn describe_producers(
     broker: &Broker,
+    access: &Access,
     request: DescribeProducersRequest,
 ) -> DescribeProducersResponse {
     let topics = request
@@ -108,11 +130,16 @@ pub fn describe_producers(
         .into_iter()
         .map(|t| {
             let name = t.name.0.as_str().to_string();
+            let denied = !access.allows_topic(AclOperation::Read, &name);
             let partitions = t
                 .partition_indexes
                 .iter()
                 .map(|&index| {
                     let response = PartitionResponse::default().with_partition_index(index);
+                    if denied {
+                        return response
+                            .with_error_code(ResponseError::TopicAuthorizationFailed.code());
+                    }
                     let described = broker
                         .leader_partition(&name, index)
                         .and_then(|p| p.describe_producers().map_err(|e| partition_error_code(&e)));
