@@ -26,6 +26,7 @@ mod protocol_details;
 mod rdkafka_eos;
 mod read_apis;
 mod replication;
+mod sasl_bad_input;
 mod stage_start;
 mod transactions;
 mod transactions_smoke;

@@ -154,10 +154,19 @@ struct Frame {
     body: Bytes,
 }
 
+/// Kafka's `sasl.server.max.receive.size`: the largest frame a SASL
+/// listener reads before the connection has authenticated, so that an
+/// unauthenticated client cannot make the broker buffer
+/// `socket.request.max.bytes` per connection.
+const SASL_MAX_RECEIVE_BYTES: usize = 512 * 1024;
+
+/// `unauthenticated`: while set, frames are limited to
+/// [`SASL_MAX_RECEIVE_BYTES`].
 async fn read_frames<R: AsyncRead + Unpin>(
     mut reader: R,
     frames: mpsc::Sender<Frame>,
     max_request_bytes: usize,
+    unauthenticated: Arc<std::sync::atomic::AtomicBool>,
     peer: SocketAddr,
 ) {
     loop {
@@ -171,6 +180,12 @@ async fn read_frames<R: AsyncRead + Unpin>(
             }
         }
         let len = i32::from_be_bytes(len_buf);
+        if unauthenticated.load(std::sync::atomic::Ordering::Acquire)
+            && len as usize > SASL_MAX_RECEIVE_BYTES
+        {
+            warn!(%peer, size = len, limit = SASL_MAX_RECEIVE_BYTES, "request before SASL authentication larger than sasl.server.max.receive.size; closing connection");
+            return;
+        }
         if len < 0 || len as usize > max_request_bytes {
             warn!(%peer, size = len, limit = max_request_bytes, "request size out of range (socket.request.max.bytes); closing connection");
             return;
@@ -218,10 +233,12 @@ async fn serve_connection<R, W>(
     let peer = client.peer;
     let mut writer = BufWriter::with_capacity(64 * 1024, writer);
     let (frame_tx, mut frame_rx) = mpsc::channel::<Frame>(MAX_IN_FLIGHT_PER_CONNECTION);
+    let unauthenticated = Arc::new(std::sync::atomic::AtomicBool::new(sasl));
     let reader_task = tokio::spawn(read_frames(
         reader,
         frame_tx,
         broker.config.max_request_bytes,
+        Arc::clone(&unauthenticated),
         peer,
     ));
     let mut in_flight: FuturesOrdered<BoxFuture<'static, Result<Option<BytesMut>, DispatchError>>> =
@@ -253,6 +270,10 @@ async fn serve_connection<R, W>(
                         *closing = Some(reason.clone());
                     }
                     if let Some(principal) = s.principal() {
+                        // Before the answer goes out: the client's next
+                        // (possibly large) request is read without the
+                        // pre-authentication limit.
+                        unauthenticated.store(false, std::sync::atomic::Ordering::Release);
                         if *client.principal != *principal {
                             info!(principal = %principal, "authenticated");
                             client.principal = Arc::new(principal.clone());
