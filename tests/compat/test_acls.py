@@ -5,11 +5,13 @@ plaintext one, whose connections are `User:ANONYMOUS` and a super user
 here (the operator's admin listener: it creates users, topics and ACLs),
 and a SASL_PLAINTEXT one where alice authenticates with SCRAM-SHA-512 and
 gets only what the ACLs grant her. ACLs are managed through the Kafka
-admin APIs of confluent-kafka and kafka-python.
+admin APIs of confluent-kafka and kafka-python, and with `samsa user` and
+`samsa acl`.
 """
 
 import itertools
 import os
+import subprocess
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -26,7 +28,7 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from conftest import free_port
+from conftest import free_port, samsa_bin
 
 PASSWORD = "alice-secret"
 _ids = itertools.count(os.getpid() * 1000 + 700)
@@ -230,3 +232,28 @@ def test_acl_apis_without_an_authorizer_answer_security_disabled(samsa_factory):
         for f in node.admin.create_acls([binding]).values():
             f.result(30)
     assert e.value.args[0].code() == KafkaError.SECURITY_DISABLED, e.value
+
+
+def test_samsa_user_and_acl_commands_manage_what_clients_may_do(samsa_factory, topic_name):
+    node = acl_node(samsa_factory)
+    create_topics(node, topic_name)
+
+    def samsa(*args):
+        done = subprocess.run([str(samsa_bin()), *args, "-b", node.bootstrap], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "SAMSA_USER_PASSWORD": "carol-secret"})
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        return done.stdout
+
+    samsa("user", "add", "carol")
+    assert "carol  SCRAM-SHA-512  8192" in samsa("user", "list", "carol")
+    carol = {**alice(node), "sasl.username": "carol", "sasl.password": "carol-secret"}
+    samsa("acl", "add", "--topic", topic_name, "--principal", "User:carol", "--operation", "WRITE")
+    assert "User:carol" in samsa("acl", "list", "--topic", topic_name)
+    assert produce_one(carol, topic_name) is None
+
+    assert "removed 1 ACL(s)" in samsa("acl", "remove", "--principal", "User:carol")
+    error = produce_one(carol, topic_name)
+    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, error
+
+    samsa("user", "delete", "carol")
+    assert "carol" not in samsa("user", "list")

@@ -23,6 +23,7 @@
 //! broker answers (or a file holds) can panic a tool: a malformed answer is
 //! an error with context, which the binary prints as one line.
 
+pub mod acl;
 pub mod bench;
 pub mod client;
 pub mod cluster;
@@ -36,4 +37,5 @@ pub mod produce;
 pub mod signals;
 pub mod topic;
 pub mod txn;
+pub mod user;
 pub mod wire;

@@ -63,6 +63,12 @@ enum Command {
     /// kafka-configs.sh).
     #[command(subcommand)]
     Config(samsa_tools::config::ConfigCommand),
+    /// SCRAM users: add, list, delete (like kafka-configs.sh --entity-type users).
+    #[command(subcommand)]
+    User(samsa_tools::user::UserCommand),
+    /// ACLs: add, list, remove (like kafka-acls.sh).
+    #[command(subcommand)]
+    Acl(samsa_tools::acl::AclCommand),
     /// List, describe and abort transactions; find hanging ones
     /// (like kafka-transactions.sh).
     #[command(subcommand)]
@@ -119,6 +125,8 @@ fn main() -> ExitCode {
             Command::Demo(cmd) => demo::run(cmd).await,
             Command::Txn(cmd) => txn::run(cmd).await,
             Command::Config(cmd) => samsa_tools::config::run(cmd).await,
+            Command::User(cmd) => samsa_tools::user::run(cmd).await,
+            Command::Acl(cmd) => samsa_tools::acl::run(cmd).await,
             Command::Pipeline(cmd) => pipeline::run(cmd).await,
             Command::Verify(args) => samsa_verify::run(args).await,
             Command::Nemesis(cmd) => samsa_nemesis::cli::run(cmd).await,

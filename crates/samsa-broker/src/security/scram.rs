@@ -345,6 +345,12 @@ fn keys(mechanism: ScramMechanism, salted_password: &[u8]) -> Result<Keys, Scram
     })
 }
 
+/// A fresh random salt of [`SALT_LEN`] bytes (what a client sends in an
+/// AlterUserScramCredentials upsertion).
+pub fn random_salt() -> Vec<u8> {
+    random_bytes(SALT_LEN)
+}
+
 fn random_bytes(len: usize) -> Vec<u8> {
     let mut bytes = vec![0u8; len];
     rand::thread_rng().fill_bytes(&mut bytes);
