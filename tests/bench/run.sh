@@ -44,6 +44,11 @@
 #                                  unthrottled pass runs, while a throttled one
 #                                  runs (tests/bench/cleaner.py; CLEANER_ARGS
 #                                  passes flags to it)
+#   tests/bench/run.sh security    produce/consume MB/s and broker CPU per MB
+#                                  over PLAINTEXT, SSL and SASL_SSL (SCRAM-SHA-512)
+#                                  in one run, and connection setup time
+#                                  (tests/bench/security.py; SECURITY_ARGS
+#                                  passes flags to it)
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
 #   SINGLE_QUICK=1 tests/bench/run.sh   (a)-(c) only: no dd, no 5 GiB (d)
 #                                  (for before/after pairs of one run)
@@ -239,6 +244,14 @@ if [ "$mode" = compaction ]; then
     echo "load before: $(uptime | sed 's/.*load average: //')"
     "$python" "$here/compaction.py" --samsa "$server" --dir "$bench_dir/compaction" \
         --commits "${COMPACTION_COMMITS:-1000000}" --segment-bytes "${COMPACTION_SEGMENT_BYTES:-16777216}"
+    echo "load after: $(uptime | sed 's/.*load average: //')"
+    exit 0
+fi
+
+if [ "$mode" = security ]; then
+    echo "load before: $(uptime | sed 's/.*load average: //')"
+    # shellcheck disable=SC2086
+    python3 "$here/security.py" --samsa "$server" --dir "$bench_dir/security" ${SECURITY_ARGS:-}
     echo "load after: $(uptime | sed 's/.*load average: //')"
     exit 0
 fi
