@@ -16,6 +16,7 @@ mod failover;
 mod groups;
 mod groups_smoke;
 mod idempotence;
+mod inter_node_tls;
 mod listeners;
 mod offsets;
 mod persistence;

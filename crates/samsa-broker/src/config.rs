@@ -104,6 +104,15 @@ pub struct BrokerConfig {
     /// controllers, broker ⇄ controller). Must be reachable at this node's
     /// address in `controller_quorum_voters`.
     pub controller_listen: SocketAddr,
+    /// Mutual TLS on the gRPC port (`controller_listen`) and to every peer:
+    /// this node's certificate chain (PEM, leaf first), valid for the host
+    /// names or addresses of the voter list. All three `inter_node_tls_*`
+    /// files or none (plaintext). See docs/SECURITY.md.
+    pub inter_node_tls_cert_file: Option<PathBuf>,
+    /// The private key of `inter_node_tls_cert_file` (PEM).
+    pub inter_node_tls_key_file: Option<PathBuf>,
+    /// The cluster's CA (PEM): peers must present a certificate of it.
+    pub inter_node_tls_ca_file: Option<PathBuf>,
     /// Expected cluster id. Unset: take the one fixed at first formation (a
     /// node whose data belongs to another cluster still refuses to start).
     pub cluster_id: Option<String>,
@@ -254,6 +263,9 @@ impl Default for BrokerConfig {
             allow_everyone_if_no_acl_found: false,
             controller_quorum_voters: None,
             controller_listen: SocketAddr::from(([0, 0, 0, 0], 9093)),
+            inter_node_tls_cert_file: None,
+            inter_node_tls_key_file: None,
+            inter_node_tls_ca_file: None,
             cluster_id: None,
             broker_heartbeat_interval_ms: 2_000,
             broker_session_timeout_ms: 9_000,

@@ -93,6 +93,8 @@ struct ClientInner {
     /// the next call start at the same one.
     next_endpoint: AtomicUsize,
     deadline: Duration,
+    /// Mutual TLS to the controllers (`crate::tls`).
+    tls: Option<crate::tls::InterNodeTls>,
     /// Bound of one attempt when calls may be repeated (see the module doc);
     /// `None`: an attempt may use the whole remaining deadline and a timeout
     /// ends the call.
@@ -157,7 +159,25 @@ impl ControllerClient {
                 channels: Mutex::new(HashMap::new()),
                 next_endpoint: AtomicUsize::new(0),
                 deadline,
+                tls: None,
                 attempt_timeout,
+            }),
+        }
+    }
+
+    /// This client speaking mutual TLS to the controllers (`None`:
+    /// plaintext). A fresh client: no channel or leader is carried over.
+    pub fn with_inter_node_tls(self, tls: Option<crate::tls::InterNodeTls>) -> Self {
+        let inner = &self.inner;
+        Self {
+            inner: Arc::new(ClientInner {
+                endpoints: inner.endpoints.clone(),
+                leader: Mutex::new(None),
+                channels: Mutex::new(HashMap::new()),
+                next_endpoint: AtomicUsize::new(0),
+                deadline: inner.deadline,
+                tls,
+                attempt_timeout: inner.attempt_timeout,
             }),
         }
     }
@@ -187,7 +207,7 @@ impl ControllerClient {
         let channel = match channels.get(addr) {
             Some(channel) => channel.clone(),
             None => {
-                let channel = lazy_channel(addr).map_err(|e| {
+                let channel = lazy_channel(addr, self.inner.tls.as_ref()).map_err(|e| {
                     ControllerError::InvalidRequest(format!("bad controller address {addr:?}: {e}"))
                 })?;
                 channels.insert(addr.to_owned(), channel.clone());

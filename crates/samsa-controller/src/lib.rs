@@ -66,6 +66,7 @@ pub mod quorum;
 pub mod records;
 pub mod service;
 pub mod store;
+pub mod tls;
 
 pub use error::{ControllerError, LeaderHint};
 pub use image::{BrokerRegistration, MetadataImage, PartitionState, TopicImage};

@@ -18,6 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::tls::{peer_endpoint, InterNodeTls};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -33,7 +34,7 @@ use samsa_proto::raft::{RaftReply, RaftRequest};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::watch;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::quorum::ReplicationClock;
@@ -140,6 +141,7 @@ pub struct GrpcNetworkFactory {
     node_id: NodeId,
     cluster_id: watch::Receiver<Option<String>>,
     clock: Arc<ReplicationClock>,
+    tls: Option<InterNodeTls>,
 }
 
 impl GrpcNetworkFactory {
@@ -147,11 +149,13 @@ impl GrpcNetworkFactory {
         node_id: NodeId,
         cluster_id: watch::Receiver<Option<String>>,
         clock: Arc<ReplicationClock>,
+        tls: Option<InterNodeTls>,
     ) -> Self {
         Self {
             node_id,
             cluster_id,
             clock,
+            tls,
         }
     }
 }
@@ -167,6 +171,7 @@ impl RaftNetworkFactory<TypeConfig> for GrpcNetworkFactory {
             cluster_id: self.cluster_id.clone(),
             client: None,
             clock: Arc::clone(&self.clock),
+            tls: self.tls.clone(),
         }
     }
 }
@@ -179,6 +184,7 @@ pub struct GrpcNetwork {
     cluster_id: watch::Receiver<Option<String>>,
     client: Option<RaftServiceClient<Channel>>,
     clock: Arc<ReplicationClock>,
+    tls: Option<InterNodeTls>,
 }
 
 #[derive(Clone, Copy)]
@@ -188,16 +194,13 @@ enum Method {
     InstallSnapshot,
 }
 
-/// Builds a lazily connecting channel to `host:port`.
-pub(crate) fn lazy_channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
-    let uri = if addr.starts_with("http://") || addr.starts_with("https://") {
-        addr.to_owned()
-    } else {
-        format!("http://{addr}")
-    };
-    Ok(Endpoint::from_shared(uri)?
-        .connect_timeout(Duration::from_secs(1))
-        .tcp_nodelay(true)
+/// Builds a lazily connecting channel to `host:port` (over mutual TLS
+/// when `tls` is set).
+pub(crate) fn lazy_channel(
+    addr: &str,
+    tls: Option<&InterNodeTls>,
+) -> Result<Channel, tonic::transport::Error> {
+    Ok(peer_endpoint(addr, tls)?
         // A peer that is cut off or paused keeps the connection open; these
         // pings find out within seconds, so streams (metadata subscriptions)
         // and calls on it fail and move to another node instead of hanging.
@@ -214,7 +217,7 @@ impl GrpcNetwork {
         if let Some(client) = &self.client {
             return Ok(client.clone());
         }
-        let client = RaftServiceClient::new(lazy_channel(&self.addr)?)
+        let client = RaftServiceClient::new(lazy_channel(&self.addr, self.tls.as_ref())?)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         self.client = Some(client.clone());

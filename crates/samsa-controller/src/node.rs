@@ -95,6 +95,9 @@ pub struct ControllerConfig {
     pub tick_interval: Duration,
     /// Upper bound on one write (leadership check + commit).
     pub write_timeout: Duration,
+    /// Mutual TLS on the gRPC port and to every peer (`crate::tls`);
+    /// `None`: plaintext.
+    pub inter_node_tls: Option<crate::tls::InterNodeTls>,
 }
 
 impl ControllerConfig {
@@ -114,6 +117,7 @@ impl ControllerConfig {
             raft: RaftTimings::default(),
             tick_interval: Duration::from_millis(500),
             write_timeout: Duration::from_secs(10),
+            inter_node_tls: None,
         }
     }
 }
@@ -289,7 +293,12 @@ impl ControllerNode {
         .map_err(|e| NodeError::Raft(e.to_string()))?;
 
         let clock = Arc::new(ReplicationClock::default());
-        let network = GrpcNetworkFactory::new(node_id, sm.watch_cluster_id(), Arc::clone(&clock));
+        let network = GrpcNetworkFactory::new(
+            node_id,
+            sm.watch_cluster_id(),
+            Arc::clone(&clock),
+            config.inter_node_tls.clone(),
+        );
         let raft: Raft<TypeConfig> =
             Raft::new(node_id, Arc::new(raft_config), network, log, sm.clone())
                 .await
@@ -328,8 +337,14 @@ impl ControllerNode {
             Some(listener) => {
                 let local_addr = listener.local_addr()?;
                 let mut server_stop = stop_rx.clone();
+                let mut builder = tonic::transport::Server::builder();
+                if let Some(tls) = &config.inter_node_tls {
+                    builder = builder
+                        .tls_config(tls.server_config())
+                        .map_err(|e| NodeError::Raft(format!("inter-node TLS: {e}")))?;
+                }
                 let server = tokio::spawn(
-                    tonic::transport::Server::builder()
+                    builder
                         .add_routes(routes)
                         .serve_with_incoming_shutdown(
                             // The builder's tcp_nodelay does not reach
@@ -355,6 +370,7 @@ impl ControllerNode {
         let start = Participation {
             node_id,
             voters: config.voters.clone(),
+            inter_node_tls: config.inter_node_tls.clone(),
             data_dir: config.data_dir.clone(),
             store: Arc::clone(&store),
             raft: raft.clone(),
@@ -498,6 +514,7 @@ impl ControllerNode {
 struct Participation {
     node_id: NodeId,
     voters: Vec<(NodeId, String)>,
+    inter_node_tls: Option<crate::tls::InterNodeTls>,
     data_dir: PathBuf,
     store: Arc<dyn RaftStore>,
     raft: Raft<TypeConfig>,
@@ -554,7 +571,8 @@ async fn decide_participation(
         let mut answered = 1; // this node
         for (peer, addr) in &peers {
             let client =
-                crate::client::ControllerClient::new([addr.clone()], PARTICIPATION_PROBE_TIMEOUT);
+                crate::client::ControllerClient::new([addr.clone()], PARTICIPATION_PROBE_TIMEOUT)
+                    .with_inter_node_tls(start.inter_node_tls.clone());
             let answer =
                 tokio::time::timeout(PARTICIPATION_PROBE_TIMEOUT, client.describe_quorum()).await;
             let Ok(Ok(quorum)) = answer else { continue };

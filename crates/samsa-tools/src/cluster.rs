@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use samsa_controller::client::{ControllerClient, MetadataFollower};
+use samsa_controller::tls::InterNodeTls;
 use samsa_controller::{MetadataImage, NodeId};
 use samsa_proto::controller::DescribeQuorumResponse;
 
@@ -36,6 +37,16 @@ pub struct StatusArgs {
     /// How long to wait for answers.
     #[arg(long, value_name = "MS", default_value_t = 5_000)]
     timeout_ms: u64,
+    /// With mutual TLS between nodes (`inter_node_tls_*`): a certificate
+    /// (PEM) of the cluster's CA to present. With `--tls-key` and `--tls-ca`.
+    #[arg(long, value_name = "PEM", env = "SAMSA_INTER_NODE_TLS_CERT", requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The key of `--tls-cert` (PEM).
+    #[arg(long, value_name = "PEM", env = "SAMSA_INTER_NODE_TLS_KEY")]
+    tls_key: Option<std::path::PathBuf>,
+    /// The cluster's CA (PEM).
+    #[arg(long, value_name = "PEM", env = "SAMSA_INTER_NODE_TLS_CA")]
+    tls_ca: Option<std::path::PathBuf>,
 }
 
 pub async fn run(command: ClusterCommand) -> Result<ExitCode> {
@@ -47,8 +58,8 @@ pub async fn run(command: ClusterCommand) -> Result<ExitCode> {
 /// What one voter said, or why it did not answer.
 type Answer = std::result::Result<DescribeQuorumResponse, String>;
 
-async fn describe(addr: &str, timeout: Duration) -> Answer {
-    let client = ControllerClient::new([addr.to_owned()], timeout);
+async fn describe(addr: &str, timeout: Duration, tls: Option<InterNodeTls>) -> Answer {
+    let client = ControllerClient::new([addr.to_owned()], timeout).with_inter_node_tls(tls);
     match tokio::time::timeout(timeout, client.describe_quorum()).await {
         Ok(Ok(answer)) => Ok(answer),
         Ok(Err(e)) => Err(e.to_string()),
@@ -57,11 +68,18 @@ async fn describe(addr: &str, timeout: Duration) -> Answer {
 }
 
 /// Asks every address at once; answers in the order of `addrs`.
-async fn describe_all(addrs: &[String], timeout: Duration) -> Vec<(String, Answer)> {
+async fn describe_all(
+    addrs: &[String],
+    timeout: Duration,
+    tls: &Option<InterNodeTls>,
+) -> Vec<(String, Answer)> {
     let handles: Vec<_> = addrs
         .iter()
         .cloned()
-        .map(|addr| tokio::spawn(async move { describe(&addr, timeout).await }))
+        .map(|addr| {
+            let tls = tls.clone();
+            tokio::spawn(async move { describe(&addr, timeout, tls).await })
+        })
         .collect();
     let mut out = Vec::with_capacity(addrs.len());
     for (addr, handle) in addrs.iter().cloned().zip(handles) {
@@ -78,7 +96,13 @@ async fn status(args: StatusArgs) -> Result<ExitCode> {
     if args.controllers.is_empty() {
         bail!("no controller addresses given (--controller HOST:PORT)");
     }
-    let first = describe_all(&args.controllers, timeout).await;
+    let tls = match (&args.tls_cert, &args.tls_key, &args.tls_ca) {
+        (Some(cert), Some(key), Some(ca)) => {
+            Some(InterNodeTls::load(cert, key, ca).map_err(anyhow::Error::msg)?)
+        }
+        _ => None,
+    };
+    let first = describe_all(&args.controllers, timeout, &tls).await;
     let Some(seen) = first.iter().find_map(|(_, a)| a.as_ref().ok()) else {
         let why: Vec<String> = first
             .iter()
@@ -97,7 +121,7 @@ async fn status(args: StatusArgs) -> Result<ExitCode> {
         .keys()
         .copied()
         .zip(
-            describe_all(&addrs, timeout)
+            describe_all(&addrs, timeout, &tls)
                 .await
                 .into_iter()
                 .map(|(_, a)| a),
@@ -134,7 +158,10 @@ async fn status(args: StatusArgs) -> Result<ExitCode> {
             .filter_map(|(id, _)| voters.get(id).cloned()),
     );
     endpoints.dedup();
-    let follower = MetadataFollower::spawn(ControllerClient::new(endpoints, timeout), -1);
+    let follower = MetadataFollower::spawn(
+        ControllerClient::new(endpoints, timeout).with_inter_node_tls(tls.clone()),
+        -1,
+    );
     let image = tokio::time::timeout(timeout, follower.wait_for_offset(target))
         .await
         .unwrap_or_else(|_| follower.image());

@@ -112,7 +112,8 @@ pub(super) async fn serve(
     let me = config.node_id;
     let mut tasks = Tasks::default();
     let follower = MetadataFollower::spawn(
-        ControllerClient::new(settings.endpoints(), settings.request_timeout),
+        ControllerClient::new(settings.endpoints(), settings.request_timeout)
+            .with_inter_node_tls(settings.inter_node_tls.clone()),
         me,
     );
     let views = follow_views(&mut tasks, &follower, controller, me);
@@ -264,7 +265,8 @@ async fn open_broker(
     views: watch::Receiver<Arc<MetadataView>>,
     services: &BrokerServices,
 ) -> Result<(OpenBroker, IsrChannel), BrokerError> {
-    let admin_client = ControllerClient::new(settings.endpoints(), settings.request_timeout);
+    let admin_client = ControllerClient::new(settings.endpoints(), settings.request_timeout)
+        .with_inter_node_tls(settings.inter_node_tls.clone());
     let store: Arc<dyn MetadataStore> = Arc::new(QuorumMetadataStore::new(
         admin_client.clone(),
         views,
@@ -394,13 +396,16 @@ fn start_replication(
         .iter()
         .filter_map(|(id, addr)| Some((i32::try_from(*id).ok()?, addr.clone())))
         .collect();
-    for fetcher in spawn_fetchers(broker, &peers, stop) {
+    for fetcher in spawn_fetchers(broker, &peers, settings.inter_node_tls.as_ref(), stop) {
         tasks.push(fetcher);
     }
     services.txn.attach(Arc::clone(broker));
     tasks.push(crate::coordinator::txn::TxnRuntime::start_with_peers(
         broker,
-        Some(peers.iter().cloned().collect()),
+        Some((
+            peers.iter().cloned().collect(),
+            settings.inter_node_tls.clone(),
+        )),
         stop.clone(),
     ));
     tasks.push(crate::coordinator::group::GroupRuntime::start(

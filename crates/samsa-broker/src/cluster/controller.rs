@@ -30,7 +30,8 @@ pub(super) async fn probe_duplicate(settings: &ClusterSettings) -> Result<(), Br
     ) {
         return Ok(());
     }
-    let client = ControllerClient::new([addr.clone()], Duration::from_secs(2));
+    let client = ControllerClient::new([addr.clone()], Duration::from_secs(2))
+        .with_inter_node_tls(settings.inter_node_tls.clone());
     Err(BrokerError::Cluster(match client.describe_quorum().await {
         Ok(other) => format!(
             "a controller already answers at {addr}, this node's address in \
@@ -79,6 +80,7 @@ pub(super) async fn start_controller(
     cc.tick_interval = (settings.session_timeout / 6)
         .clamp(Duration::from_millis(100), Duration::from_millis(500));
     cc.write_timeout = settings.request_timeout;
+    cc.inter_node_tls = settings.inter_node_tls.clone();
     // Embedded: this process serves one gRPC port for the controller and
     // for replication between brokers.
     ControllerNode::start_embedded(cc)

@@ -22,6 +22,7 @@ pub(super) async fn serve_grpc(
     routes: tonic::service::Routes,
     replication: ReplicationGrpc,
     txn: crate::coordinator::txn::grpc::TxnGrpc,
+    tls: Option<&samsa_controller::tls::InterNodeTls>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, BrokerError> {
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
@@ -37,10 +38,16 @@ pub(super) async fn serve_grpc(
     let routes = routes.add_service(samsa_proto::txn::txn_service_server::TxnServiceServer::new(
         txn,
     ));
-    info!(%listen, "gRPC listening (controller, replication, transactions)");
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder
+            .tls_config(tls.server_config())
+            .map_err(|e| BrokerError::Cluster(format!("inter-node TLS: {e}")))?;
+    }
+    info!(%listen, mutual_tls = tls.is_some(), "gRPC listening (controller, replication, transactions)");
     Ok(tokio::spawn(
         async move {
-            let served = tonic::transport::Server::builder()
+            let served = builder
                 .initial_stream_window_size(Some(crate::replication::REPLICATION_WINDOW_BYTES))
                 .initial_connection_window_size(Some(
                     2 * crate::replication::REPLICATION_WINDOW_BYTES,

@@ -71,7 +71,8 @@ impl Lifecycle {
                 settings.endpoints(),
                 settings.heartbeat_interval.max(Duration::from_secs(1)),
                 (settings.heartbeat_interval / 2).max(Duration::from_millis(500)),
-            ),
+            )
+            .with_inter_node_tls(settings.inter_node_tls.clone()),
             settings: settings.clone(),
             incarnation_id: Uuid::new_v4(),
             endpoints,
@@ -270,7 +271,8 @@ impl Lifecycle {
         if epoch < 0 {
             return;
         }
-        let client = ControllerClient::new(self.settings.endpoints(), CONTROLLED_SHUTDOWN_TIMEOUT);
+        let client = ControllerClient::new(self.settings.endpoints(), CONTROLLED_SHUTDOWN_TIMEOUT)
+            .with_inter_node_tls(self.settings.inter_node_tls.clone());
         let call = client.controlled_shutdown(self.settings.node_id, epoch);
         match tokio::time::timeout(CONTROLLED_SHUTDOWN_TIMEOUT, call).await {
             Ok(Ok(reply)) => info!(

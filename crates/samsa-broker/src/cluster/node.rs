@@ -58,6 +58,7 @@ async fn run_node(
         routes,
         replication.clone(),
         txn_grpc.clone(),
+        settings.inter_node_tls.as_ref(),
         grpc_stop_rx.clone(),
     )
     .await

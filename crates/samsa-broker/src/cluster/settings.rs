@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use samsa_controller::node::parse_voters;
+use samsa_controller::tls::InterNodeTls;
 use samsa_controller::NodeId;
 
 use crate::error::BrokerError;
@@ -27,6 +28,8 @@ pub struct ClusterSettings {
     pub session_timeout: Duration,
     pub request_timeout: Duration,
     pub startup_timeout: Duration,
+    /// Mutual TLS on the gRPC port and to every peer (`inter_node_tls_*`).
+    pub inter_node_tls: Option<InterNodeTls>,
 }
 
 pub(super) fn config_error(message: String) -> BrokerError {
@@ -61,10 +64,30 @@ impl ClusterSettings {
                 "metadata_snapshot_interval_entries must be positive".into(),
             ));
         }
+        let inter_node_tls = match (
+            &config.inter_node_tls_cert_file,
+            &config.inter_node_tls_key_file,
+            &config.inter_node_tls_ca_file,
+        ) {
+            (None, None, None) => None,
+            (Some(cert), Some(key), Some(ca)) => Some(
+                InterNodeTls::load(cert, key, ca)
+                    .map_err(|e| config_error(format!("inter_node_tls_*: {e}")))?,
+            ),
+            _ => {
+                return Err(config_error(
+                    "inter_node_tls_cert_file, inter_node_tls_key_file and \
+                     inter_node_tls_ca_file go together: set all three (mutual TLS \
+                     between nodes) or none"
+                        .into(),
+                ))
+            }
+        };
         Ok(Self {
             node_id: config.node_id,
             voters,
             own_address,
+            inter_node_tls,
             heartbeat_interval: timings.heartbeat_interval,
             session_timeout: timings.session_timeout,
             request_timeout: timings.request_timeout,

@@ -14,10 +14,11 @@ use kafka_protocol::error::ResponseError;
 use std::sync::Arc;
 use std::time::Duration;
 
+use samsa_controller::tls::{peer_endpoint, InterNodeTls};
 use samsa_proto::replication::replication_service_client::ReplicationServiceClient;
 use samsa_proto::replication::{FetchPartition, PartitionData, ReplicaFetchRequest};
 use tokio::sync::watch;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tracing::{debug, warn, Instrument};
 
 use crate::replica::Partition;
@@ -34,18 +35,11 @@ pub const REPLICATION_WINDOW_BYTES: u32 = 16 * 1024 * 1024;
 /// to 16 MiB - 1).
 pub const REPLICATION_MAX_FRAME_BYTES: u32 = 1024 * 1024;
 
-fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
-    let uri = if addr.starts_with("http://") {
-        addr.to_owned()
-    } else {
-        format!("http://{addr}")
-    };
+fn channel(addr: &str, tls: Option<&InterNodeTls>) -> Result<Channel, tonic::transport::Error> {
     // HTTP/2's default 64 KiB stream window would make every megabyte of
     // records wait for ~16 window updates; the replication RTT is what
     // acks=all waits for, so let a whole fetch answer be in flight at once.
-    Ok(Endpoint::from_shared(uri)?
-        .connect_timeout(Duration::from_secs(1))
-        .tcp_nodelay(true)
+    Ok(peer_endpoint(addr, tls)?
         .initial_stream_window_size(Some(REPLICATION_WINDOW_BYTES))
         .initial_connection_window_size(Some(2 * REPLICATION_WINDOW_BYTES))
         // With HTTP/2's default 16 KiB frames a 1 MB answer is 64 frames,
@@ -58,6 +52,7 @@ fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
 pub fn spawn_fetchers(
     broker: &Arc<Broker>,
     peers: &[(i32, String)],
+    tls: Option<&InterNodeTls>,
     stop: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     peers
@@ -66,7 +61,14 @@ pub fn spawn_fetchers(
         .map(|(id, addr)| {
             let span = tracing::info_span!("replica_fetcher", leader = *id);
             tokio::spawn(
-                fetch_loop(Arc::clone(broker), *id, addr.clone(), stop.clone()).instrument(span),
+                fetch_loop(
+                    Arc::clone(broker),
+                    *id,
+                    addr.clone(),
+                    tls.cloned(),
+                    stop.clone(),
+                )
+                .instrument(span),
             )
         })
         .collect()
@@ -76,9 +78,10 @@ async fn fetch_loop(
     broker: Arc<Broker>,
     leader: i32,
     addr: String,
+    tls: Option<InterNodeTls>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let channel = match channel(&addr) {
+    let channel = match channel(&addr, tls.as_ref()) {
         Ok(c) => c,
         Err(e) => {
             warn!(%addr, error = %e, "bad replication address; not following this leader");

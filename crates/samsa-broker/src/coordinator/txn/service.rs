@@ -30,7 +30,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 
 use samsa_proto::txn::txn_service_client::TxnServiceClient;
 use tokio::sync::watch;
@@ -43,6 +42,7 @@ use crate::coordinator::runtime::{Hosted, Runtime};
 use crate::coordinator::state_topic::StateTopic;
 use crate::coordinator::{Step, Write};
 use crate::{Broker, BrokerConfig};
+use samsa_controller::tls::{peer_endpoint, InterNodeTls};
 
 /// The transaction coordinator of this broker and everything that drives it.
 pub type TxnRuntime = Runtime<TxnCoordinator>;
@@ -50,8 +50,9 @@ pub type TxnRuntime = Runtime<TxnCoordinator>;
 /// Cluster mode: how this broker reaches the others (markers, verification).
 #[derive(Default)]
 pub struct PeerClients {
-    /// Node id → internal gRPC address of every broker.
-    peers: OnceLock<HashMap<i32, String>>,
+    /// Node id → internal gRPC address of every broker, and the mutual
+    /// TLS they speak (if any).
+    peers: OnceLock<(HashMap<i32, String>, Option<InterNodeTls>)>,
     clients: Mutex<HashMap<i32, TxnServiceClient<Channel>>>,
 }
 
@@ -104,11 +105,11 @@ impl Runtime<TxnCoordinator> {
         )
     }
 
-    /// In cluster mode, the gRPC address of every broker; then starts the
-    /// runtime's loop until `stop`.
+    /// In cluster mode, the gRPC address of every broker and the
+    /// inter-node TLS; then starts the runtime's loop until `stop`.
     pub fn start_with_peers(
         broker: &Arc<Broker>,
-        peers: Option<HashMap<i32, String>>,
+        peers: Option<(HashMap<i32, String>, Option<InterNodeTls>)>,
         stop: watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<()> {
         if let Some(peers) = peers {
@@ -152,7 +153,8 @@ impl Runtime<TxnCoordinator> {
 
     /// A gRPC client for broker `node` (cluster mode).
     pub(crate) fn client(&self, node: i32) -> Option<TxnServiceClient<Channel>> {
-        let addr = self.service.peers.get()?.get(&node)?;
+        let (peers, tls) = self.service.peers.get()?;
+        let addr = peers.get(&node)?;
         let mut clients = self
             .service
             .clients
@@ -161,16 +163,7 @@ impl Runtime<TxnCoordinator> {
         if let Some(c) = clients.get(&node) {
             return Some(c.clone());
         }
-        let uri = if addr.starts_with("http://") {
-            addr.clone()
-        } else {
-            format!("http://{addr}")
-        };
-        let channel = tonic::transport::Endpoint::from_shared(uri)
-            .ok()?
-            .connect_timeout(Duration::from_secs(1))
-            .tcp_nodelay(true)
-            .connect_lazy();
+        let channel = peer_endpoint(addr, tls.as_ref()).ok()?.connect_lazy();
         let client = TxnServiceClient::new(channel);
         clients.insert(node, client.clone());
         Some(client)
