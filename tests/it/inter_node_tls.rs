@@ -5,10 +5,8 @@
 //! plaintext, or one of another CA — can neither take part in Raft, ask the
 //! controller, fetch replicas nor write markers.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use samsa_controller::client::ControllerClient;
 use samsa_controller::tls::{peer_endpoint, InterNodeTls};
 use samsa_proto::raft::raft_service_client::RaftServiceClient;
@@ -18,41 +16,9 @@ use samsa_proto::replication::ReplicaFetchRequest;
 use samsa_proto::txn::txn_service_client::TxnServiceClient;
 use samsa_proto::txn::WriteTxnMarkersRequest;
 use samsa_tests::cluster::SamsaCluster;
+use samsa_tests::pki::Ca;
 use samsa_tests::txn::{create_topic_default_rf, TxnProducer};
 use samsa_tests::unique_topic;
-
-/// One CA's certificate and key, to sign node certificates with.
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let cert = params.self_signed(&key).unwrap();
-        Ca { cert, key }
-    }
-
-    /// A certificate for 127.0.0.1 and localhost, as `(cert, key)` PEM.
-    fn issue(&self, name: &str) -> (String, String) {
-        let key = KeyPair::generate().unwrap();
-        let mut params =
-            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
-        params.distinguished_name.push(DnType::CommonName, name);
-        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path
-}
 
 /// Whether a call reached its service: an answer, or an error status the
 /// service sent (a garbage request is refused by the service itself).
@@ -117,10 +83,8 @@ fn services_reached(
 fn cluster_over_mutual_tls_serves_and_refuses_peers_without_its_certificate() {
     let pki = tempfile::tempdir().unwrap();
     let ca = Ca::new("samsa cluster CA");
-    let (node_cert, node_key) = ca.issue("samsa node");
-    let cert = write(pki.path(), "node.pem", &node_cert);
-    let key = write(pki.path(), "node.key", &node_key);
-    let ca_file = write(pki.path(), "ca.pem", &ca.cert.pem());
+    let node = ca.issue("node", pki.path());
+    let (cert, key, ca_file) = (node.cert.clone(), node.key.clone(), node.ca.clone());
     let settings = [
         format!("inter_node_tls_cert_file={}", cert.display()),
         format!("inter_node_tls_key_file={}", key.display()),
@@ -150,9 +114,9 @@ fn cluster_over_mutual_tls_serves_and_refuses_peers_without_its_certificate() {
         .build()
         .unwrap();
     let member = InterNodeTls::from_pem(
-        node_cert.clone().into_bytes(),
-        node_key.clone().into_bytes(),
-        ca.cert.pem().into_bytes(),
+        node.cert_pem.clone().into_bytes(),
+        node.key_pem.clone().into_bytes(),
+        ca.pem().into_bytes(),
     );
     let addr = cluster.node(1).controller_addr();
     assert_eq!(
@@ -164,11 +128,11 @@ fn cluster_over_mutual_tls_serves_and_refuses_peers_without_its_certificate() {
     // Plaintext, and a certificate of another CA (trusting the cluster's
     // CA, so only the client side is wrong), are refused on every service.
     let other = Ca::new("another CA");
-    let (stranger_cert, stranger_key) = other.issue("stranger");
+    let stranger = other.issue("stranger", pki.path());
     let stranger = InterNodeTls::from_pem(
-        stranger_cert.into_bytes(),
-        stranger_key.into_bytes(),
-        ca.cert.pem().into_bytes(),
+        stranger.cert_pem.into_bytes(),
+        stranger.key_pem.into_bytes(),
+        ca.pem().into_bytes(),
     );
     for id in cluster.ids() {
         let addr = cluster.node(id).controller_addr();

@@ -28,6 +28,7 @@ mod rdkafka_eos;
 mod read_apis;
 mod replication;
 mod sasl_bad_input;
+mod secured_cluster;
 mod stage_start;
 mod transactions;
 mod transactions_smoke;

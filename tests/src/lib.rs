@@ -18,6 +18,7 @@ pub mod load;
 pub mod nemesis;
 pub mod node;
 pub mod pipeline;
+pub mod pki;
 pub mod rdk;
 pub mod small_fs;
 pub mod txn;
