@@ -14,7 +14,7 @@ import os
 import subprocess
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -167,6 +167,16 @@ def test_prefixed_allow_and_literal_deny_and_hidden_topics(samsa_factory, topic_
     # and DENY ALL hides the secret topic too.
     visible = set(AdminClient(alice(node)).list_topics(timeout=20).topics)
     assert open_topic in visible and secret not in visible and unrelated not in visible, visible
+
+    # What she may do on it, as Metadata's authorized-operations bits tell
+    # it (DESCRIBE implied by WRITE); the admin listener's super user may
+    # do everything on the cluster.
+    as_alice = AdminClient(alice(node))
+    described = as_alice.describe_topics(
+        TopicCollection([open_topic]), include_authorized_operations=True)[open_topic].result(30)
+    assert set(described.authorized_operations) == {AclOperation.WRITE, AclOperation.DESCRIBE}, described
+    cluster = node.admin.describe_cluster(include_authorized_operations=True).result(30)
+    assert len(cluster.authorized_operations) == 7, cluster.authorized_operations
 
 
 def test_acl_admin_apis_answer_as_kafka(samsa_factory, topic_name):

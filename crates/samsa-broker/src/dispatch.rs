@@ -317,7 +317,7 @@ async fn handle(
         ApiKey::DescribeCluster => {
             let request = decode(api_key, &mut body, v)?;
             respond!(handlers::admin::describe_cluster(
-                broker, request, v, listener
+                broker, access, request, v, listener
             ))
         }
         ApiKey::InitProducerId => {

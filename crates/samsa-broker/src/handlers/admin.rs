@@ -355,6 +355,7 @@ const ENDPOINT_CONTROLLERS: i8 = 2;
 /// an unknown endpoint type UNSUPPORTED_ENDPOINT_TYPE (v0: INVALID_REQUEST).
 pub fn describe_cluster(
     broker: &Broker,
+    access: &Access,
     request: DescribeClusterRequest,
     version: i16,
     listener: &str,
@@ -403,7 +404,15 @@ pub fn describe_cluster(
             )
         })
         .collect();
-    DescribeClusterResponse::default()
+    let mut response = DescribeClusterResponse::default();
+    if request.include_cluster_authorized_operations {
+        response.cluster_authorized_operations = access.authorized_operations(
+            crate::security::access::CLUSTER_OPERATIONS,
+            crate::security::acl::ResourceType::Cluster,
+            crate::security::acl::CLUSTER_NAME,
+        );
+    }
+    response
         .with_cluster_id(str_bytes(image.cluster_id.clone()))
         .with_controller_id(BrokerId(image.controller_id))
         .with_brokers(brokers)

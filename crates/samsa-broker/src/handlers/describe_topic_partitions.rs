@@ -15,8 +15,8 @@
 //!   partition, makes the whole request INVALID_REQUEST;
 //! - partitions carry no error code (a partition without a live leader has
 //!   leader -1), and empty eligible-leader-replica lists: samsa has no ELR;
-//! - with no authorizer every topic operation is allowed, and Kafka then
-//!   reports them all in `topic_authorized_operations`.
+//! - `topic_authorized_operations` is what the caller may do on the topic
+//!   (every topic operation with no authorizer, as Kafka reports it).
 
 use std::collections::BTreeSet;
 
@@ -37,11 +37,14 @@ use crate::Broker;
 /// Kafka's default `max.request.partition.size.limit`.
 pub const MAX_PARTITIONS_PER_RESPONSE: i32 = 2000;
 
-/// The topic operations Kafka's ACLs know (READ 3, WRITE 4, CREATE 5,
-/// DELETE 6, ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11) as
-/// a bit field: all allowed, as for a Kafka broker without an authorizer.
-pub const ALL_TOPIC_OPERATIONS: i32 =
-    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+/// The topic's authorized-operations bit field for the caller.
+fn topic_operations(access: &crate::security::access::Access, topic: &str) -> i32 {
+    access.authorized_operations(
+        crate::security::access::TOPIC_OPERATIONS,
+        crate::security::acl::ResourceType::Topic,
+        topic,
+    )
+}
 
 /// Topics the caller may not DESCRIBE are left out of a listing of every
 /// topic, and answer TOPIC_AUTHORIZATION_FAILED when named.
@@ -119,9 +122,9 @@ pub fn handle(
                     DescribeTopicPartitionsResponseTopic::default()
                         .with_error_code(error.code())
                         .with_is_internal(is_internal_topic(&name))
+                        .with_topic_authorized_operations(topic_operations(access, &name))
                         .with_name(Some(topic_name(name)))
-                        .with_topic_id(Uuid::nil())
-                        .with_topic_authorized_operations(ALL_TOPIC_OPERATIONS),
+                        .with_topic_id(Uuid::nil()),
                 );
             }
             continue;
@@ -138,7 +141,7 @@ pub fn handle(
                 .with_topic_id(topic.topic_id)
                 .with_is_internal(is_internal_topic(&name))
                 .with_partitions(partitions)
-                .with_topic_authorized_operations(ALL_TOPIC_OPERATIONS),
+                .with_topic_authorized_operations(topic_operations(access, &name)),
         );
         if let Some(next) = next {
             next_cursor = Some(cursor_at(&name, next));

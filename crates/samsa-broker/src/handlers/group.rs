@@ -309,6 +309,14 @@ pub fn describe_groups(
                     let unknown = d.state == crate::coordinator::group::GroupState::Dead
                         && d.members.is_empty()
                         && d.protocol_type.is_empty();
+                    let mut described = described;
+                    if version >= 3 && request.include_authorized_operations {
+                        described.authorized_operations = access.authorized_operations(
+                            crate::security::access::GROUP_OPERATIONS,
+                            crate::security::acl::ResourceType::Group,
+                            g.as_str(),
+                        );
+                    }
                     let described = described
                         .with_group_state(str_bytes(d.state.name()))
                         .with_protocol_type(str_bytes(d.protocol_type))

@@ -19,7 +19,8 @@ use crate::metadata::{
     is_internal_topic, validate_topic_name, MetadataView, TopicMetadata, NO_LEADER,
 };
 use crate::security::access::Access;
-use crate::security::acl::AclOperation;
+use crate::security::access::{CLUSTER_OPERATIONS, TOPIC_OPERATIONS};
+use crate::security::acl::{AclOperation, ResourceType, CLUSTER_NAME};
 use crate::Broker;
 
 pub async fn handle(
@@ -30,6 +31,13 @@ pub async fn handle(
     listener: &str,
 ) -> MetadataResponse {
     let image = broker.metadata.image();
+    let request_ops = AuthorizedOperations {
+        topics: version >= 8 && request.include_topic_authorized_operations,
+    };
+    let cluster_operations =
+        ((8..=10).contains(&version) && request.include_cluster_authorized_operations).then(|| {
+            access.authorized_operations(CLUSTER_OPERATIONS, ResourceType::Cluster, CLUSTER_NAME)
+        });
 
     let mut topics = Vec::new();
     match request.topics {
@@ -38,7 +46,14 @@ pub async fn handle(
                 if !access.allows_topic(AclOperation::Describe, &topic.name) {
                     continue;
                 }
-                topics.push(topic_response(broker, topic, version, listener));
+                topics.push(topic_response(
+                    broker,
+                    access,
+                    topic,
+                    &request_ops,
+                    version,
+                    listener,
+                ));
             }
         }
         Some(requested) => {
@@ -57,7 +72,9 @@ pub async fn handle(
                         Uuid::nil(),
                         ResponseError::TopicAuthorizationFailed,
                     ),
-                    (Some(topic), _) => topic_response(broker, &topic, version, listener),
+                    (Some(topic), _) => {
+                        topic_response(broker, access, &topic, &request_ops, version, listener)
+                    }
                     (None, Some(name)) => {
                         let auto_create =
                             allow_auto_create && broker.config.auto_create_topics_enable;
@@ -75,7 +92,14 @@ pub async fn handle(
                             )
                         } else if auto_create {
                             match broker.auto_create_topic(&name).await {
-                                Ok(topic) => topic_response(broker, &topic, version, listener),
+                                Ok(topic) => topic_response(
+                                    broker,
+                                    access,
+                                    &topic,
+                                    &request_ops,
+                                    version,
+                                    listener,
+                                ),
                                 Err(e) => {
                                     error_topic(Some(name), Uuid::nil(), metadata_error_code(&e))
                                 }
@@ -114,7 +138,11 @@ pub async fn handle(
             )
         })
         .collect();
-    MetadataResponse::default()
+    let mut response = MetadataResponse::default();
+    if let Some(operations) = cluster_operations {
+        response.cluster_authorized_operations = operations;
+    }
+    response
         .with_brokers(brokers)
         .with_cluster_id(Some(str_bytes(image.cluster_id.clone())))
         .with_controller_id(BrokerId(image.controller_id))
@@ -182,9 +210,17 @@ pub(crate) fn partition_view(
     })
 }
 
+/// Which authorized-operations bit fields the request asked for (Kafka
+/// answers `i32::MIN` for those it did not).
+struct AuthorizedOperations {
+    topics: bool,
+}
+
 fn topic_response(
     broker: &Broker,
+    access: &Access,
     topic: &TopicMetadata,
+    wanted: &AuthorizedOperations,
     version: i16,
     listener: &str,
 ) -> MetadataResponseTopic {
@@ -227,7 +263,12 @@ fn topic_response(
         .with_is_internal(is_internal_topic(&topic.name))
         .with_partitions(partitions);
     if version >= 8 {
-        response = response.with_topic_authorized_operations(i32::MIN);
+        let operations = if wanted.topics {
+            access.authorized_operations(TOPIC_OPERATIONS, ResourceType::Topic, &topic.name)
+        } else {
+            i32::MIN
+        };
+        response = response.with_topic_authorized_operations(operations);
     }
     response
 }

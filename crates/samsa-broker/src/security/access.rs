@@ -14,6 +14,37 @@ use std::sync::Arc;
 use super::acl::{AclOperation, Authorizer, ResourceType, CLUSTER_NAME};
 use super::Principal;
 
+/// Kafka's operations of a topic (`AclEntry.supportedOperations`), for the
+/// authorized-operations bit fields of Metadata and DescribeTopicPartitions.
+pub const TOPIC_OPERATIONS: &[AclOperation] = &[
+    AclOperation::Read,
+    AclOperation::Write,
+    AclOperation::Create,
+    AclOperation::Delete,
+    AclOperation::Alter,
+    AclOperation::Describe,
+    AclOperation::DescribeConfigs,
+    AclOperation::AlterConfigs,
+];
+
+/// Kafka's operations of the cluster (Metadata v8–10, DescribeCluster).
+pub const CLUSTER_OPERATIONS: &[AclOperation] = &[
+    AclOperation::Create,
+    AclOperation::Alter,
+    AclOperation::Describe,
+    AclOperation::ClusterAction,
+    AclOperation::DescribeConfigs,
+    AclOperation::AlterConfigs,
+    AclOperation::IdempotentWrite,
+];
+
+/// Kafka's operations of a consumer group (DescribeGroups v3+).
+pub const GROUP_OPERATIONS: &[AclOperation] = &[
+    AclOperation::Read,
+    AclOperation::Delete,
+    AclOperation::Describe,
+];
+
 /// A request's caller and the ACLs it is judged by.
 #[derive(Debug, Clone)]
 pub struct Access {
@@ -76,6 +107,26 @@ impl Access {
             );
         }
         allowed
+    }
+
+    /// Kafka's authorized-operations bit field of a resource: bit `code`
+    /// set for each of `operations` the caller may do on it (all of them
+    /// without an authorizer, as Kafka answers). Not logged as denials: the
+    /// caller asked what it may do, it did not try.
+    pub fn authorized_operations(
+        &self,
+        operations: &[AclOperation],
+        resource_type: ResourceType,
+        name: &str,
+    ) -> i32 {
+        operations
+            .iter()
+            .filter(|op| {
+                self.authorizer.as_ref().is_none_or(|authorizer| {
+                    authorizer.authorize(&self.principal, &self.host, **op, resource_type, name)
+                })
+            })
+            .fold(0, |bits, op| bits | (1 << op.code()))
     }
 
     /// [`Access::allows`] on the cluster resource.
