@@ -9,7 +9,7 @@ errors); the ServiceMonitor, a prometheus-operator CRD that those schemas
 lack, against the pydantic models cloudcoil generates from the
 prometheus-operator CRDs, with every field of the object required to be
 one the model knows. Then the structure is checked: CASE (default,
-replicas-5, external-nodeport, external-loadbalancer, custom) says what
+replicas-5, external-nodeport, external-loadbalancer, custom, secure) says what
 the values were. Run by tests/deploy/helm.sh; exits 1 on the first
 failed check with a message naming it.
 """
@@ -279,6 +279,9 @@ def main():
         eq(vct["resources"]["requests"]["storage"], "20Gi", "volume size")
         eq(conf["default_replication_factor"], 3, "default_replication_factor = min(3, replicas)")
         check("listeners" not in conf, "no extra listener")
+        for key in ("security_protocol", "ssl_cert_file", "authorizer_enable", "super_users", "sasl_enabled_mechanisms", "inter_node_tls_cert_file"):
+            check(key not in conf, f"no security key by default ({key})")
+        check(all(v["name"] != "tls" for v in sts["spec"]["template"]["spec"]["volumes"]), "no TLS volume by default")
         workspace = tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["package"]["version"]
         eq(meta["appVersion"], workspace, "Chart.yaml appVersion = the workspace version in Cargo.toml")
         eq(meta["apiVersion"], "v2", "Chart.yaml apiVersion")
@@ -341,6 +344,25 @@ def main():
         # Only the headless Service has the port the ServiceMonitor scrapes.
         with_http = [s["metadata"]["name"] for s in by_kind(docs, "Service") if any(p["name"] == "http" for p in s["spec"]["ports"])]
         eq(with_http, [HEADLESS], "Services with the http port")
+    elif case == "secure":
+        ports = [31090, 31091, 31092]
+        check_external(docs, conf, sts, 3, "NodePort", [f"203.0.113.5:{p}" for p in ports], ports)
+        eq(conf["security_protocol"], "SASL_SSL", "in-cluster listener SASL_SSL")
+        eq(conf["listeners"]["external"]["security_protocol"], "SASL_SSL", "external listener SASL_SSL")
+        eq(conf["listeners"]["admin"], {"listen": "127.0.0.1:9095"}, "pod-local admin listener (PLAINTEXT)")
+        tls = {k: conf[k] for k in ("ssl_cert_file", "ssl_key_file", "ssl_ca_file")}
+        eq(tls, {"ssl_cert_file": "/etc/samsa-tls/tls.crt", "ssl_key_file": "/etc/samsa-tls/tls.key",
+                 "ssl_ca_file": "/etc/samsa-tls/ca.crt"}, "TLS files from the mounted Secret")
+        eq(conf["ssl_client_auth"], "requested", "ssl_client_auth")
+        eq([conf[f"inter_node_tls_{k}_file"] for k in ("cert", "key", "ca")], list(tls.values()), "mutual TLS between pods with the same files")
+        eq(conf["sasl_enabled_mechanisms"], ["SCRAM-SHA-512"], "SASL mechanisms")
+        eq(conf["authorizer_enable"], True, "authorizer on")
+        eq(conf["super_users"], ["User:admin", "User:ANONYMOUS"], "super users: the configured ones and the admin listener's")
+        check("allow_everyone_if_no_acl_found" not in conf, "allow_everyone_if_no_acl_found left at its default")
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        eq((mounts["tls"]["mountPath"], mounts["tls"].get("readOnly")), ("/etc/samsa-tls", True), "TLS Secret mounted read-only")
+        vols = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+        eq(vols["tls"]["secret"]["secretName"], "samsa-tls", "TLS volume from security.tlsSecret")
     else:
         check(False, f"unknown case {case}")
 

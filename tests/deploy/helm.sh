@@ -152,7 +152,7 @@ render() { # case values-file(or "") → $WORK/$case.yaml, $WORK/$case-notes.txt
   "$RENDER" "${args[@]}" "$CHART" >"$WORK/$1.yaml"
 }
 
-for c in default replicas-5 external-nodeport external-loadbalancer custom; do
+for c in default replicas-5 external-nodeport external-loadbalancer custom secure; do
   file=""
   [ "$c" = default ] || file=$HERE/helm-values/$c.yaml
   render "$c" "$file" || fail "$c: rendering failed"
@@ -177,6 +177,7 @@ declare -A REFUSED=(
   [external-no-host]="externalAccess.enabled with type NodePort needs externalAccess.host"
   [external-lb-no-addresses]="externalAccess.enabled needs one advertised address per broker: 3 replicas but 0 addresses"
   [external-count-mismatch]="externalAccess.enabled needs one advertised address per broker: 3 replicas but 2 addresses"
+  [security-no-secret]="security: an SSL or SASL_SSL listener, or interNodeTls, needs security.tlsSecret"
 )
 for f in "$HERE"/helm-values/invalid/*.yaml; do
   c=$(basename "$f" .yaml)

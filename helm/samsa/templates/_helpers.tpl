@@ -196,6 +196,7 @@ numbers are printed as integers (samsa's integer keys refuse 3.0).
 {{- $_ := set $gen (printf "listeners.%s.listen" $name) (printf "0.0.0.0:%d" (int .Values.externalAccess.containerPort)) -}}
 {{- $_ := set $gen (printf "listeners.%s.advertised_listener" $name) (fromJsonArray (include "samsa.externalAddresses" .)) -}}
 {{- end -}}
+{{- include "samsa.securityConfig" (dict "root" . "gen" $gen) -}}
 {{- $user := dict -}}
 {{- include "samsa.flatten" (dict "prefix" "" "map" .Values.config "out" $user) -}}
 {{- /* not sprig's merge: it would let a generated key fill a user's null */ -}}
@@ -207,6 +208,61 @@ numbers are printed as integers (samsa's integer keys refuse 3.0).
 {{- $v := get $all $k -}}
 {{- if not (kindIs "invalid" $v) }}
 {{ $k }} = {{ include "samsa.tomlValue" (dict "v" $v "key" $k) }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The generated keys of .Values.security (docs/SECURITY.md) into .gen: the
+listeners' security protocols, the TLS files of tlsSecret (mounted at
+/etc/samsa-tls by the StatefulSet), mutual TLS between pods, the pod-local
+admin listener and the authorizer. Refuses combinations that cannot work.
+*/}}
+{{- define "samsa.securityConfig" -}}
+{{- $s := .root.Values.security -}}
+{{- $gen := .gen -}}
+{{- $external := .root.Values.externalAccess.enabled -}}
+{{- $tlsProtocols := list "SSL" "SASL_SSL" -}}
+{{- $saslProtocols := list "SASL_PLAINTEXT" "SASL_SSL" -}}
+{{- $usesTls := or (has $s.protocol $tlsProtocols) (and $external (has $s.externalProtocol $tlsProtocols)) $s.interNodeTls -}}
+{{- $usesSasl := or (has $s.protocol $saslProtocols) (and $external (has $s.externalProtocol $saslProtocols)) -}}
+{{- if and $usesTls (not $s.tlsSecret) -}}
+{{- fail "security: an SSL or SASL_SSL listener, or interNodeTls, needs security.tlsSecret (a Secret with tls.crt, tls.key and ca.crt)" -}}
+{{- end -}}
+{{- if ne $s.protocol "PLAINTEXT" -}}
+{{- $_ := set $gen "security_protocol" $s.protocol -}}
+{{- end -}}
+{{- if and $external (ne $s.externalProtocol "PLAINTEXT") -}}
+{{- $_ := set $gen (printf "listeners.%s.security_protocol" .root.Values.externalAccess.listenerName) $s.externalProtocol -}}
+{{- end -}}
+{{- if $s.tlsSecret -}}
+{{- $_ := set $gen "ssl_cert_file" "/etc/samsa-tls/tls.crt" -}}
+{{- $_ := set $gen "ssl_key_file" "/etc/samsa-tls/tls.key" -}}
+{{- $_ := set $gen "ssl_ca_file" "/etc/samsa-tls/ca.crt" -}}
+{{- $_ := set $gen "ssl_client_auth" $s.clientAuth -}}
+{{- end -}}
+{{- if $usesSasl -}}
+{{- $_ := set $gen "sasl_enabled_mechanisms" $s.saslMechanisms -}}
+{{- end -}}
+{{- if $s.interNodeTls -}}
+{{- $_ := set $gen "inter_node_tls_cert_file" "/etc/samsa-tls/tls.crt" -}}
+{{- $_ := set $gen "inter_node_tls_key_file" "/etc/samsa-tls/tls.key" -}}
+{{- $_ := set $gen "inter_node_tls_ca_file" "/etc/samsa-tls/ca.crt" -}}
+{{- end -}}
+{{- if $s.adminListener -}}
+{{- $_ := set $gen "listeners.admin.listen" (printf "127.0.0.1:%d" (int $s.adminPort)) -}}
+{{- end -}}
+{{- if $s.authorizer.enabled -}}
+{{- $superUsers := $s.authorizer.superUsers -}}
+{{- if $s.adminListener -}}
+{{- $superUsers = append $superUsers "User:ANONYMOUS" | uniq -}}
+{{- end -}}
+{{- $_ := set $gen "authorizer_enable" true -}}
+{{- if $superUsers -}}
+{{- $_ := set $gen "super_users" $superUsers -}}
+{{- end -}}
+{{- if $s.authorizer.allowEveryoneIfNoAclFound -}}
+{{- $_ := set $gen "allow_everyone_if_no_acl_found" true -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
