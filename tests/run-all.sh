@@ -78,6 +78,8 @@ if [ -z "$deploy" ]; then
     # The base of the container image is made with debootstrap.
     command -v debootstrap >/dev/null 2>&1 || apt_pkgs+=(debootstrap)
     command -v objcopy >/dev/null 2>&1 || apt_pkgs+=(binutils)
+    # deploy/make-certs.sh (the SASL_SSL compose cluster's certificates).
+    command -v openssl >/dev/null 2>&1 || apt_pkgs+=(openssl)
 fi
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
     say "apt-get install ${apt_pkgs[*]}"

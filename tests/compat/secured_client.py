@@ -1,5 +1,9 @@
 """The client side of tests/it/secured_cluster.rs: confluent-kafka over
-SASL_SSL (SCRAM-SHA-512) against a three-node cluster with ACLs.
+SASL_SSL (SCRAM-SHA-512) against a three-node cluster with ACLs (and of
+tests/containers' SASL_SSL compose cluster).
+
+With --admin-user, that user (a super user) first creates the topic with
+three replicas.
 
 As the user the ACLs allow: TRANSACTIONS transactions over every partition
 of the topic (every other one aborted), then a read_committed group
@@ -15,6 +19,7 @@ import sys
 import time
 
 from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def main():
@@ -30,12 +35,19 @@ def main():
     p.add_argument("--stranger", required=True)
     p.add_argument("--stranger-password", required=True)
     p.add_argument("--transactions", type=int, default=10)
+    p.add_argument("--admin-user")
+    p.add_argument("--admin-password")
     a = p.parse_args()
 
     def config(user, password):
         return {"bootstrap.servers": a.bootstrap, "broker.address.family": "v4",
                 "security.protocol": "SASL_SSL", "ssl.ca.location": a.ca,
                 "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user, "sasl.password": password}
+
+    if a.admin_user:
+        admin = AdminClient(config(a.admin_user, a.admin_password))
+        for f in admin.create_topics([NewTopic(a.topic, a.partitions, 3)]).values():
+            f.result(60)
 
     producer = Producer({**config(a.user, a.password), "transactional.id": a.transactional_id})
     producer.init_transactions(60)

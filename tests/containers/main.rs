@@ -15,6 +15,8 @@
 //! - `rolling_restart_loses_nothing_and_tears_no_transaction`.
 //! - `down_and_up_keeps_every_record`: `down` without `-v`, then `up`.
 //! - `node_with_a_wiped_volume`: see its doc comment.
+//! - `sasl_ssl::…`: `deploy/compose.sasl-ssl.yaml` (SASL_SSL, mutual TLS
+//!   between containers, ACLs) serving confluent-kafka on the host.
 //!
 //! Every fault prints one `containers: …` line with the unavailability it
 //! caused: the longest pause between acknowledgements of one partition of
@@ -38,6 +40,7 @@ use samsa_tests::txn::{read_values, Isolation, TxnProducer};
 use samsa_tests::{unique_topic, wait_until, KafkaClient};
 
 mod faults;
+mod sasl_ssl;
 
 const PARTITIONS: i32 = 3;
 /// How long a cluster state the tests wait for may take.
