@@ -85,24 +85,10 @@ pub async fn create_acls(
         .filter(|b| !existing.contains(*b))
         .cloned()
         .collect();
-    if !new_bindings.is_empty() {
-        let summary: Vec<String> = new_bindings.iter().map(describe_binding).collect();
-        let records = new_bindings
-            .into_iter()
-            .map(|binding| MetadataRecord::AclCreated { binding })
-            .collect();
-        match broker.alter_security(records).await {
-            Ok(()) => info!(principal = %access.principal(), acls = ?summary, "ACLs created"),
-            Err(e) => {
-                let refusal = (metadata_error_code(&e), e.to_string());
-                for outcome in &mut outcomes {
-                    if outcome.is_ok() {
-                        *outcome = Err(refusal.clone());
-                    }
-                }
-            }
-        }
-    }
+    let records = new_bindings
+        .into_iter()
+        .map(|binding| MetadataRecord::AclCreated { binding });
+    apply_acl_changes(broker, access, records, &mut outcomes).await;
     let results = outcomes
         .into_iter()
         .map(|outcome| match outcome {
@@ -205,24 +191,10 @@ pub async fn delete_acls(
         .flatten()
         .cloned()
         .collect();
-    if !doomed.is_empty() {
-        let summary: Vec<String> = doomed.iter().map(describe_binding).collect();
-        let records = doomed
-            .into_iter()
-            .map(|binding| MetadataRecord::AclDeleted { binding })
-            .collect();
-        match broker.alter_security(records).await {
-            Ok(()) => info!(principal = %access.principal(), acls = ?summary, "ACLs deleted"),
-            Err(e) => {
-                let refusal = (metadata_error_code(&e), e.to_string());
-                for outcome in &mut outcomes {
-                    if outcome.is_ok() {
-                        *outcome = Err(refusal.clone());
-                    }
-                }
-            }
-        }
-    }
+    let records = doomed
+        .into_iter()
+        .map(|binding| MetadataRecord::AclDeleted { binding });
+    apply_acl_changes(broker, access, records, &mut outcomes).await;
     let results = outcomes
         .into_iter()
         .map(|outcome| match outcome {
@@ -250,6 +222,38 @@ pub async fn delete_acls(
         })
         .collect();
     DeleteAclsResponse::default().with_filter_results(results)
+}
+
+/// Writes `records` (ACLs created or deleted) as one metadata change, if
+/// there are any; when that fails, every outcome not already refused gets
+/// the metadata error instead.
+async fn apply_acl_changes<T>(
+    broker: &Broker,
+    access: &Access,
+    records: impl Iterator<Item = MetadataRecord>,
+    outcomes: &mut [Result<T, (ResponseError, String)>],
+) {
+    let records: Vec<MetadataRecord> = records.collect();
+    if records.is_empty() {
+        return;
+    }
+    let summary: Vec<String> = records
+        .iter()
+        .map(|record| match record {
+            MetadataRecord::AclCreated { binding } => format!("+ {}", describe_binding(binding)),
+            MetadataRecord::AclDeleted { binding } => format!("- {}", describe_binding(binding)),
+            other => other.to_string(),
+        })
+        .collect();
+    match broker.alter_security(records).await {
+        Ok(()) => info!(principal = %access.principal(), acls = ?summary, "ACLs changed"),
+        Err(e) => {
+            let refusal = (metadata_error_code(&e), e.to_string());
+            for outcome in outcomes.iter_mut().filter(|o| o.is_ok()) {
+                *outcome = Err(refusal.clone());
+            }
+        }
+    }
 }
 
 /// A binding as the log shows it: `ALLOW User:alice READ TOPIC:LITERAL:t from *`.
