@@ -180,7 +180,8 @@ async fn read_frames<R: AsyncRead + Unpin>(
             }
         }
         let len = i32::from_be_bytes(len_buf);
-        if unauthenticated.load(std::sync::atomic::Ordering::Acquire)
+        if len >= 0
+            && unauthenticated.load(std::sync::atomic::Ordering::Acquire)
             && len as usize > SASL_MAX_RECEIVE_BYTES
         {
             warn!(%peer, size = len, limit = SASL_MAX_RECEIVE_BYTES, "request before SASL authentication larger than sasl.server.max.receive.size; closing connection");

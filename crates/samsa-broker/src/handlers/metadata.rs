@@ -31,9 +31,7 @@ pub async fn handle(
     listener: &str,
 ) -> MetadataResponse {
     let image = broker.metadata.image();
-    let request_ops = AuthorizedOperations {
-        topics: version >= 8 && request.include_topic_authorized_operations,
-    };
+    let topic_operations = version >= 8 && request.include_topic_authorized_operations;
     let cluster_operations =
         ((8..=10).contains(&version) && request.include_cluster_authorized_operations).then(|| {
             access.authorized_operations(CLUSTER_OPERATIONS, ResourceType::Cluster, CLUSTER_NAME)
@@ -50,7 +48,7 @@ pub async fn handle(
                     broker,
                     access,
                     topic,
-                    &request_ops,
+                    topic_operations,
                     version,
                     listener,
                 ));
@@ -73,7 +71,7 @@ pub async fn handle(
                         ResponseError::TopicAuthorizationFailed,
                     ),
                     (Some(topic), _) => {
-                        topic_response(broker, access, &topic, &request_ops, version, listener)
+                        topic_response(broker, access, &topic, topic_operations, version, listener)
                     }
                     (None, Some(name)) => {
                         let auto_create =
@@ -96,7 +94,7 @@ pub async fn handle(
                                     broker,
                                     access,
                                     &topic,
-                                    &request_ops,
+                                    topic_operations,
                                     version,
                                     listener,
                                 ),
@@ -210,17 +208,13 @@ pub(crate) fn partition_view(
     })
 }
 
-/// Which authorized-operations bit fields the request asked for (Kafka
-/// answers `i32::MIN` for those it did not).
-struct AuthorizedOperations {
-    topics: bool,
-}
-
 fn topic_response(
     broker: &Broker,
     access: &Access,
     topic: &TopicMetadata,
-    wanted: &AuthorizedOperations,
+    // The request asked for the topic's authorized-operations bits (Kafka
+    // answers i32::MIN when it did not).
+    topic_operations: bool,
     version: i16,
     listener: &str,
 ) -> MetadataResponseTopic {
@@ -263,7 +257,7 @@ fn topic_response(
         .with_is_internal(is_internal_topic(&topic.name))
         .with_partitions(partitions);
     if version >= 8 {
-        let operations = if wanted.topics {
+        let operations = if topic_operations {
             access.authorized_operations(TOPIC_OPERATIONS, ResourceType::Topic, &topic.name)
         } else {
             i32::MIN
