@@ -490,7 +490,8 @@ impl Nemesis {
         let p = &self.project;
         match action {
             Action::Killed(n) => {
-                if p.status(*n)? != "running" {
+                // A "restarting" node is already coming back on its own.
+                if matches!(p.status(*n)?.as_str(), "exited" | "created") {
                     p.docker_on("start", *n)?;
                 }
                 Ok(())
@@ -503,7 +504,11 @@ impl Nemesis {
             }
             Action::Stopped(n) => {
                 let id = p.container(*n)?;
-                run("docker", &["kill", "--signal", "SIGCONT", &id]).map(drop)
+                match run("docker", &["kill", "--signal", "SIGCONT", &id]) {
+                    // Stopped processes that exited have nothing to continue.
+                    Err(_) if p.status(*n)? != "running" => Ok(()),
+                    other => other.map(drop),
+                }
             }
             Action::Rule { node, rule } => {
                 let mut args = vec!["-D", CHAIN];
@@ -536,25 +541,30 @@ impl Nemesis {
         let mut first_error = None;
         for n in p.node_ids() {
             let result = (|| -> Result<(), NemesisError> {
-                let status = p.status(n)?;
-                if status == "paused" {
-                    p.docker_on("unpause", n)?;
+                match p.status(n)?.as_str() {
+                    "paused" => p.docker_on("unpause", n).map(drop)?,
+                    "exited" | "created" => p.docker_on("start", n).map(drop)?,
+                    "running" => {
+                        // A pause made with SIGSTOP (no freezer) leaves no
+                        // trace in the status; SIGCONT to a running process
+                        // is harmless. One that exits meanwhile (a full disk
+                        // stops samsa) has nothing left to continue.
+                        let id = p.container(n)?;
+                        if let Err(e) = run("docker", &["kill", "--signal", "SIGCONT", &id]) {
+                            if p.status(n)? == "running" {
+                                return Err(e);
+                            }
+                        }
+                    }
+                    // "restarting" (Docker's restart policy brings back a
+                    // node that stopped itself), "removing", "dead": no
+                    // process to continue, and its next start gets a fresh
+                    // network namespace without our rules.
+                    _ => {}
                 }
-                if status == "exited" || status == "created" {
-                    p.docker_on("start", n)?;
-                } else {
-                    // A pause made with SIGSTOP (no freezer) leaves no trace
-                    // in the status; SIGCONT to a running process is harmless.
-                    let id = p.container(n)?;
-                    run("docker", &["kill", "--signal", "SIGCONT", &id])?;
-                }
-                if p.iptables(n, &["-L", CHAIN, "-n"]).is_ok() {
-                    p.iptables(n, &["-F", CHAIN])?;
-                }
-                // Docker gives eth0 no root qdisc: one there is ours.
-                let qdisc = p.in_netns(n, "tc", &["qdisc", "show", "dev", "eth0", "root"])?;
-                if qdisc.contains("netem") || qdisc.contains("tbf") {
-                    p.in_netns(n, "tc", &["qdisc", "del", "dev", "eth0", "root"])?;
+                match heal_network(p, n) {
+                    Err(NemesisError::NotRunning(_)) => {}
+                    other => other?,
                 }
                 match p.data_dir(n) {
                     Ok(dir) => remove_filler(&dir.join(FILLER)),
@@ -594,6 +604,20 @@ impl ActiveFault {
             actions: Vec::new(),
         }
     }
+}
+
+/// Removes our iptables rules and qdisc from `node`'s network namespace;
+/// [`NemesisError::NotRunning`] if it has none (nothing to heal there).
+fn heal_network(p: &ComposeProject, node: u32) -> Result<(), NemesisError> {
+    if p.iptables(node, &["-L", CHAIN, "-n"]).is_ok() {
+        p.iptables(node, &["-F", CHAIN])?;
+    }
+    // Docker gives eth0 no root qdisc: one there is ours.
+    let qdisc = p.in_netns(node, "tc", &["qdisc", "show", "dev", "eth0", "root"])?;
+    if qdisc.contains("netem") || qdisc.contains("tbf") {
+        p.in_netns(node, "tc", &["qdisc", "del", "dev", "eth0", "root"])?;
+    }
+    Ok(())
 }
 
 /// Writes zeros to `path` until the filesystem is full; returns the bytes written.
