@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the samsa container image without a container registry:
 #   1. the base image samsa-base:bookworm, if the Docker engine lacks it, from
-#      Debian packages (debootstrap --variant=minbase; needs root and a
-#      reachable Debian mirror, not a registry);
+#      Debian packages (debootstrap --variant=minbase with libssl3; needs
+#      root and a reachable Debian mirror, not a registry);
 #   2. the image from deploy/Dockerfile with that base and the release binary
 #      target/release/samsa, which must already be built (cargo build
 #      --release -p samsa): the Dockerfile copies it (without debug info),
@@ -32,7 +32,12 @@ if ! $base_only && [[ ! -x "$binary" ]]; then
     exit 1
 fi
 
-if ! docker image inspect "$base" >/dev/null 2>&1; then
+# What the base must hold beyond minbase: libssl3, which the binary links
+# (librdkafka's TLS, for the CLI tools). A base without the label is older
+# than that and is built again.
+packages=libssl3
+have=$(docker image inspect "$base" --format '{{index .Config.Labels "samsa.base.packages"}}' 2>/dev/null || true)
+if [[ $have != "$packages" ]]; then
     if ! command -v debootstrap >/dev/null; then
         echo "error: debootstrap is needed to build $base (apt-get install debootstrap)" >&2
         exit 1
@@ -40,13 +45,13 @@ if ! docker image inspect "$base" >/dev/null 2>&1; then
     rootfs=$(mktemp -d /tmp/samsa-base.XXXXXX)
     trap 'rm -rf "$rootfs"' EXIT
     echo "building $base from $mirror (debootstrap, a few minutes)" >&2
-    debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >&2
+    debootstrap --variant=minbase --include="$packages" bookworm "$rootfs" "$mirror" >&2
     # Package caches and lists, documentation and translations are of no use
     # in the image (debian:bookworm-slim drops the same).
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* \
         "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* \
         "$rootfs"/usr/share/locale/*
-    tar -C "$rootfs" -c . | docker import - "$base" >/dev/null
+    tar -C "$rootfs" -c . | docker import --change "LABEL samsa.base.packages=$packages" - "$base" >/dev/null
     rm -rf "$rootfs"
     trap - EXIT
 fi

@@ -64,6 +64,8 @@ command -v cc >/dev/null 2>&1 || apt_pkgs+=(build-essential)
 command -v c++ >/dev/null 2>&1 || apt_pkgs+=(g++)
 command -v make >/dev/null 2>&1 || apt_pkgs+=(make)
 command -v pkg-config >/dev/null 2>&1 || apt_pkgs+=(pkg-config)
+# OpenSSL headers: librdkafka (the rdkafka crate, the suite) with SSL and SASL.
+[ -f /usr/include/openssl/ssl.h ] || apt_pkgs+=(libssl-dev)
 command -v perl >/dev/null 2>&1 || apt_pkgs+=(perl)
 command -v python3 >/dev/null 2>&1 || apt_pkgs+=(python3)
 if command -v python3 >/dev/null 2>&1; then

@@ -25,6 +25,7 @@ mod pipelined_clients;
 mod pipelined_produce;
 mod protocol_details;
 mod rdkafka_eos;
+mod rdkafka_sasl_ssl;
 mod read_apis;
 mod replication;
 mod sasl_bad_input;

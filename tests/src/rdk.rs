@@ -321,3 +321,88 @@ pub fn create_topic_admin(bootstrap: &str, topic: &str, partitions: i32) -> Resu
 pub fn acked_count(p: &Arc<CheckingProducer>) -> u64 {
     p.context().acked.load(Ordering::Relaxed)
 }
+
+/// What went wrong for a client: librdkafka's client-level errors (its
+/// error callback) and, for a producer, its failed deliveries.
+#[derive(Clone, Default)]
+pub struct ClientErrors(Arc<Mutex<Vec<(KafkaError, String)>>>);
+
+impl ClientContext for ClientErrors {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((error, reason.to_owned()));
+    }
+}
+
+impl ProducerContext for ClientErrors {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((error, _)) = result {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((error.clone(), DELIVERY.to_owned()));
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for ClientErrors {}
+
+/// The reason recorded beside a failed delivery.
+const DELIVERY: &str = "delivery";
+
+impl ClientErrors {
+    /// The errors of failed deliveries, in order.
+    pub fn delivery_failures(&self) -> Vec<KafkaError> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, reason)| reason == DELIVERY)
+            .map(|(e, _)| e.clone())
+            .collect()
+    }
+
+    /// Everything recorded, in order.
+    pub fn all(&self) -> Vec<(KafkaError, String)> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The reason of the first authentication failure reported.
+    pub fn authentication_failure(&self) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(e, _)| matches!(e, KafkaError::Global(RDKafkaErrorCode::Authentication)))
+            .map(|(_, reason)| reason.clone())
+    }
+}
+
+/// The reason librdkafka reports for refusing the authentication of a
+/// client of `config` (which must be refused: its metadata request fails).
+pub fn authentication_refusal(config: &ClientConfig) -> String {
+    let errors = ClientErrors::default();
+    let consumer: BaseConsumer<ClientErrors> = config
+        .create_with_context(errors.clone())
+        .expect("a consumer");
+    let metadata = consumer.fetch_metadata(None, Duration::from_secs(5));
+    assert!(
+        metadata.is_err(),
+        "metadata answered without authentication: {config:?}"
+    );
+    // A consumer's error callback is served by its poll.
+    crate::wait::try_wait_until(Duration::from_secs(20), || {
+        let _ = consumer.poll(Duration::from_millis(100));
+        errors.authentication_failure()
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "librdkafka reported no authentication failure; its errors: {:?}",
+            errors.all()
+        )
+    })
+}
