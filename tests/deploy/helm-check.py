@@ -363,6 +363,14 @@ def main():
         eq((mounts["tls"]["mountPath"], mounts["tls"].get("readOnly")), ("/etc/samsa-tls", True), "TLS Secret mounted read-only")
         vols = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
         eq(vols["tls"]["secret"]["secretName"], "samsa-tls", "TLS volume from security.tlsSecret")
+        eq(conf["scram_users_dir"], "/etc/samsa-users", "declared users from the mounted Secret")
+        eq((mounts["users"]["mountPath"], mounts["users"].get("readOnly")), ("/etc/samsa-users", True), "users Secret mounted read-only")
+        eq(vols["users"]["secret"]["secretName"], "samsa-users", "users volume from security.usersSecret")
+        eq(conf["acls"], [
+            {"principal": "User:app", "resource_type": "TOPIC", "resource_name": "orders-", "pattern_type": "PREFIXED", "operation": "WRITE"},
+            {"principal": "User:app", "resource_type": "CLUSTER", "operation": "IDEMPOTENT_WRITE"},
+            {"principal": "User:*", "resource_type": "TOPIC", "resource_name": "secret", "operation": "ALL", "permission": "DENY", "host": "*"},
+        ], "declared ACLs as samsa's [[acls]] (inline tables)")
     else:
         check(False, f"unknown case {case}")
 

@@ -178,6 +178,8 @@ declare -A REFUSED=(
   [external-lb-no-addresses]="externalAccess.enabled needs one advertised address per broker: 3 replicas but 0 addresses"
   [external-count-mismatch]="externalAccess.enabled needs one advertised address per broker: 3 replicas but 2 addresses"
   [security-no-secret]="security: an SSL or SASL_SSL listener, or interNodeTls, needs security.tlsSecret"
+  [acls-without-authorizer]="security.authorizer.acls needs security.authorizer.enabled"
+  [acl-bad-resource-type]="resourceType: security.authorizer.acls.0.resourceType must be one of the following"
 )
 for f in "$HERE"/helm-values/invalid/*.yaml; do
   c=$(basename "$f" .yaml)

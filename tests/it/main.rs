@@ -9,6 +9,7 @@ mod cluster;
 mod compacted_state;
 mod compression;
 mod coordinator_loss;
+mod declared_security;
 mod dev;
 mod disk_full;
 mod dynamic_configs;

@@ -1,9 +1,13 @@
 //! The whole of samsa's security at once, end to end with a real client: a
 //! three-node cluster with SASL_SSL listeners (SCRAM-SHA-512, TLS from one
-//! CA), mutual TLS between nodes, and the authorizer on. Users and ACLs are
-//! made with `samsa user` / `samsa acl` through the plaintext admin
-//! listener (`User:ANONYMOUS` is the super user there), so they travel
-//! through the controller quorum to every node. Then confluent-kafka
+//! CA), mutual TLS between nodes, and the authorizer on. The application's
+//! user and its topic and transactional-id ACLs are declared in every
+//! node's configuration (`scram_users_dir`, `acls`: what the Helm chart
+//! renders), so three brokers write them at once and must converge; the
+//! other user and the group ACL are made with `samsa user` / `samsa acl`
+//! through the plaintext admin listener (`User:ANONYMOUS` is the super user
+//! there). Either way they travel through the controller quorum to every
+//! node. Then confluent-kafka
 //! (`tests/compat/secured_client.py`), connected to every node's SASL_SSL
 //! listener, runs transactions over partitions led by different nodes, a
 //! read_committed group consumer reads exactly what was committed and
@@ -17,6 +21,7 @@ use samsa_tests::node::free_port;
 use samsa_tests::pki::Ca;
 use samsa_tests::txn::create_topic_default_rf;
 use samsa_tests::unique_topic;
+use samsa_tests::wait::wait_until;
 
 const PARTITIONS: i32 = 3;
 
@@ -25,6 +30,12 @@ fn cluster_with_sasl_ssl_mutual_tls_and_acls_serves_a_real_client() {
     let pki = tempfile::tempdir().unwrap();
     let node = Ca::new("samsa CA").issue("node", pki.path());
     let path = |p: &std::path::Path| p.display().to_string();
+    let users = tempfile::tempdir().unwrap();
+    std::fs::write(users.path().join("app"), "app-secret\n").unwrap();
+    let topic = unique_topic("secured");
+    let declared_acls = format!(
+        r#"acls=[{{principal = "User:app", resource_type = "TOPIC", resource_name = "{topic}", operation = "WRITE"}}, {{principal = "User:app", resource_type = "TOPIC", resource_name = "{topic}", operation = "READ"}}, {{principal = "User:app", resource_type = "TRANSACTIONAL_ID", resource_name = "secured-app", pattern_type = "PREFIXED", operation = "WRITE"}}]"#
+    );
     let settings = [
         format!("ssl_cert_file={}", path(&node.cert)),
         format!("ssl_key_file={}", path(&node.key)),
@@ -34,6 +45,8 @@ fn cluster_with_sasl_ssl_mutual_tls_and_acls_serves_a_real_client() {
         format!("inter_node_tls_ca_file={}", path(&node.ca)),
         "authorizer_enable=true".to_owned(),
         r#"super_users=["User:ANONYMOUS"]"#.to_owned(),
+        format!("scram_users_dir={}", path(users.path())),
+        declared_acls,
     ];
     let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
     let mut cluster = SamsaCluster::new(3, &settings);
@@ -51,7 +64,6 @@ fn cluster_with_sasl_ssl_mutual_tls_and_acls_serves_a_real_client() {
         cluster.wait_ready(id);
     }
 
-    let topic = unique_topic("secured");
     create_topic_default_rf(&mut cluster.client(1), &topic, PARTITIONS).unwrap();
     let transactional_id = unique_topic("secured-app");
     let group = unique_topic("secured-group");
@@ -65,31 +77,7 @@ fn cluster_with_sasl_ssl_mutual_tls_and_acls_serves_a_real_client() {
         let (status, output) = cluster.run_to_exit(&all, Duration::from_secs(60));
         assert!(status.success(), "samsa {args:?}: {output}");
     };
-    samsa(&["user", "add", "app", "--password", "app-secret"]);
     samsa(&["user", "add", "stranger", "--password", "stranger-secret"]);
-    for op in ["WRITE", "READ"] {
-        samsa(&[
-            "acl",
-            "add",
-            "--topic",
-            &topic,
-            "--principal",
-            "User:app",
-            "--operation",
-            op,
-        ]);
-    }
-    samsa(&[
-        "acl",
-        "add",
-        "--transactional-id",
-        "secured-app",
-        "--prefixed",
-        "--principal",
-        "User:app",
-        "--operation",
-        "WRITE",
-    ]);
     samsa(&[
         "acl",
         "add",
@@ -100,6 +88,31 @@ fn cluster_with_sasl_ssl_mutual_tls_and_acls_serves_a_real_client() {
         "--operation",
         "READ",
     ]);
+
+    // The declared user and ACLs are written by the brokers once they
+    // serve: the client starts when every node has them.
+    for id in cluster.ids() {
+        let bootstrap = cluster.node(id).addr().to_string();
+        let list = |args: &[&str]| {
+            let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+            all.extend(["-b".to_owned(), bootstrap.clone()]);
+            let (status, output) = cluster.run_to_exit(&all, Duration::from_secs(60));
+            assert!(status.success(), "samsa {args:?}: {output}");
+            output
+        };
+        wait_until(
+            &format!("node {id} lists the declared user app and its ACLs"),
+            Duration::from_secs(60),
+            || {
+                let users = list(&["user", "list"]);
+                let credentials = users.lines().filter(|l| l.starts_with("app ")).count();
+                let acls = list(&["acl", "list", "--principal", "User:app"]);
+                let bindings = acls.lines().filter(|l| l.contains("User:app")).count();
+                // Both SCRAM mechanisms; three declared ACLs and the group's.
+                (credentials == 2 && bindings == 4).then_some(())
+            },
+        );
+    }
 
     let dir = tempfile::tempdir().unwrap();
     let args: Vec<String> = [

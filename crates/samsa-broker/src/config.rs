@@ -93,6 +93,14 @@ pub struct BrokerConfig {
     /// `allow.everyone.if.no.acl.found`: with the authorizer on, a resource
     /// no ACL names is open to everyone (else to super users only).
     pub allow_everyone_if_no_acl_found: bool,
+    /// Users to ensure exist (`security::declared`): a directory with one
+    /// file per user, the file's name the user, its content the password
+    /// (the shape of a Kubernetes Secret mounted as a volume). Both SCRAM
+    /// mechanisms are written; users are never deleted from here.
+    pub scram_users_dir: Option<PathBuf>,
+    /// ACL bindings to ensure exist (`[[acls]]`, `security::declared`);
+    /// needs `authorizer_enable`. Never deleted from here.
+    pub acls: Vec<DeclaredAcl>,
 
     // --- cluster mode (all ignored while `controller_quorum_voters` is unset) ---
     /// `controller.quorum.voters`: the static controller quorum,
@@ -261,6 +269,8 @@ impl Default for BrokerConfig {
             authorizer_enable: false,
             super_users: Vec::new(),
             allow_everyone_if_no_acl_found: false,
+            scram_users_dir: None,
+            acls: Vec::new(),
             controller_quorum_voters: None,
             controller_listen: SocketAddr::from(([0, 0, 0, 0], 9093)),
             inter_node_tls_cert_file: None,
@@ -430,6 +440,41 @@ impl BrokerConfig {
 /// DescribeConfigs reports it.
 pub const MAIN_LISTENER: &str = "PLAINTEXT";
 
+/// One ACL binding of `[[acls]]`, named as `samsa acl add` and
+/// `kafka-acls.sh` name its parts (names are case-insensitive).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeclaredAcl {
+    /// `User:alice`, or `User:*` for everyone.
+    pub principal: String,
+    /// `TOPIC`, `GROUP`, `CLUSTER` or `TRANSACTIONAL_ID`.
+    pub resource_type: String,
+    /// The resource's name or prefix; a CLUSTER ACL may leave it out.
+    pub resource_name: Option<String>,
+    /// `LITERAL` (default) or `PREFIXED`.
+    pub pattern_type: String,
+    /// `READ`, `WRITE`, `CREATE`, `DELETE`, `ALTER`, `DESCRIBE`, `ALL`, …
+    pub operation: String,
+    /// `ALLOW` (default) or `DENY`.
+    pub permission: String,
+    /// The client address it applies to; `*` (default) for any.
+    pub host: String,
+}
+
+impl Default for DeclaredAcl {
+    fn default() -> Self {
+        DeclaredAcl {
+            principal: String::new(),
+            resource_type: String::new(),
+            resource_name: None,
+            pattern_type: "LITERAL".into(),
+            operation: String::new(),
+            permission: "ALLOW".into(),
+            host: "*".into(),
+        }
+    }
+}
+
 /// One further Kafka listener (`[listeners.<name>]`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -494,6 +539,17 @@ pub enum SslClientAuth {
     None,
     Requested,
     Required,
+}
+
+impl SslClientAuth {
+    /// Kafka's value of `ssl.client.auth`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SslClientAuth::None => "none",
+            SslClientAuth::Requested => "requested",
+            SslClientAuth::Required => "required",
+        }
+    }
 }
 
 /// A listener's advertised address: one `host:port`, or one per node, the

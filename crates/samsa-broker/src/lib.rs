@@ -139,6 +139,9 @@ pub struct Broker {
     /// The ACL authorizer over the last applied image's ACLs; `None` with
     /// `authorizer_enable` off.
     authorizer: std::sync::RwLock<Option<Arc<security::acl::Authorizer>>>,
+    /// The users and ACLs the configuration declares, written once the
+    /// broker serves (`security::declared`).
+    pub declared: Arc<security::declared::Declared>,
 }
 
 /// This broker as it advertises itself.
@@ -211,8 +214,10 @@ impl Broker {
         } else {
             None
         };
+        let declared = Arc::new(security::declared::Declared::load(&config)?);
         Ok(Broker {
             authorizer: std::sync::RwLock::new(authorizer),
+            declared,
             txn: coordinator::txn::TxnRuntime::for_config(&config),
             groups: coordinator::group::GroupRuntime::for_config(&config),
             pipelining: Default::default(),
@@ -463,6 +468,7 @@ pub async fn run(
     let coordinator =
         coordinator::txn::TxnRuntime::start_with_peers(&broker, None, stop_rx.clone());
     let group_coordinator = coordinator::group::GroupRuntime::start(&broker, stop_rx.clone());
+    tokio::spawn(Arc::clone(&broker.declared).ensure(broker.clone(), stop_rx.clone()));
     let accept = tokio::spawn(server::accept_all(listeners, broker.clone(), stop_rx));
     http_state.set_ready(true);
     info!(node = broker.config.node_id, %listen, data_dir = %broker.config.data_dir.display(), "broker started");

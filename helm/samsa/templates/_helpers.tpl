@@ -166,10 +166,22 @@ numbers are printed as integers (samsa's integer keys refuse 3.0).
 {{- else if kindIs "slice" $v -}}
 {{- $items := list -}}
 {{- range $e := $v -}}
-{{- if or (kindIs "map" $e) (kindIs "slice" $e) -}}
-{{- fail (printf "config key %s: lists of tables or lists are not supported" $.key) -}}
+{{- if kindIs "slice" $e -}}
+{{- fail (printf "config key %s: lists of lists are not supported" $.key) -}}
+{{- else if kindIs "map" $e -}}
+{{- /* a table in a list: a TOML inline table of plain values */ -}}
+{{- $fields := list -}}
+{{- range $fk := keys $e | sortAlpha -}}
+{{- $fv := get $e $fk -}}
+{{- if or (kindIs "map" $fv) (kindIs "slice" $fv) -}}
+{{- fail (printf "config key %s: a table in a list holds plain values only (%s)" $.key $fk) -}}
 {{- end -}}
+{{- $fields = append $fields (printf "%s = %s" $fk (include "samsa.tomlValue" (dict "v" $fv "key" $.key))) -}}
+{{- end -}}
+{{- $items = append $items (printf "{ %s }" (join ", " $fields)) -}}
+{{- else -}}
 {{- $items = append $items (include "samsa.tomlValue" (dict "v" $e "key" $.key)) -}}
+{{- end -}}
 {{- end -}}
 [{{ join ", " $items }}]
 {{- else -}}
@@ -216,7 +228,9 @@ numbers are printed as integers (samsa's integer keys refuse 3.0).
 The generated keys of .Values.security (docs/SECURITY.md) into .gen: the
 listeners' security protocols, the TLS files of tlsSecret (mounted at
 /etc/samsa-tls by the StatefulSet), mutual TLS between pods, the pod-local
-admin listener and the authorizer. Refuses combinations that cannot work.
+admin listener, the authorizer, the users of usersSecret (mounted at
+/etc/samsa-users) and the declared ACLs. Refuses combinations that cannot
+work.
 */}}
 {{- define "samsa.securityConfig" -}}
 {{- $s := .root.Values.security -}}
@@ -264,5 +278,24 @@ admin listener and the authorizer. Refuses combinations that cannot work.
 {{- if $s.authorizer.allowEveryoneIfNoAclFound -}}
 {{- $_ := set $gen "allow_everyone_if_no_acl_found" true -}}
 {{- end -}}
+{{- end -}}
+{{- if $s.usersSecret -}}
+{{- $_ := set $gen "scram_users_dir" "/etc/samsa-users" -}}
+{{- end -}}
+{{- if $s.authorizer.acls -}}
+{{- if not $s.authorizer.enabled -}}
+{{- fail "security.authorizer.acls needs security.authorizer.enabled: nothing would judge by them" -}}
+{{- end -}}
+{{- $acls := list -}}
+{{- range $a := $s.authorizer.acls -}}
+{{- $acl := dict "principal" $a.principal "resource_type" $a.resourceType "operation" $a.operation -}}
+{{- range $from, $to := dict "resourceName" "resource_name" "patternType" "pattern_type" "permission" "permission" "host" "host" -}}
+{{- if hasKey $a $from -}}
+{{- $_ := set $acl $to (get $a $from) -}}
+{{- end -}}
+{{- end -}}
+{{- $acls = append $acls $acl -}}
+{{- end -}}
+{{- $_ := set $gen "acls" $acls -}}
 {{- end -}}
 {{- end -}}

@@ -524,6 +524,8 @@ async fn serve_kafka<S: Future<Output = ()>>(
     );
     let maintenance =
         tokio::spawn(maintenance_loop(Arc::clone(broker), stop.subscribe()).in_current_span());
+    // Unfenced: the image holds every earlier user and ACL record.
+    tasks.spawn(Arc::clone(&broker.declared).ensure(Arc::clone(broker), stop.subscribe()));
     tasks.spawn(report_readiness(
         Arc::clone(&services.http),
         open.fenced.clone(),

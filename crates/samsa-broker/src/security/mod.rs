@@ -1,6 +1,7 @@
 //! Who a connection is and what it may do: the principal a connection
 //! authenticated as (TLS client certificate, SASL), the SASL mechanisms
-//! (`scram`), and Kafka's authorizer over ACLs (`acl`).
+//! (`scram`), Kafka's authorizer over ACLs (`acl`), and the users and ACLs
+//! a configuration declares (`declared`).
 //!
 //! A principal is Kafka's `KafkaPrincipal`: a type and a name, written
 //! `User:alice`; a connection that did not authenticate is
@@ -8,6 +9,7 @@
 
 pub mod access;
 pub mod acl;
+pub mod declared;
 pub mod sasl;
 pub mod scram;
 pub mod tls;
