@@ -8,12 +8,22 @@
 #   tests/librdkafka/run.sh --each 0090 0103@3/fenced 0111:noautocreate@3
 #                                      triage: each test alone, fresh brokers
 #
-# A test is given as NNNN[:SCENARIO][@NODES][/SUBTESTS][&]:
+# A test is given as NNNN[:SCENARIO][@NODES][+SECURITY][/SUBTESTS][&]:
 #   SCENARIO  librdkafka's test scenario (default, noautocreate): samsa is
 #             configured like it and the runner gets -s SCENARIO;
 #   NODES     how many samsa nodes (default 1); more than one starts a
 #             cluster of combined controller+broker nodes, needed by tests
 #             that create replication-factor-3 topics;
+#   SECURITY  sasl_ssl: the clients connect to a SASL_SSL listener
+#             (SCRAM-SHA-512, a throwaway CA from deploy/make-certs.sh, a
+#             user declared with scram_users_dir, connections_max_reauth_ms
+#             10 s for 0142's re-authentication) with the authorizer on and
+#             that user a super user (so is the plaintext listener's
+#             ANONYMOUS, for run.sh itself); ssl: an SSL listener that
+#             requires a client certificate of the same CA, the client's
+#             key and certificate in the forms 0097 reads (PEM with an
+#             encrypted key, DER, PKCS#12; the SSL_* variables trivup would
+#             set); default plaintext;
 #   SUBTESTS  the runner's SUBTESTS filter (a substring of subtest names);
 #   &[LANE]   run this setup concurrently with the others (a child run.sh
 #             with its own brokers, started first): for long tests that
@@ -21,7 +31,7 @@
 #             different lanes (names) are different runner invocations
 #             running side by side.
 # allowlist.txt says the same in columns: "NNNN [SCENARIO] [nodes=N]
-# [subtests=S] [concurrent[=LANE]]  # comment".
+# [security=S] [subtests=S] [concurrent[=LANE]]  # comment".
 #
 # The librdkafka source is the one bundled in the rdkafka-sys crate that the
 # workspace already depends on; it is copied and built under
@@ -54,7 +64,9 @@ fi
 [ -n "$src" ] || { log "rdkafka-sys-$ver/librdkafka not found under $cargo_home/registry/src"; exit 1; }
 
 # ----------------------------------------------------------------- build ---
-configure_flags="--disable-gssapi --disable-curl --disable-zstd --disable-lz4-ext --disable-sasl --disable-ssl"
+# OpenSSL (libssl-dev) for SSL and the built-in SASL PLAIN and SCRAM;
+# --disable-sasl only leaves out Cyrus SASL (GSSAPI), which samsa does not serve.
+configure_flags="--disable-gssapi --disable-curl --disable-zstd --disable-lz4-ext --disable-sasl --enable-ssl"
 # RapidJSON (rapidjson-dev) enables the tests that check statistics JSON
 # (0053, 0110…); rebuild when its presence changes.
 rapidjson=no
@@ -94,35 +106,38 @@ else
         tok = $1
         for (i = 2; i <= NF; i++) {
             if ($i ~ /^nodes=/) tok = tok "@" substr($i, 7)
+            else if ($i ~ /^security=/) security = substr($i, 10)
             else if ($i ~ /^subtests=/) subtests = substr($i, 10)
             else if ($i == "concurrent") bg = "&"
             else if ($i ~ /^concurrent=/) bg = "&" substr($i, 12)
             else tok = tok ":" $i
         }
+        if (security != "") tok = tok "+" security
         if (subtests != "") tok = tok "/" subtests
         print tok bg
-        subtests = ""; bg = "" }')
+        security = ""; subtests = ""; bg = "" }')
 fi
 tokens=$(echo $tokens)
 [ -n "$tokens" ] || { log "empty test list"; exit 1; }
 [ -x "$samsa_bin" ] || { log "samsa binary not found at $samsa_bin (cargo build -p samsa)"; exit 1; }
 
-# parse_token TOKEN: sets $t (test number), $scenario, $nodes, $subtests,
-# $concurrent ("&", "&LANE" or empty).
+# parse_token TOKEN: sets $t (test number), $scenario, $nodes, $security
+# (empty: plaintext), $subtests, $concurrent ("&", "&LANE" or empty).
 parse_token() {
-    if [[ ! $1 =~ ^([0-9]{4})(:([A-Za-z0-9_]+))?(@([0-9]+))?(/([^,&[:space:]]+))?(&[A-Za-z0-9_]*)?$ ]]; then
-        log "bad test token '$1' (NNNN[:SCENARIO][@NODES][/SUBTESTS][&[LANE]])"
+    if [[ ! $1 =~ ^([0-9]{4})(:([A-Za-z0-9_]+))?(@([0-9]+))?(\+(sasl_ssl|ssl))?(/([^,&[:space:]]+))?(&[A-Za-z0-9_]*)?$ ]]; then
+        log "bad test token '$1' (NNNN[:SCENARIO][@NODES][+sasl_ssl|+ssl][/SUBTESTS][&[LANE]])"
         exit 1
     fi
     t=${BASH_REMATCH[1]}
     scenario=${BASH_REMATCH[3]:-default}
     nodes=${BASH_REMATCH[5]:-1}
-    subtests=${BASH_REMATCH[7]:-}
-    concurrent=${BASH_REMATCH[8]:-}
+    security=${BASH_REMATCH[7]:-}
+    subtests=${BASH_REMATCH[9]:-}
+    concurrent=${BASH_REMATCH[10]:-}
 }
 for tok in $tokens; do parse_token "$tok"; done
 # The setup a parsed token runs in, as a token without the number.
-setup_of() { echo "$scenario@$nodes${subtests:+/$subtests}$concurrent"; }
+setup_of() { echo "$scenario@$nodes${security:++$security}${subtests:+/$subtests}$concurrent"; }
 
 work=$(mktemp -d /tmp/samsa-librdkafka.XXXXXX)
 samsa_pids=()
@@ -169,14 +184,42 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-# start_samsa SCENARIO NODES: fresh samsa nodes (new ports, empty data dirs)
+# The SCRAM user of +sasl_ssl setups (declared in scram_users_dir).
+sasl_user=suite
+sasl_password=suite-secret
+# The password of the client key and keystore of +ssl setups.
+ssl_password=suite-keystore-secret
+# Variables the runner gets for the current setup (the SSL_* of +ssl).
+runner_env=()
+
+# make_client_pki DIR: a client certificate of DIR/ca.pem (made by
+# deploy/make-certs.sh) in every form 0097 loads.
+make_client_pki() (
+    cd "$1"
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+        -subj "/CN=librdkafka suite client" -keyout client-plain.key -out client.csr 2>/dev/null
+    printf 'basicConstraints=CA:FALSE\n' >client.ext
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+        -extfile client.ext -out client.pem 2>/dev/null
+    openssl pkcs8 -topk8 -in client-plain.key -out client.key -passout "pass:$ssl_password"
+    openssl x509 -in client.pem -outform DER -out client.der
+    openssl pkcs8 -topk8 -nocrypt -in client-plain.key -outform DER -out client-key.der
+    openssl x509 -in ca.pem -outform DER -out ca.der
+    openssl pkcs12 -export -in client.pem -inkey client-plain.key -certfile ca.pem \
+        -out client.p12 -passout "pass:$ssl_password"
+    rm -f client.csr client.ext ca.srl
+)
+
+# start_samsa SCENARIO NODES [SECURITY]: fresh samsa nodes (new ports, empty data dirs)
 # configured like the suite's scenario file (tests/scenarios/*.json in the
 # librdkafka tree: default = auto_create_topics true, num_partitions 4), and
 # the runner's test.conf (in $work) pointing at every node. NODES > 1: a cluster of combined
 # controller+broker nodes, ready once a node's Metadata lists all of them.
+# SECURITY sasl_ssl: each node also has a SASL_SSL listener, the one
+# test.conf points the clients at (see the top of this file).
 start_samsa() {
-    local scenario=$1 n=$2 autocreate=true id voters= bootstrap= i
-    local -a ports cports settings
+    local scenario=$1 n=$2 security=${3:-} autocreate=true id voters= bootstrap= i
+    local -a ports cports sports settings
     [ "$scenario" = noautocreate ] && autocreate=false
     stop_samsa
     rm -rf "$work"/data-* "$work"/samsa-*.log
@@ -185,11 +228,36 @@ start_samsa() {
     # letting both of its consumers into the first generation.
     settings=(--set num_partitions=4 --set auto_create_topics_enable=$autocreate
         --set http_listen=127.0.0.1:0)
+    runner_env=()
+    if [ -n "$security" ]; then
+        [ -f "$work/pki/node.pem" ] || bash "$root/deploy/make-certs.sh" "$work/pki" >/dev/null
+        settings+=(--set "ssl_cert_file=$work/pki/node.pem" --set "ssl_key_file=$work/pki/node.key")
+    fi
+    if [ "$security" = ssl ]; then
+        [ -f "$work/pki/client.p12" ] || make_client_pki "$work/pki"
+        settings+=(--set "ssl_ca_file=$work/pki/ca.pem" --set ssl_client_auth=required)
+        runner_env=(SSL_password="$ssl_password" SSL_client_auth=required
+            SSL_pkcs="$work/pki/client.p12" SSL_pub_pem="$work/pki/client.pem"
+            SSL_priv_pem="$work/pki/client.key" SSL_pub_der="$work/pki/client.der"
+            SSL_priv_der="$work/pki/client-key.der" SSL_ca_der="$work/pki/ca.der"
+            SSL_ca_pem="$work/pki/ca.pem" SSL_all_cas_pem="$work/pki/ca.pem")
+    fi
+    if [ "$security" = sasl_ssl ]; then
+        mkdir -p "$work/users"
+        printf '%s\n' "$sasl_password" >"$work/users/$sasl_user"
+        settings+=(--set "scram_users_dir=$work/users" --set connections_max_reauth_ms=10000
+            --set authorizer_enable=true --set "super_users=[\"User:ANONYMOUS\",\"User:$sasl_user\"]")
+    fi
     for ((id = 1; id <= n; id++)); do
         ports[id]=$(python3 "$here/broker.py" free-port)
         cports[id]=$(python3 "$here/broker.py" free-port)
         voters+="${voters:+,}$id@127.0.0.1:${cports[id]}"
-        bootstrap+="${bootstrap:+,}127.0.0.1:${ports[id]}"
+        if [ -n "$security" ]; then
+            sports[id]=$(python3 "$here/broker.py" free-port)
+            bootstrap+="${bootstrap:+,}127.0.0.1:${sports[id]}"
+        else
+            bootstrap+="${bootstrap:+,}127.0.0.1:${ports[id]}"
+        fi
     done
     if [ "$n" -gt 1 ]; then
         # Short broker sessions so a cluster registers and unfences in
@@ -201,6 +269,8 @@ start_samsa() {
     for ((id = 1; id <= n; id++)); do
         local -a cluster_args=()
         [ "$n" -gt 1 ] && cluster_args=(--set "controller_listen=127.0.0.1:${cports[id]}")
+        [ -n "$security" ] && cluster_args+=(--set "listeners.secure.listen=127.0.0.1:${sports[id]}"
+            --set "listeners.secure.security_protocol=${security^^}")
         RUST_LOG=${RUST_LOG:-info} "$samsa_bin" server --node-id "$id" \
             --listen "127.0.0.1:${ports[id]}" --advertised-listener "127.0.0.1:${ports[id]}" \
             --data-dir "$work/data-$id" "${settings[@]}" "${cluster_args[@]}" \
@@ -214,6 +284,21 @@ start_samsa() {
             return 1
         fi
     done
+    # Each node writes the declared user once it serves: wait until every
+    # node lists it (through its plaintext listener).
+    if [ "$security" = sasl_ssl ]; then
+        local deadline=$((SECONDS + 60))
+        for ((id = 1; id <= n; id++)); do
+            until "$samsa_bin" user list -b "127.0.0.1:${ports[id]}" 2>/dev/null |
+                grep -q "^$sasl_user .*SCRAM-SHA-512"; do
+                if [ "$SECONDS" -ge "$deadline" ]; then
+                    log "samsa node $id does not list the declared user $sasl_user"
+                    return 1
+                fi
+                sleep 0.1
+            done
+        done
+    fi
     # request.timeout.ms: the client's default, which CI (see run_runner)
     # would lower to 10 s for every client the suite creates.
     cat >"$work/test.conf" <<CONF
@@ -222,6 +307,24 @@ broker.address.family=v4
 test.timeout.multiplier=2
 request.timeout.ms=30000
 CONF
+    if [ "$security" = sasl_ssl ]; then
+        cat >>"$work/test.conf" <<CONF
+security.protocol=SASL_SSL
+sasl.mechanism=SCRAM-SHA-512
+sasl.username=$sasl_user
+sasl.password=$sasl_password
+ssl.ca.location=$work/pki/ca.pem
+CONF
+    fi
+    if [ "$security" = ssl ]; then
+        cat >>"$work/test.conf" <<CONF
+security.protocol=SSL
+ssl.ca.location=$work/pki/ca.pem
+ssl.certificate.location=$work/pki/client.pem
+ssl.key.location=$work/pki/client.key
+ssl.key.password=$ssl_password
+CONF
+    fi
 }
 
 # run_runner TESTS SCENARIO SUBTESTS OUT: the test-runner on comma-separated
@@ -248,7 +351,7 @@ run_runner() {
         # (CI adds 2 to it at start-up).
         # The runner reads its client config from RDKAFKA_TEST_CONF: one per
         # run, so runs of this script do not share it.
-        exec env CI=true LD_LIBRARY_PATH=../src:../src-cpp TEST_KAFKA_VERSION=3.7.0 \
+        exec env "${runner_env[@]}" CI=true LD_LIBRARY_PATH=../src:../src-cpp TEST_KAFKA_VERSION=3.7.0 \
             RDKAFKA_TEST_CONF="$work/test.conf" TESTS="$tests" timeout -k 10 "${TEST_TIMEOUT:-1800}" \
             ./test-runner -p1 -L -s "$scenario"
     ) >"$out" 2>&1 &
@@ -306,7 +409,7 @@ if [ "$mode" = each ]; then
     for tok in $tokens; do
         parse_token "$tok"
         name=$(slug "$tok")
-        start_samsa "$scenario" "$nodes"
+        start_samsa "$scenario" "$nodes" "$security"
         s=$SECONDS
         if run_runner "$t" "$scenario" "$subtests" "$work/$name.log"; then rc=0; else rc=$?; fi
         passed=$(passed_tests "$work/$name.log" | grep -c . || true)
@@ -363,7 +466,7 @@ for setup in $setups; do
         if [ "$(setup_of)" = "$setup" ]; then echo "$t"; fi
     done | paste -sd, -)
     parse_token "0000:$setup"
-    start_samsa "$scenario" "$nodes"
+    start_samsa "$scenario" "$nodes" "$security"
     log "setup $setup: $nodes samsa node(s) (pids ${samsa_pids[*]}) up; TESTS=$nums${subtests:+ SUBTESTS=$subtests}"
     out=$work/test-runner-$(slug "$setup").log
     start=$SECONDS
