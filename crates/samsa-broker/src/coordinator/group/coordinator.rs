@@ -100,7 +100,7 @@ impl GroupStep {
         }
     }
 
-    fn merge(&mut self, other: GroupStep) {
+    pub(crate) fn merge(&mut self, other: GroupStep) {
         self.deliveries.extend(other.deliveries);
         self.writes.extend(other.writes);
     }
@@ -877,6 +877,26 @@ impl Coordinator for GroupCoordinator {
     /// `now_ms`, and every `offsets_retention_check_interval_ms` the
     /// offsets past their retention ([`Self::expire_offsets`]).
     fn tick(&mut self, now_ms: i64, _ids: &mut dyn ProducerIdSource) -> GroupStep {
+        self.expire_due(now_ms)
+    }
+}
+
+impl GroupCoordinator {
+    /// What the timers due by `now_ms` do, if any is due: applied before
+    /// every request as well as by the timer loop, so that an answer never
+    /// shows a member whose session ended before the request arrived (the
+    /// timer loop may wake a millisecond or two after a deadline; a client
+    /// that waits out a session timeout and then deletes the group must find
+    /// it empty, as librdkafka's 0081 DescribeConsumerGroups does).
+    pub(crate) fn timers_due(&mut self, now_ms: i64) -> GroupStep {
+        use crate::coordinator::Coordinator as _;
+        match self.next_deadline() {
+            Some(deadline) if deadline <= now_ms => self.expire_due(now_ms),
+            _ => GroupStep::default(),
+        }
+    }
+
+    fn expire_due(&mut self, now_ms: i64) -> GroupStep {
         let mut step = GroupStep::default();
         if self.retention_check_at <= now_ms {
             if self.retention_check_at > 0 {

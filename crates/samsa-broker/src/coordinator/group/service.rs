@@ -108,7 +108,10 @@ impl Runtime<GroupCoordinator> {
         self.service.lock().insert(token, tx);
         let step = {
             let mut coordinator = self.serving();
-            f(&mut coordinator, token, now_ms())
+            let now = now_ms();
+            let mut step = coordinator.timers_due(now);
+            step.merge(f(&mut coordinator, token, now));
+            step
         };
         self.process(step);
         let reply = rx.await.ok();
@@ -123,7 +126,11 @@ impl Runtime<GroupCoordinator> {
     pub fn with<T>(&self, f: impl FnOnce(&mut GroupCoordinator, i64) -> (T, GroupStep)) -> T {
         let (value, step) = {
             let mut coordinator = self.serving();
-            f(&mut coordinator, now_ms())
+            let now = now_ms();
+            let mut step = coordinator.timers_due(now);
+            let (value, more) = f(&mut coordinator, now);
+            step.merge(more);
+            (value, step)
         };
         self.process(step);
         value

@@ -438,6 +438,23 @@ fn a_silent_member_expires_after_its_session_timeout() {
 }
 
 #[test]
+fn timers_due_at_a_request_apply_before_it_even_if_the_timer_loop_is_late() {
+    let mut h = Harness::new(0);
+    let _a = h.stable_one();
+    let deadline = h.now + i64::from(SESSION);
+    // Before the deadline nothing is due.
+    let step = h.c.timers_due(deadline - 1);
+    assert!(step.deliveries.is_empty());
+    assert_eq!(h.state(), GroupState::Stable);
+    // A request arriving at the deadline finds the member gone, though no
+    // timer tick ran.
+    h.now = deadline;
+    let step = h.c.timers_due(deadline);
+    h.apply(step);
+    assert_eq!(h.state(), GroupState::Empty);
+}
+
+#[test]
 fn session_timeout_outside_the_broker_limits_is_refused() {
     let mut h = Harness::new(0);
     for timeout in [5_999, 1_800_001] {
