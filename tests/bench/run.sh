@@ -49,6 +49,13 @@
 #                                  in one run, and connection setup time
 #                                  (tests/bench/security.py; SECURITY_ARGS
 #                                  passes flags to it)
+#   tests/bench/run.sh metrics     what recording metrics costs: produce
+#                                  throughput (rdkafka_performance, acks=all,
+#                                  idempotent, 6 partitions) and broker CPU
+#                                  per record of METRICS_BEFORE_BIN (a build
+#                                  without the change) against this build,
+#                                  interleaved, METRICS_ROUNDS (default 3)
+#                                  rounds of RECORDS records of RECORD_SIZE
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
 #   SINGLE_QUICK=1 tests/bench/run.sh   (a)-(c) only: no dd, no 5 GiB (d)
 #                                  (for before/after pairs of one run)
@@ -315,6 +322,34 @@ if [ "$mode" = pipelining ]; then
     done
     echo
     echo "load after: $(uptime | sed 's/.*load average: //')"
+    stop_broker
+    rm -rf "$bench_dir"
+    exit 0
+fi
+
+if [ "$mode" = metrics ]; then
+    before=${METRICS_BEFORE_BIN:?METRICS_BEFORE_BIN=/path/to/samsa, a build without the change}
+    rounds=${METRICS_ROUNDS:-3}
+    build_perf_tool
+    tick=$(getconf CLK_TCK)
+    # Broker CPU (user + system) in milliseconds.
+    cpu_ms() { awk -v t="$tick" '{ print int(($14 + $15) * 1000 / t) }' "/proc/$broker_pid/stat"; }
+    echo "## metrics cost $(date -u +%Y-%m-%dT%H:%MZ): $records records of $size bytes, acks=all, idempotent, 6 partitions"
+    echo
+    echo "| round | broker | records/s | broker CPU µs/record |"
+    echo "|---|---|---|---|"
+    for round in $(seq "$rounds"); do
+        order="before after"
+        [ $((round % 2)) -eq 0 ] && order="after before"
+        for which in $order; do
+            if [ "$which" = before ]; then server=$before; else server=$samsa; fi
+            start_broker '"every-ack"'
+            c0=$(cpu_ms)
+            r=$(produce 6 -a -1 -X enable.idempotence=true)
+            c1=$(cpu_ms)
+            echo "| $round | $which | ${r% msgs/s} | $(awk -v c=$((c1 - c0)) -v n="$records" 'BEGIN { printf "%.2f", c * 1000 / n }') |"
+        done
+    done
     stop_broker
     rm -rf "$bench_dir"
     exit 0

@@ -19,6 +19,7 @@ mod groups_smoke;
 mod idempotence;
 mod inter_node_tls;
 mod listeners;
+mod metrics;
 mod offsets;
 mod persistence;
 mod pipeline;

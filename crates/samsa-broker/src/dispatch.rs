@@ -157,6 +157,26 @@ pub async fn dispatch(
         })
 }
 
+/// The client software an ApiVersions request (v3+, KIP-511) names, if it
+/// decodes (the request itself is decoded again by its handler).
+pub fn client_software(frame: &Bytes) -> Option<(String, String)> {
+    let mut frame = frame.clone();
+    let version = i16::from_be_bytes([*frame.get(2)?, *frame.get(3)?]);
+    if version < 3 {
+        return None;
+    }
+    RequestHeader::decode(
+        &mut frame,
+        ApiKey::ApiVersions.request_header_version(version),
+    )
+    .ok()?;
+    let request = kafka_protocol::messages::ApiVersionsRequest::decode(&mut frame, version).ok()?;
+    Some((
+        request.client_software_name.to_string(),
+        request.client_software_version.to_string(),
+    ))
+}
+
 fn decode<T: Decodable>(
     api_key: ApiKey,
     body: &mut Bytes,
@@ -241,10 +261,15 @@ async fn handle(
     use kafka_protocol::error::ResponseError;
     const GROUP_DENIED: i16 = ResponseError::GroupAuthorizationFailed.code();
     const CLUSTER_DENIED: i16 = ResponseError::ClusterAuthorizationFailed.code();
+    let meter = broker.request_meters.get(api_key);
     macro_rules! respond {
-        ($resp:expr) => {
-            encode_response(api_key, v, cid, &$resp).map(Some)
-        };
+        ($resp:expr) => {{
+            let answer = $resp;
+            if let Some(meter) = meter {
+                crate::request_metrics::count_errors(&broker.metrics.requests, meter, &answer);
+            }
+            encode_response(api_key, v, cid, &answer).map(Some)
+        }};
     }
     match api_key {
         ApiKey::ApiVersions => {

@@ -1,16 +1,16 @@
 //! The broker's HTTP endpoint (`http_listen`, default port 9644): `/metrics`
-//! in the Prometheus text exposition format, `/healthz` (the process runs)
+//! in the OpenMetrics text format (what Prometheus scrapes natively), `/healthz` (the process runs)
 //! and `/readyz` (the broker serves Kafka requests: its listener accepts
 //! and, in cluster mode, the controller has unfenced it).
 //!
 //! The server is bound before anything else starts, so a port conflict
 //! stops the broker at once, and `/healthz` answers during a long start-up.
 //! Until the broker is open ([`HttpState::attach`]) `/metrics` shows only
-//! the readiness gauge. Metrics are computed when scraped, from the same
-//! state the Kafka handlers read; nothing is counted on the hot paths.
+//! the readiness gauge. The request metrics are recorded as requests are
+//! served (`samsa_metrics`, `Broker::metrics`); the rest is computed when
+//! scraped, from the same state the Kafka handlers read.
 
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -25,6 +25,12 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
+
+use samsa_metrics::prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use samsa_metrics::prometheus_client::metrics::counter::ConstCounter;
+use samsa_metrics::prometheus_client::metrics::gauge::ConstGauge;
+use samsa_metrics::prometheus_client::metrics::MetricType;
+use samsa_metrics::{Collector, Registry};
 
 use crate::coordinator::txn::ListTransactionsFilter;
 use crate::{now_ms, Broker, BrokerError};
@@ -116,7 +122,7 @@ fn route(state: &HttpState, request: &Request<Incoming>) -> Response<Full<Bytes>
             let mut response = text(StatusCode::OK, render_metrics(state));
             response.headers_mut().insert(
                 CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                HeaderValue::from_static(samsa_metrics::CONTENT_TYPE),
             );
             response
         }
@@ -134,45 +140,51 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     response
 }
 
-/// One gauge in the exposition format: HELP, TYPE, then its samples.
-struct Gauge<'a> {
-    out: &'a mut String,
+/// What `/metrics` computes when scraped, from the same state the Kafka
+/// handlers read (the recorded metrics live in `Broker::metrics`).
+struct AtScrape {
+    ready: bool,
+    broker: Option<Arc<Broker>>,
 }
 
-impl<'a> Gauge<'a> {
-    fn new(out: &'a mut String, name: &str, help: &str) -> Self {
-        Self::of_type(out, name, help, "gauge")
-    }
-
-    /// A metric that only grows (Prometheus `counter`, name ending `_total`).
-    fn counter(out: &'a mut String, name: &str, help: &str) -> Self {
-        Self::of_type(out, name, help, "counter")
-    }
-
-    fn of_type(out: &'a mut String, name: &str, help: &str, kind: &str) -> Self {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        Gauge { out }
-    }
-
-    fn sample(&mut self, name: &str, labels: &str, value: i64) {
-        if labels.is_empty() {
-            let _ = writeln!(self.out, "{name} {value}");
-        } else {
-            let _ = writeln!(self.out, "{name}{{{labels}}} {value}");
-        }
+impl std::fmt::Debug for AtScrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AtScrape")
+            .field("ready", &self.ready)
+            .finish()
     }
 }
 
-fn counter_value(counter: &std::sync::atomic::AtomicU64) -> i64 {
-    i64::try_from(counter.load(Ordering::Relaxed)).unwrap_or(i64::MAX)
+/// Writes one unlabelled gauge.
+fn gauge(out: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: i64) -> std::fmt::Result {
+    let gauge = ConstGauge::new(value);
+    gauge.encode(out.encode_descriptor(name, help, None, gauge.metric_type())?)
 }
 
-/// Escapes a label value (backslash, double quote, newline).
-fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// Writes one unlabelled counter (`name` without its `_total`).
+fn counter(
+    out: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> std::fmt::Result {
+    let counter = ConstCounter::new(value);
+    counter.encode(out.encode_descriptor(name, help, None, counter.metric_type())?)
+}
+
+/// Writes a gauge with one sample per partition.
+fn partition_gauge(
+    out: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: impl Iterator<Item = (String, i64)>,
+) -> std::fmt::Result {
+    let mut family = out.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (partition, value) in rows {
+        let labels = [("partition", partition.as_str())];
+        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 /// What the partitions this broker leads say about their transactions.
@@ -225,153 +237,123 @@ fn summarize_leaders(broker: &Broker, now_ms: i64) -> (LeaderSummary, Vec<(Strin
     (summary, offsets)
 }
 
-/// Long on purpose: the list of exported metrics, one block each.
+/// The whole `/metrics` page (OpenMetrics text).
 fn render_metrics(state: &HttpState) -> String {
     let mut out = String::new();
-    Gauge::new(
-        &mut out,
-        "samsa_broker_ready",
-        "1 once the broker serves Kafka requests (unfenced in cluster mode)",
-    )
-    .sample("samsa_broker_ready", "", i64::from(state.is_ready()));
-    let Some(broker) = state.broker.get() else {
-        return out;
+    let mut at_scrape = Registry::default();
+    let broker = state.broker.get().cloned();
+    at_scrape.register_collector(Box::new(AtScrape {
+        ready: state.is_ready(),
+        broker: broker.clone(),
+    }));
+    let encoded = match &broker {
+        Some(broker) => broker.metrics.encode(&at_scrape, &mut out),
+        None => samsa_metrics::prometheus_client::encoding::text::encode(&mut out, &at_scrape),
     };
-    let now = now_ms();
-    let (summary, offsets) = summarize_leaders(broker, now);
-    Gauge::new(
-        &mut out,
-        "samsa_partitions_led",
-        "partitions this broker leads",
-    )
-    .sample("samsa_partitions_led", "", summary.partitions_led);
-    Gauge::new(
-        &mut out,
-        "samsa_open_transactions",
-        "transactions open on partitions this broker leads (one per producer and partition)",
-    )
-    .sample("samsa_open_transactions", "", summary.open_transactions);
-    Gauge::new(
-        &mut out,
-        "samsa_partitions_with_hanging_transactions",
-        "led partitions with a transaction whose producer last wrote more than transaction_max_timeout_ms ago",
-    )
-    .sample(
-        "samsa_partitions_with_hanging_transactions",
-        "",
-        summary.partitions_with_hanging_transactions,
-    );
-    let pipelining = &broker.pipelining;
-    Gauge::counter(
-        &mut out,
-        "samsa_produce_pipelined_batches_total",
-        "produce batches that arrived while an earlier produce request of the same connection for the same partition was unanswered",
-    )
-    .sample(
-        "samsa_produce_pipelined_batches_total",
-        "",
-        counter_value(&pipelining.pipelined_batches),
-    );
-    Gauge::new(
-        &mut out,
-        "samsa_produce_partition_in_flight_max",
-        "the most produce requests of one connection in flight for one partition at once, since start",
-    )
-    .sample(
-        "samsa_produce_partition_in_flight_max",
-        "",
-        counter_value(&pipelining.partition_in_flight_max),
-    );
-    // Coordinator side: the transactions of the ids this broker coordinates.
-    let ongoing = broker.txn.lock().list_transactions(
-        &ListTransactionsFilter {
-            states: vec!["Ongoing".to_string()],
-            producer_ids: Vec::new(),
-            duration_filter_ms: -1,
-        },
-        now,
-    );
-    if ongoing.error.is_none() {
-        Gauge::new(
-            &mut out,
-            "samsa_coordinator_ongoing_transactions",
-            "transactional ids this broker coordinates whose transaction is Ongoing",
-        )
-        .sample(
-            "samsa_coordinator_ongoing_transactions",
-            "",
-            ongoing.transactions.len() as i64,
-        );
-    }
-    let partitions = broker.replicas.all();
-    Gauge::new(
-        &mut out,
-        "samsa_partitions_with_failing_writes",
-        "hosted partitions whose last log write failed (a full or failing disk); they answer KAFKA_STORAGE_ERROR to writes until one succeeds",
-    )
-    .sample(
-        "samsa_partitions_with_failing_writes",
-        "",
-        partitions
-            .iter()
-            .filter(|p| p.write_failures.is_failing())
-            .count() as i64,
-    );
-    Gauge::counter(
-        &mut out,
-        "samsa_log_write_failures_total",
-        "log writes (appends, replicated appends, fsyncs) that failed on the disk, over all hosted partitions, since start",
-    )
-    .sample(
-        "samsa_log_write_failures_total",
-        "",
-        partitions
-            .iter()
-            .map(|p| i64::try_from(p.write_failures.total()).unwrap_or(i64::MAX))
-            .sum(),
-    );
-    let mut hw = Gauge::new(
-        &mut out,
-        "samsa_partition_high_watermark",
-        "high watermark of each led partition",
-    );
-    for (name, high_watermark, _) in &offsets {
-        hw.sample(
-            "samsa_partition_high_watermark",
-            &format!("partition=\"{}\"", label(name)),
-            *high_watermark,
-        );
-    }
-    let mut lag = Gauge::new(
-        &mut out,
-        "samsa_partition_lso_lag",
-        "high watermark minus last stable offset of each led partition (what read_committed readers wait for)",
-    );
-    for (name, high_watermark, lso) in &offsets {
-        lag.sample(
-            "samsa_partition_lso_lag",
-            &format!("partition=\"{}\"", label(name)),
-            high_watermark - lso,
-        );
+    if let Err(e) = encoded {
+        warn!(error = %e, "cannot encode the metrics");
     }
     out
+}
+
+impl Collector for AtScrape {
+    /// Long on purpose: the list of metrics computed at scrape time, one
+    /// block each.
+    fn encode(&self, mut out: DescriptorEncoder<'_>) -> std::fmt::Result {
+        gauge(
+            &mut out,
+            "samsa_broker_ready",
+            "1 once the broker serves Kafka requests (unfenced in cluster mode)",
+            i64::from(self.ready),
+        )?;
+        let Some(broker) = &self.broker else {
+            return Ok(());
+        };
+        let now = now_ms();
+        let (summary, offsets) = summarize_leaders(broker, now);
+        gauge(
+            &mut out,
+            "samsa_partitions_led",
+            "partitions this broker leads",
+            summary.partitions_led,
+        )?;
+        gauge(
+            &mut out,
+            "samsa_open_transactions",
+            "transactions open on partitions this broker leads (one per producer and partition)",
+            summary.open_transactions,
+        )?;
+        gauge(
+            &mut out,
+            "samsa_partitions_with_hanging_transactions",
+            "led partitions with a transaction whose producer last wrote more than transaction_max_timeout_ms ago",
+            summary.partitions_with_hanging_transactions,
+        )?;
+        let pipelining = &broker.pipelining;
+        counter(
+            &mut out,
+            "samsa_produce_pipelined_batches",
+            "produce batches that arrived while an earlier produce request of the same connection for the same partition was unanswered",
+            pipelining.pipelined_batches.load(Ordering::Relaxed),
+        )?;
+        gauge(
+            &mut out,
+            "samsa_produce_partition_in_flight_max",
+            "the most produce requests of one connection in flight for one partition at once, since start",
+            i64::try_from(pipelining.partition_in_flight_max.load(Ordering::Relaxed)).unwrap_or(i64::MAX),
+        )?;
+        // Coordinator side: the transactions of the ids this broker coordinates.
+        let ongoing = broker.txn.lock().list_transactions(
+            &ListTransactionsFilter {
+                states: vec!["Ongoing".to_string()],
+                producer_ids: Vec::new(),
+                duration_filter_ms: -1,
+            },
+            now,
+        );
+        if ongoing.error.is_none() {
+            gauge(
+                &mut out,
+                "samsa_coordinator_ongoing_transactions",
+                "transactional ids this broker coordinates whose transaction is Ongoing",
+                ongoing.transactions.len() as i64,
+            )?;
+        }
+        let partitions = broker.replicas.all();
+        gauge(
+            &mut out,
+            "samsa_partitions_with_failing_writes",
+            "hosted partitions whose last log write failed (a full or failing disk); they answer KAFKA_STORAGE_ERROR to writes until one succeeds",
+            partitions
+                .iter()
+                .filter(|p| p.write_failures.is_failing())
+                .count() as i64,
+        )?;
+        counter(
+            &mut out,
+            "samsa_log_write_failures",
+            "log writes (appends, replicated appends, fsyncs) that failed on the disk, over all hosted partitions, since start",
+            partitions.iter().map(|p| p.write_failures.total()).sum(),
+        )?;
+        partition_gauge(
+            &mut out,
+            "samsa_partition_high_watermark",
+            "high watermark of each led partition",
+            offsets.iter().map(|(name, hw, _)| (name.clone(), *hw)),
+        )?;
+        partition_gauge(
+            &mut out,
+            "samsa_partition_lso_lag",
+            "high watermark minus last stable offset of each led partition (what read_committed readers wait for)",
+            offsets.iter().map(|(name, hw, lso)| (name.clone(), hw - lso)),
+        )
+    }
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn gauges_follow_the_exposition_format() {
-        let mut out = String::new();
-        Gauge::new(&mut out, "g", "help text").sample("g", "partition=\"a-0\"", 3);
-        assert_eq!(
-            out,
-            "# HELP g help text\n# TYPE g gauge\ng{partition=\"a-0\"} 3\n"
-        );
-        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
-    }
 
     #[test]
     fn metrics_before_the_broker_is_open_show_readiness_only() {
@@ -381,5 +363,6 @@ mod tests {
         let rendered = render_metrics(&state);
         assert!(rendered.contains("samsa_broker_ready 1"));
         assert!(!rendered.contains("samsa_partitions_led"));
+        assert!(rendered.ends_with("# EOF\n"), "{rendered}");
     }
 }

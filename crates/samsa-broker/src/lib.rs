@@ -57,6 +57,7 @@ pub mod produce_order;
 pub mod producer_ids;
 pub mod replica;
 pub mod replication;
+pub mod request_metrics;
 pub mod security;
 mod server;
 pub mod topic_partition;
@@ -142,6 +143,10 @@ pub struct Broker {
     /// The users and ACLs the configuration declares, written once the
     /// broker serves (`security::declared`).
     pub declared: Arc<security::declared::Declared>,
+    /// What this process records as it serves (`/metrics`).
+    pub metrics: samsa_metrics::Metrics,
+    /// The request metrics of each served API, resolved once.
+    pub request_meters: request_metrics::RequestMeters,
 }
 
 /// This broker as it advertises itself.
@@ -203,7 +208,12 @@ impl Broker {
         metadata: Arc<dyn MetadataStore>,
         id_source: Box<dyn ProducerIdBlockSource>,
     ) -> Result<Broker, BrokerError> {
-        let replicas = ReplicaManager::new(config.data_dir.clone(), config.log.clone());
+        let metrics = samsa_metrics::Metrics::new();
+        let replicas = ReplicaManager::new(
+            config.data_dir.clone(),
+            config.log.clone(),
+            metrics.topics.clone(),
+        );
         replicas.purge_deleted_dirs()?;
         let authorizer = if config.authorizer_enable {
             Some(Arc::new(security::acl::Authorizer::new(
@@ -215,7 +225,10 @@ impl Broker {
             None
         };
         let declared = Arc::new(security::declared::Declared::load(&config)?);
+        let request_meters = request_metrics::RequestMeters::new(&metrics.requests);
         Ok(Broker {
+            metrics,
+            request_meters,
             authorizer: std::sync::RwLock::new(authorizer),
             declared,
             txn: coordinator::txn::TxnRuntime::for_config(&config),

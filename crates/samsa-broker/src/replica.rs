@@ -142,6 +142,8 @@ pub struct Partition {
     /// This broker's contact with the controller (shared by all partitions),
     /// for [`Self::leadership_in_doubt_now`].
     pub(crate) controller_contact: Arc<ControllerContact>,
+    /// Its topic's traffic counters (`samsa_topic_*`).
+    pub traffic: samsa_metrics::topics::TopicTraffic,
 }
 
 impl Partition {
@@ -151,6 +153,7 @@ impl Partition {
         log: PartitionLog,
         leadership: Leadership,
         controller_contact: Arc<ControllerContact>,
+        traffic: samsa_metrics::topics::TopicTraffic,
     ) -> Self {
         let hw = log.high_watermark();
         let leo = log.log_end_offset();
@@ -174,6 +177,7 @@ impl Partition {
             write_failures: WriteFailures::default(),
             checkpoint_failing: AtomicBool::new(false),
             controller_contact,
+            traffic,
         }
     }
 
@@ -601,6 +605,8 @@ pub struct ReplicaManager {
     defaults: RwLock<LogConfig>,
     partitions: RwLock<HashMap<(String, i32), Arc<Partition>>>,
     controller_contact: Arc<ControllerContact>,
+    /// The per-topic traffic counters, each partition holding its topic's.
+    topic_metrics: samsa_metrics::topics::TopicMetrics,
 }
 
 pub(crate) fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
@@ -608,12 +614,17 @@ pub(crate) fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> Pat
 }
 
 impl ReplicaManager {
-    pub fn new(data_dir: PathBuf, defaults: LogConfig) -> Self {
+    pub fn new(
+        data_dir: PathBuf,
+        defaults: LogConfig,
+        topic_metrics: samsa_metrics::topics::TopicMetrics,
+    ) -> Self {
         ReplicaManager {
             data_dir,
             defaults: RwLock::new(defaults),
             partitions: RwLock::new(HashMap::new()),
             controller_contact: Arc::new(ControllerContact::standalone()),
+            topic_metrics,
         }
     }
 
@@ -704,6 +715,7 @@ impl ReplicaManager {
             log,
             leadership,
             Arc::clone(&self.controller_contact),
+            self.topic_metrics.topic(&topic.name),
         ));
         self.partitions
             .write()

@@ -33,7 +33,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
@@ -152,6 +152,20 @@ async fn accept_connection(
 /// One request frame, cut from the stream.
 struct Frame {
     body: Bytes,
+    /// When its last byte was read (the start of its request time).
+    received: Instant,
+}
+
+/// A request's answer and what its metrics need
+/// (`samsa_metrics::requests`).
+struct Answered {
+    result: Result<Option<BytesMut>, DispatchError>,
+    api: Option<ApiKey>,
+    request_bytes: usize,
+    received: Instant,
+    started: Instant,
+    handled: Instant,
+    remote: Duration,
 }
 
 /// Kafka's `sasl.server.max.receive.size`: the largest frame a SASL
@@ -212,6 +226,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
         if frames
             .send(Frame {
                 body: body.freeze(),
+                received: Instant::now(),
             })
             .await
             .is_err()
@@ -242,8 +257,9 @@ async fn serve_connection<R, W>(
         Arc::clone(&unauthenticated),
         peer,
     ));
-    let mut in_flight: FuturesOrdered<BoxFuture<'static, Result<Option<BytesMut>, DispatchError>>> =
-        FuturesOrdered::new();
+    let mut in_flight: FuturesOrdered<BoxFuture<'static, Answered>> = FuturesOrdered::new();
+    // Counted among the listener's connections until it closes.
+    let mut connection_metrics = broker.metrics.requests.connection(&client.listener);
     let mut reading = true;
     // A frame waiting for the requests before it (see the module docs), and
     // whether the request in flight is a barrier.
@@ -256,10 +272,10 @@ async fn serve_connection<R, W>(
         + Duration::from_millis(broker.config.authentication_timeout_ms.max(1));
     // After a SASL answer that ends the connection: no more frames.
     let mut closing: Option<String> = None;
-    let mut start = |body: Bytes,
-                     session: &mut Option<SaslSession>,
-                     client: &mut ClientConnection,
-                     closing: &mut Option<String>|
+    let mut answer = |body: Bytes,
+                      session: &mut Option<SaslSession>,
+                      client: &mut ClientConnection,
+                      closing: &mut Option<String>|
      -> BoxFuture<'static, Result<Option<BytesMut>, DispatchError>> {
         if let Some(s) = session.as_mut() {
             let now = crate::now_ms();
@@ -296,12 +312,49 @@ async fn serve_connection<R, W>(
         let turn = is_produce(&body).then(|| append_order.next_turn());
         dispatch_owned(broker.clone(), body, client.clone(), turn).boxed()
     };
+    // `answer`, with the times and sizes the request metrics need.
+    let mut start = |frame: Frame,
+                     session: &mut Option<SaslSession>,
+                     client: &mut ClientConnection,
+                     closing: &mut Option<String>,
+                     connection_metrics: &mut samsa_metrics::requests::ConnectionGuard|
+     -> BoxFuture<'static, Answered> {
+        let api = api_key_of(&frame.body);
+        if api == Some(ApiKey::ApiVersions) {
+            if let Some((name, version)) = crate::dispatch::client_software(&frame.body) {
+                connection_metrics.client_software(&name, &version);
+            }
+        }
+        let request_bytes = frame.body.len();
+        let received = frame.received;
+        let started = Instant::now();
+        let answering = answer(frame.body, session, client, closing);
+        async move {
+            let (result, remote) = samsa_metrics::requests::measure_remote(answering).await;
+            Answered {
+                result,
+                api,
+                request_bytes,
+                received,
+                started,
+                handled: Instant::now(),
+                remote,
+            }
+        }
+        .boxed()
+    };
     loop {
         if in_flight.is_empty() {
             barrier_in_flight = false;
             if let Some(frame) = held.take() {
                 barrier_in_flight = is_barrier(&frame.body);
-                in_flight.push_back(start(frame.body, &mut session, &mut client, &mut closing));
+                in_flight.push_back(start(
+                    frame,
+                    &mut session,
+                    &mut client,
+                    &mut closing,
+                    &mut connection_metrics,
+                ));
             }
         }
         let authenticating = session.as_ref().is_some_and(|s| s.principal().is_none());
@@ -314,25 +367,40 @@ async fn serve_connection<R, W>(
                             held = Some(frame);
                         } else {
                             barrier_in_flight = barrier;
-                            in_flight.push_back(start(frame.body, &mut session, &mut client, &mut closing));
+                            in_flight.push_back(start(frame, &mut session, &mut client, &mut closing, &mut connection_metrics));
                         }
                     }
                     None => reading = false,
                 }
             }
-            Some(answer) = in_flight.next(), if !in_flight.is_empty() => {
-                match answer {
+            Some(answered) = in_flight.next(), if !in_flight.is_empty() => {
+                let response_bytes = match answered.result {
                     Ok(Some(response)) => {
+                        let len = response.len();
                         if let Err(e) = write_response(&mut writer, response).await {
                             debug!(%peer, error = %e, "write failed; closing connection");
                             break;
                         }
+                        len
                     }
-                    Ok(None) => {} // acks=0 produce: no answer by protocol
+                    Ok(None) => 0, // acks=0 produce: no answer by protocol
                     Err(DispatchError::Close(reason)) => {
                         warn!(%peer, %reason, "closing connection");
                         break;
                     }
+                };
+                if let Some(meter) = answered.api.and_then(|api| broker.request_meters.get(api)) {
+                    meter.record(
+                        &samsa_metrics::requests::RequestTimes {
+                            received: answered.received,
+                            started: answered.started,
+                            handled: answered.handled,
+                            sent: Instant::now(),
+                            remote: answered.remote,
+                        },
+                        answered.request_bytes,
+                        response_bytes,
+                    );
                 }
             }
             _ = tokio::time::sleep_until(auth_deadline), if authenticating && closing.is_none() => {

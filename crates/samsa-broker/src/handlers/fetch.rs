@@ -58,6 +58,46 @@ pub async fn handle(
     version: i16,
     listener: &str,
 ) -> FetchResponse {
+    let names = super::topic_names(
+        broker,
+        version >= TOPIC_IDS,
+        request.topics.iter().map(|t| (&t.topic, &t.topic_id)),
+    );
+    let response = answer(broker, access, &request, &names, version, listener).await;
+    count_fetched(broker, &response, &names);
+    response
+}
+
+/// Counts what `response` carries to the consumer in each topic's
+/// traffic (`samsa_topic_bytes_out`, `samsa_topic_records_out`); its
+/// topics are the request's, in order (`names`).
+fn count_fetched(broker: &Broker, response: &FetchResponse, names: &[Option<String>]) {
+    for (topic, name) in response.responses.iter().zip(names) {
+        let Some(name) = name else { continue };
+        for p in &topic.partitions {
+            let Some(records) = p.records.as_ref().filter(|r| !r.is_empty()) else {
+                continue;
+            };
+            let Some(partition) = broker.replicas.get(name, p.partition_index) else {
+                continue;
+            };
+            let count: u64 = samsa_storage::batch::batches(records)
+                .filter_map(Result::ok)
+                .map(|(header, _)| u64::try_from(header.records_count).unwrap_or(0))
+                .sum();
+            partition.traffic.fetched(records.len() as u64, count);
+        }
+    }
+}
+
+async fn answer(
+    broker: &Broker,
+    access: &Access,
+    request: &FetchRequest,
+    names: &[Option<String>],
+    version: i16,
+    listener: &str,
+) -> FetchResponse {
     let read_committed = request.isolation_level == 1;
     let max_wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
     let deadline = Instant::now() + max_wait;
@@ -67,11 +107,6 @@ pub async fn handle(
         Ok(n) => n,
     };
 
-    let names = super::topic_names(
-        broker,
-        version >= TOPIC_IDS,
-        request.topics.iter().map(|t| (&t.topic, &t.topic_id)),
-    );
     let denied: Vec<bool> = names
         .iter()
         .map(|name| {
@@ -80,8 +115,8 @@ pub async fn handle(
         })
         .collect();
     let read = Read {
-        request: &request,
-        names: &names,
+        request,
+        names,
         denied: &denied,
         version,
         read_committed,
@@ -94,7 +129,7 @@ pub async fn handle(
         let mut watches: Vec<_> = request
             .topics
             .iter()
-            .zip(&names)
+            .zip(names)
             .zip(&denied)
             .filter(|(_, denied)| !**denied)
             .filter_map(|((t, name), _)| name.as_deref().map(|name| (t, name)))
@@ -112,12 +147,17 @@ pub async fn handle(
         }
 
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
-        tokio::select! {
-            _ = changed => {}
-            _ = tokio::time::sleep_until(deadline) => {
-                // Read once more so the answer reflects the latest state.
-                return read.once(broker).0;
+        // Waiting for data: Kafka counts a fetch's purgatory time as remote.
+        let timed_out = samsa_metrics::requests::waiting_remotely(async {
+            tokio::select! {
+                _ = changed => false,
+                _ = tokio::time::sleep_until(deadline) => true,
             }
+        })
+        .await;
+        if timed_out {
+            // Read once more so the answer reflects the latest state.
+            return read.once(broker).0;
         }
     }
 }

@@ -128,7 +128,13 @@ pub async fn handle(
     // connection's next produce request may append while this one waits.
     turn.release();
 
-    wait_acks_all(&waits, deadline, &mut responses, version).await;
+    samsa_metrics::requests::waiting_remotely(wait_acks_all(
+        &waits,
+        deadline,
+        &mut responses,
+        version,
+    ))
+    .await;
     let mut response = ProduceResponse::default().with_responses(responses);
     if version >= LEADER_HINTS {
         add_leader_hints(broker, &mut response, &writes, listener);
@@ -271,6 +277,10 @@ fn append_all(
                     },
                 leader_epoch,
             }) => {
+                partition.traffic.produced(
+                    write.records.len() as u64,
+                    u64::try_from(info.last_offset - info.base_offset + 1).unwrap_or(0),
+                );
                 response.base_offset = info.base_offset;
                 response.log_append_time_ms = info.log_append_time_ms;
                 response.log_start_offset = log_start_offset;

@@ -114,7 +114,8 @@ impl Runtime<GroupCoordinator> {
             step
         };
         self.process(step);
-        let reply = rx.await.ok();
+        // A rebalance, or the coordinator's state write and its replication.
+        let reply = samsa_metrics::requests::waiting_remotely(rx).await.ok();
         if reply.is_none() {
             warn!(?token, "a group request was dropped without a reply");
         }

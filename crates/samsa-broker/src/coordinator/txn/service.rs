@@ -144,8 +144,8 @@ impl Runtime<TxnCoordinator> {
     ) -> R {
         match outcome.write {
             None => outcome.response,
-            Some(write) => self
-                .complete(broker, write)
+            // The coordinator's state write and its replication.
+            Some(write) => samsa_metrics::requests::waiting_remotely(self.complete(broker, write))
                 .await
                 .response(outcome.response),
         }

@@ -1,0 +1,99 @@
+//! `/metrics` after a known workload on one node, over a real socket: the
+//! request metrics count each request once with its time split and its
+//! error codes by name, the topic traffic counts what was appended and
+//! what consumers fetched, the connection gauges follow open connections
+//! and the client software they named; the page is OpenMetrics (Content
+//! type, `# EOF`).
+
+use std::time::Duration;
+
+use samsa_tests::batch::BatchBuilder;
+use samsa_tests::http::{http_get, metric};
+use samsa_tests::wait::wait_until;
+use samsa_tests::{unique_topic, SamsaNode};
+
+const RECORDS: usize = 25;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+
+fn scrape(node: &SamsaNode) -> String {
+    let (status, body) = http_get(node.http_addr(), "/metrics").expect("GET /metrics");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.ends_with("# EOF\n"), "not OpenMetrics: {body}");
+    body
+}
+
+#[test]
+fn request_topic_and_connection_metrics_follow_a_known_workload() {
+    let node = SamsaNode::start();
+    let topic = unique_topic("metrics");
+    let mut client = node.client();
+    client.create_topic(&topic, 1).unwrap();
+    let batch = BatchBuilder::new()
+        .values((0..RECORDS).map(|i| format!("record-{i}")))
+        .build();
+    let produced = client.produce(&topic, 0, batch.clone(), -1).unwrap();
+    assert_eq!(produced.error_code, 0);
+    let refused = client.produce(&topic, 7, batch.clone(), -1).unwrap();
+    assert_eq!(refused.error_code, UNKNOWN_TOPIC_OR_PARTITION);
+    let fetched = client.fetch(&topic, 0, 0, 0, 1).unwrap();
+    assert_eq!(fetched.error_code, 0);
+
+    // The answers above were written before the client read them; their
+    // metrics were recorded right after: wait for the last to show.
+    let ours = "samsa_kafka_client_connections{listener=\"PLAINTEXT\",client_software_name=\"samsa-tests\",client_software_version=\"0.1.0\"}";
+    let page = wait_until(
+        "the fetch in the request metrics",
+        Duration::from_secs(10),
+        || {
+            let page = scrape(&node);
+            // The start-up probe's connection named the same software: it is
+            // closed by now, ours is open.
+            (metric(&page, "samsa_kafka_requests_total{api=\"Fetch\"}") == Some(1)
+                && metric(&page, ours) == Some(1))
+            .then_some(page)
+        },
+    );
+    let value = |key: &str| metric(&page, key).unwrap_or_else(|| panic!("{key} missing:\n{page}"));
+    assert_eq!(value("samsa_kafka_requests_total{api=\"Produce\"}"), 2);
+    assert_eq!(
+        value("samsa_kafka_request_duration_seconds_count{api=\"Produce\"}"),
+        2
+    );
+    assert_eq!(
+        value("samsa_kafka_request_remote_seconds_count{api=\"Produce\"}"),
+        2
+    );
+    assert_eq!(
+        value("samsa_kafka_request_errors_total{api=\"Produce\",error=\"UNKNOWN_TOPIC_OR_PARTITION\"}"),
+        1
+    );
+    assert_eq!(
+        value(&format!(
+            "samsa_topic_records_in_total{{topic=\"{topic}\"}}"
+        )),
+        RECORDS as i64
+    );
+    assert_eq!(
+        value(&format!("samsa_topic_bytes_in_total{{topic=\"{topic}\"}}")),
+        batch.len() as i64
+    );
+    assert_eq!(
+        value(&format!(
+            "samsa_topic_records_out_total{{topic=\"{topic}\"}}"
+        )),
+        RECORDS as i64
+    );
+    assert!(value("samsa_kafka_connections{listener=\"PLAINTEXT\"}") >= 1);
+    assert!(page.contains("# TYPE samsa_kafka_request_duration_seconds histogram"));
+
+    // A closed connection leaves the gauges.
+    drop(client);
+    wait_until(
+        "the closed connection to leave the gauge",
+        Duration::from_secs(10),
+        || {
+            let page = scrape(&node);
+            (metric(&page, ours) == Some(0)).then_some(())
+        },
+    );
+}
