@@ -90,7 +90,11 @@ wait_healthy "$node" 60
 ok "single node healthy (docker health check on /readyz)"
 http=$(docker port "$node" 9644/tcp | head -n1)
 curl -fsS "http://$http/readyz" | grep -qx ready || fail "/readyz from the host"
-curl -fsS "http://$http/metrics" | grep -q '^samsa_' || fail "/metrics from the host"
+# Read whole before matching: grep -q stops at its first match, and a curl
+# still writing the (OpenMetrics, several KiB) page then fails with SIGPIPE.
+metrics=$(curl -fsS "http://$http/metrics") || fail "/metrics from the host"
+grep -qx 'samsa_broker_ready 1' <<<"$metrics" || fail "/metrics from the host: no samsa_broker_ready 1"
+[ "$(tail -n1 <<<"$metrics")" = "# EOF" ] || fail "/metrics from the host: not OpenMetrics (no # EOF)"
 ok "/readyz and /metrics answer on the published port $http"
 
 uid=$(docker exec "$node" sh -c "awk '/^Uid:/ { print \$2 }' /proc/1/status")
