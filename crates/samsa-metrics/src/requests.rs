@@ -18,7 +18,9 @@
 //!   connection (answers go out in request order).
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -77,7 +79,46 @@ pub struct RequestMetrics {
     response_bytes: HistogramFamily<ApiLabels>,
     connections: Family<ListenerLabels, Gauge>,
     connections_accepted: Family<ListenerLabels, Counter>,
-    clients: Family<ClientLabels, Gauge>,
+    clients: ClientConnections,
+}
+
+/// Open connections by client software. A label set lives only while a
+/// connection names it, so clients cannot grow the page (or the memory)
+/// by naming new software; the counts are kept here, under a lock taken
+/// only when a connection names its software or closes.
+#[derive(Debug, Clone, Default)]
+struct ClientConnections {
+    gauges: Family<ClientLabels, Gauge>,
+    open: Arc<Mutex<HashMap<ClientLabels, i64>>>,
+}
+
+impl ClientConnections {
+    fn add(&self, labels: &ClientLabels, delta: i64) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let count = open.entry(labels.clone()).or_insert(0);
+        *count += delta;
+        if *count <= 0 {
+            open.remove(labels);
+            self.gauges.remove(labels);
+        } else {
+            self.gauges.get_or_create(labels).set(*count);
+        }
+    }
+}
+
+/// Kafka's rule for a client software name or version (KIP-511): letters,
+/// digits, `-` and `.`, starting and ending with a letter or digit; a
+/// broker answers INVALID_REQUEST to others. Longer than this is not a
+/// label either.
+fn valid_client_software(text: &str) -> bool {
+    const MAX_LEN: usize = 128;
+    let bytes = text.as_bytes();
+    let alnum = |b: &u8| b.is_ascii_alphanumeric();
+    !bytes.is_empty()
+        && bytes.len() <= MAX_LEN
+        && bytes.first().is_some_and(alnum)
+        && bytes.last().is_some_and(alnum)
+        && bytes.iter().all(|b| alnum(b) || *b == b'-' || *b == b'.')
 }
 
 /// One API's handles, resolved once ([`RequestMetrics::api`]).
@@ -125,7 +166,7 @@ impl RequestMetrics {
             response_bytes: size(),
             connections: Family::default(),
             connections_accepted: Family::default(),
-            clients: Family::default(),
+            clients: ClientConnections::default(),
         };
         let r = registry;
         r.register(
@@ -186,7 +227,7 @@ impl RequestMetrics {
         r.register(
             "samsa_kafka_client_connections",
             "Open Kafka connections by the client software they named in ApiVersions v3+ (Kafka: socket-server-metrics connections, KIP-511)",
-            metrics.clients.clone(),
+            metrics.clients.gauges.clone(),
         );
         metrics
     }
@@ -262,25 +303,28 @@ pub struct ConnectionGuard {
     open: Gauge,
     listener: String,
     /// The client software it named, counted in `clients`.
-    client: Option<Gauge>,
-    clients: Family<ClientLabels, Gauge>,
+    client: Option<ClientLabels>,
+    clients: ClientConnections,
 }
 
 impl ConnectionGuard {
     /// The client software the connection named (ApiVersions v3+); a
     /// second naming (a client may send ApiVersions again) replaces the
-    /// first.
+    /// first. Names Kafka would refuse are not counted.
     pub fn client_software(&mut self, name: &str, version: &str) {
         if let Some(previous) = self.client.take() {
-            previous.dec();
+            self.clients.add(&previous, -1);
         }
-        let gauge = self.clients.get_or_create_owned(&ClientLabels {
+        if !valid_client_software(name) || !valid_client_software(version) {
+            return;
+        }
+        let labels = ClientLabels {
             listener: self.listener.clone(),
             client_software_name: name.to_owned(),
             client_software_version: version.to_owned(),
-        });
-        gauge.inc();
-        self.client = Some(gauge);
+        };
+        self.clients.add(&labels, 1);
+        self.client = Some(labels);
     }
 }
 
@@ -288,7 +332,7 @@ impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         self.open.dec();
         if let Some(client) = self.client.take() {
-            client.dec();
+            self.clients.add(&client, -1);
         }
     }
 }
@@ -400,8 +444,31 @@ mod tests {
             out.contains("samsa_kafka_connections_accepted_total{listener=\"PLAINTEXT\"} 2"),
             "{out}"
         );
+        // Closed, the client software leaves the page.
+        assert!(!out.contains("librdkafka"), "{out}");
+    }
+
+    #[test]
+    fn client_software_names_kafka_refuses_are_not_labels() {
+        let metrics = Metrics::new();
+        let mut c = metrics.requests.connection("PLAINTEXT");
+        let long = "x".repeat(200);
+        for (name, version) in [
+            ("", "1"),
+            ("-lead", "1"),
+            ("trail.", "1"),
+            ("spa ce", "1"),
+            ("ok", "1\n"),
+            (long.as_str(), "1"),
+        ] {
+            c.client_software(name, version);
+        }
+        let out = exposition(&metrics);
+        assert!(!out.contains("client_software_name="), "{out}");
+        c.client_software("confluent-kafka-python", "2.6.1-rdkafka-2.6.1");
+        let out = exposition(&metrics);
         assert!(
-            out.contains("client_software_version=\"2.12.1\"} 0"),
+            out.contains("client_software_name=\"confluent-kafka-python\""),
             "{out}"
         );
     }
