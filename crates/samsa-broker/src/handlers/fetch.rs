@@ -25,6 +25,7 @@
 //! each of its partitions; that answer alone does not end the long poll
 //! (as in Kafka, the other partitions still wait for data).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -42,6 +43,7 @@ use tracing::warn;
 use super::str_bytes;
 use crate::error::storage_error_code;
 use crate::error::PartitionError;
+use crate::replica::Partition;
 use crate::security::access::Access;
 use crate::security::acl::AclOperation;
 use crate::Broker;
@@ -63,30 +65,23 @@ pub async fn handle(
         version >= TOPIC_IDS,
         request.topics.iter().map(|t| (&t.topic, &t.topic_id)),
     );
-    let response = answer(broker, access, &request, &names, version, listener).await;
-    count_fetched(broker, &response, &names);
+    let (response, carried) = answer(broker, access, &request, &names, version, listener).await;
+    count_fetched(&carried);
     response
 }
 
-/// Counts what `response` carries to the consumer in each topic's
-/// traffic (`samsa_topic_bytes_out`, `samsa_topic_records_out`); its
-/// topics are the request's, in order (`names`).
-fn count_fetched(broker: &Broker, response: &FetchResponse, names: &[Option<String>]) {
-    for (topic, name) in response.responses.iter().zip(names) {
-        let Some(name) = name else { continue };
-        for p in &topic.partitions {
-            let Some(records) = p.records.as_ref().filter(|r| !r.is_empty()) else {
-                continue;
-            };
-            let Some(partition) = broker.replicas.get(name, p.partition_index) else {
-                continue;
-            };
-            let count: u64 = samsa_storage::batch::batches(records)
-                .filter_map(Result::ok)
-                .map(|(header, _)| u64::try_from(header.records_count).unwrap_or(0))
-                .sum();
-            partition.traffic.fetched(records.len() as u64, count);
-        }
+/// The records an answer carries, with the partition they were read from.
+type Carried = Vec<(Arc<Partition>, Bytes)>;
+
+/// Counts what an answer carries to the consumer in each topic's traffic
+/// (`samsa_topic_bytes_out`, `samsa_topic_records_out`).
+fn count_fetched(carried: &Carried) {
+    for (partition, records) in carried {
+        let count: u64 = samsa_storage::batch::batches(records)
+            .filter_map(Result::ok)
+            .map(|(header, _)| u64::try_from(header.records_count).unwrap_or(0))
+            .sum();
+        partition.traffic.fetched(records.len() as u64, count);
     }
 }
 
@@ -97,7 +92,7 @@ async fn answer(
     names: &[Option<String>],
     version: i16,
     listener: &str,
-) -> FetchResponse {
+) -> (FetchResponse, Carried) {
     let read_committed = request.isolation_level == 1;
     let max_wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
     let deadline = Instant::now() + max_wait;
@@ -141,9 +136,9 @@ async fn answer(
             .map(|p| p.watch_high_watermark())
             .collect();
 
-        let (response, bytes, any_error) = read.once(broker);
+        let (response, bytes, any_error, carried) = read.once(broker);
         if bytes >= min_bytes || any_error || Instant::now() >= deadline || watches.is_empty() {
-            return response;
+            return (response, carried);
         }
 
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
@@ -157,7 +152,8 @@ async fn answer(
         .await;
         if timed_out {
             // Read once more so the answer reflects the latest state.
-            return read.once(broker).0;
+            let (response, _, _, carried) = read.once(broker);
+            return (response, carried);
         }
     }
 }
@@ -178,14 +174,15 @@ struct Read<'a> {
 impl Read<'_> {
     /// Reads every requested partition once: the response, its bytes of
     /// records, and whether a partition failed.
-    fn once(&self, broker: &Broker) -> (FetchResponse, usize, bool) {
+    fn once(&self, broker: &Broker) -> (FetchResponse, usize, bool, Carried) {
         let mut endpoints = BTreeMap::new();
-        let (topics, total, any_error) = self.topics(broker, &mut endpoints);
+        let mut carried = Vec::new();
+        let (topics, total, any_error) = self.topics(broker, &mut endpoints, &mut carried);
         let mut response = FetchResponse::default().with_responses(topics);
         if self.version >= LEADER_HINTS {
             response.node_endpoints = endpoints.into_values().collect();
         }
-        (response, total, any_error)
+        (response, total, any_error, carried)
     }
 
     /// KIP-951: the leader and epoch the metadata names for a partition
@@ -217,6 +214,7 @@ impl Read<'_> {
         &self,
         broker: &Broker,
         endpoints: &mut BTreeMap<i32, NodeEndpoint>,
+        carried: &mut Carried,
     ) -> (Vec<FetchableTopicResponse>, usize, bool) {
         let mut total = 0usize;
         let mut any_error = false;
@@ -235,7 +233,14 @@ impl Read<'_> {
                     );
                     continue;
                 }
-                let data = self.partition(broker, name.as_deref(), wanted, &mut total, endpoints);
+                let data = self.partition(
+                    broker,
+                    name.as_deref(),
+                    wanted,
+                    &mut total,
+                    endpoints,
+                    carried,
+                );
                 any_error |= data.error_code != 0;
                 partitions.push(data);
             }
@@ -259,6 +264,7 @@ impl Read<'_> {
         wanted: &kafka_protocol::messages::fetch_request::FetchPartition,
         total: &mut usize,
         endpoints: &mut BTreeMap<i32, NodeEndpoint>,
+        carried: &mut Carried,
     ) -> PartitionData {
         let read_committed = self.read_committed;
         let max_bytes = self.max_bytes;
@@ -324,6 +330,9 @@ impl Read<'_> {
                 // Only the first partition with data may exceed the limits (KIP-74).
                 if *total == 0 || records.len() <= limit {
                     *total += records.len();
+                    if !records.is_empty() {
+                        carried.push((Arc::clone(&partition), records.clone()));
+                    }
                     data.records = Some(records);
                 }
             }
