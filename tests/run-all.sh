@@ -14,7 +14,8 @@
 #   5. pytest tests/compat (confluent-kafka, kafka-python, kcat)
 #   6. side by side, as both mostly wait: tests/librdkafka/run.sh
 #      (librdkafka's own suite, allowlisted tests) and the deploy tests —
-#      the container image built (deploy/build-image.sh), the Helm chart
+#      the container image built (deploy/build-image.sh), the compose
+#      cluster's Prometheus (tests/deploy/monitoring.sh), the Helm chart
 #      rendered and validated (tests/deploy/helm.sh), the compose cluster's
 #      container fault tests (tests/containers)
 #
@@ -195,6 +196,8 @@ deploy_tests() {
     bash deploy/build-image.sh "$image" || return 1
     echo "== the image on its own (tests/deploy/image.sh)"
     SAMSA_IMAGE=$image bash tests/deploy/image.sh || rc=1
+    echo "== the compose cluster's monitoring profile (tests/deploy/monitoring.sh)"
+    SAMSA_IMAGE=$image bash tests/deploy/monitoring.sh || rc=1
     echo "== helm chart"
     bash tests/deploy/helm.sh || rc=1
     echo "== container tests (the fault tests of docs/RELIABILITY.md included)"

@@ -22,7 +22,7 @@
 //!   logs of every container are printed first.
 //!
 //! The compose tool is `docker compose` if `docker compose version` works,
-//! else `docker-compose` (1.27 or later).
+//! else `docker-compose` (1.28 or later: the compose file has a profile).
 
 use std::collections::BTreeMap;
 use std::fs::File;
