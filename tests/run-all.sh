@@ -3,7 +3,7 @@
 # root (CI runs it through .ci/run):
 #
 #   1. installs what is missing (apt: compilers, python3 venv, kcat,
-#      rapidjson-dev for librdkafka's statistics tests;
+#      rapidjson-dev for librdkafka's statistics tests, prometheus;
 #      cargo-nextest; a Python venv with tests/compat/requirements.txt)
 #   2. builds the workspace once, in release (all targets): the suites and
 #      the container image use that one build; meanwhile the offline base
@@ -76,6 +76,9 @@ else
 fi
 [ -f /usr/include/rapidjson/schema.h ] || apt_pkgs+=(rapidjson-dev) # librdkafka stats tests
 command -v kcat >/dev/null 2>&1 || command -v kafkacat >/dev/null 2>&1 || apt_pkgs+=(kcat)
+# prometheus and promtool: tests/it/monitoring.rs checks deploy/monitoring
+# with them and scrapes a cluster with a real Prometheus.
+{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || apt_pkgs+=(prometheus)
 deploy=${SKIP_DEPLOY:-}
 if [ -z "$deploy" ]; then
     # The base of the container image is made with debootstrap.

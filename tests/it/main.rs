@@ -20,6 +20,7 @@ mod idempotence;
 mod inter_node_tls;
 mod listeners;
 mod metrics;
+mod monitoring;
 mod offsets;
 mod persistence;
 mod pipeline;
