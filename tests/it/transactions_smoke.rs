@@ -15,10 +15,14 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::{
+    BaseProducer, BaseRecord, DefaultProducerContext, Producer, ThreadedProducer,
+};
 use rdkafka::{Offset, TopicPartitionList};
 use samsa_tests::cluster::SamsaCluster;
-use samsa_tests::rdk::assign_consumer_config;
+use samsa_tests::rdk::{
+    assign_consumer_config, create_topic_admin, idempotent_producer_config, partition_zero_at,
+};
 use samsa_tests::wait::try_wait_until;
 use samsa_tests::{unique_topic, SamsaNode};
 
@@ -171,4 +175,49 @@ fn transactions_commit_and_abort_on_three_nodes() {
     create_topic(&cluster.bootstrap(), &topic, 3);
     commit_five_abort_three(&cluster.bootstrap(), &topic);
     check_reads(&cluster.bootstrap(), &topic);
+}
+
+/// A transactional producer's first `send_offsets_to_transaction` on a
+/// fresh node, sent while `__consumer_offsets` is still being created (500
+/// partitions take seconds), completes: FindCoordinator waits for the
+/// creation instead of answering COORDINATOR_NOT_AVAILABLE at once, which
+/// librdkafka retries only twice, 100 ms apart, before it waits for a
+/// broker state change that never comes — the call then hung past its own
+/// timeout.
+#[test]
+fn first_transactional_offset_commit_waits_for_the_offsets_topic_to_be_created() {
+    let node = SamsaNode::start_with(&["offsets_topic_num_partitions=500"]);
+    let bootstrap = node.bootstrap();
+    let topic = unique_topic("first-commit");
+    create_topic_admin(&bootstrap, &topic, 1).unwrap();
+    let t = Duration::from_secs(30);
+    let txn: BaseProducer = idempotent_producer_config(&bootstrap)
+        .set("transactional.id", unique_topic("first-commit-txn"))
+        .set("transaction.timeout.ms", "120000")
+        .create()
+        .unwrap();
+    txn.init_transactions(t).unwrap();
+    txn.begin_transaction().unwrap();
+    // Created only now: its own coordinator lookup starts the creation.
+    let group: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", unique_topic("first-commit-group"))
+        .set("broker.address.family", "v4")
+        .create()
+        .unwrap();
+    let metadata = group.group_metadata().unwrap();
+    let (sent, outcome) = std::sync::mpsc::channel();
+    let offsets = partition_zero_at(&topic, 0);
+    let committing = std::thread::spawn(move || {
+        let result = txn
+            .send_offsets_to_transaction(&offsets, &metadata, t)
+            .and_then(|()| txn.commit_transaction(t));
+        let _ = sent.send(result.map_err(|e| e.to_string()));
+    });
+    // Both calls bound themselves by `t`; a hang shows as no outcome.
+    let result = outcome
+        .recv_timeout(3 * t)
+        .expect("send_offsets_to_transaction + commit hung past their own timeouts");
+    assert_eq!(result, Ok(()));
+    committing.join().unwrap();
 }

@@ -351,9 +351,7 @@ async fn handle(
         }
         ApiKey::FindCoordinator => {
             let request = decode(api_key, &mut body, v)?;
-            respond!(handlers::find_coordinator::handle(
-                broker, access, request, v, listener
-            ))
+            respond!(handlers::find_coordinator::handle(broker, access, request, v, listener).await)
         }
         ApiKey::AddPartitionsToTxn => {
             let request = decode(api_key, &mut body, v)?;

@@ -150,6 +150,12 @@ impl<C: Hosted> Runtime<C> {
             .ensure(broker, self.broker_arc(), |b| C::runtime(b).poke())
     }
 
+    /// Waits up to `timeout` for a creation of the state topic this broker
+    /// began to end; true if one was under way and ended.
+    pub async fn state_topic_creation_ended(&self, timeout: Duration) -> bool {
+        self.topic.creation_ended(timeout).await
+    }
+
     /// The broker coordinating `key` (creating the state topic on first
     /// use): COORDINATOR_NOT_AVAILABLE until its partition has a live
     /// leader.

@@ -21,11 +21,11 @@
 //!   configured, then the HW covering it in that epoch.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
+use tokio::sync::watch;
 use tracing::{info, warn, Instrument};
 
 use super::placement::{LedByImage, TRANSACTION_STATE_TOPIC};
@@ -48,7 +48,8 @@ pub struct StateTopic {
     pub partitions: i32,
     /// Unset: min(3, live brokers) at creation.
     pub replication_factor: Option<i16>,
-    creating: Arc<AtomicBool>,
+    /// True while this broker creates the topic.
+    creating: Arc<watch::Sender<bool>>,
 }
 
 impl StateTopic {
@@ -57,7 +58,7 @@ impl StateTopic {
             name,
             partitions,
             replication_factor,
-            creating: Arc::new(AtomicBool::new(false)),
+            creating: Arc::new(watch::Sender::new(false)),
         }
     }
 
@@ -74,20 +75,36 @@ impl StateTopic {
             return Ok(());
         }
         if let Some(broker) = broker {
-            if !self.creating.swap(true, Ordering::AcqRel) {
+            let started = self
+                .creating
+                .send_if_modified(|creating| !std::mem::replace(creating, true));
+            if started {
                 let creating = Arc::clone(&self.creating);
                 let (name, partitions, rf) = (self.name, self.partitions, self.replication_factor);
                 tokio::spawn(
                     async move {
                         create(&broker, name, partitions, rf).await;
-                        creating.store(false, Ordering::Release);
                         created(&broker);
+                        creating.send_replace(false);
                     }
                     .in_current_span(),
                 );
             }
         }
         Err(ResponseError::CoordinatorNotAvailable)
+    }
+
+    /// Waits up to `timeout` for a creation this broker began to end; true
+    /// if one was under way and ended (the topic may exist now).
+    pub async fn creation_ended(&self, timeout: Duration) -> bool {
+        let mut creating = self.creating.subscribe();
+        if !*creating.borrow_and_update() {
+            return false;
+        }
+        let ended = tokio::time::timeout(timeout, creating.wait_for(|c| !*c))
+            .await
+            .is_ok_and(|waited| waited.is_ok());
+        ended
     }
 
     /// The partitions of the topic that the current metadata image (what
