@@ -97,3 +97,107 @@ fn request_topic_and_connection_metrics_follow_a_known_workload() {
         },
     );
 }
+
+/// The figures read at scrape time and those the coordinators record, after
+/// a known workload: a transaction of `RECORDS` records commits, a group
+/// commits offset 10 of its partition, and the page shows the log's
+/// offsets, the committed transaction, the group's lag, the node as its
+/// own active controller and the process.
+#[test]
+fn partition_coordinator_controller_and_process_figures_follow_a_known_workload() {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use samsa_tests::rdk::{create_topic_admin, idempotent_producer_config, partition_zero_at};
+
+    let node = SamsaNode::start();
+    let bootstrap = node.bootstrap();
+    let topic = unique_topic("figures");
+    create_topic_admin(&bootstrap, &topic, 1).unwrap();
+    let t = Duration::from_secs(30);
+    let txn: BaseProducer = idempotent_producer_config(&bootstrap)
+        .set("transactional.id", unique_topic("figures-txn"))
+        .set("transaction.timeout.ms", "120000")
+        .create()
+        .unwrap();
+    txn.init_transactions(t).unwrap();
+    txn.begin_transaction().unwrap();
+    for i in 0..RECORDS {
+        let key = format!("k{i}");
+        txn.send(BaseRecord::to(&topic).key(&key).payload(&key))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    txn.commit_transaction(t).unwrap();
+    let group = unique_topic("figures-group");
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", &group)
+        .set("broker.address.family", "v4")
+        .create()
+        .unwrap();
+    consumer
+        .commit(&partition_zero_at(&topic, 10), CommitMode::Sync)
+        .unwrap();
+
+    // RECORDS records and the commit marker.
+    let end = RECORDS as i64 + 1;
+    let tp = format!("topic=\"{topic}\",partition=\"0\"");
+    let lag_key = format!("samsa_consumer_group_lag{{group=\"{group}\",{tp}}}");
+    let page = wait_until(
+        "the commit's figures on /metrics",
+        Duration::from_secs(30),
+        || {
+            let page = scrape(&node);
+            (metric(&page, &lag_key) == Some(end - 10)).then_some(page)
+        },
+    );
+    let value = |key: &str| metric(&page, key).unwrap_or_else(|| panic!("{key} missing:\n{page}"));
+    assert_eq!(
+        value(&format!("samsa_partition_log_end_offset{{{tp}}}")),
+        end
+    );
+    assert_eq!(
+        value(&format!("samsa_partition_high_watermark{{{tp}}}")),
+        end
+    );
+    assert_eq!(value(&format!("samsa_partition_lso_lag{{{tp}}}")), 0);
+    assert_eq!(
+        value(&format!("samsa_partition_log_start_offset{{{tp}}}")),
+        0
+    );
+    assert_eq!(value(&format!("samsa_partition_segments{{{tp}}}")), 1);
+    assert!(value(&format!("samsa_partition_size_bytes{{{tp}}}")) > 0);
+    assert_eq!(
+        value(&format!("samsa_partition_in_sync_replicas{{{tp}}}")),
+        1
+    );
+    assert_eq!(value(&format!("samsa_partition_producers{{{tp}}}")), 1);
+    assert_eq!(
+        value(&format!(
+            "samsa_consumer_group_committed_offset{{group=\"{group}\",{tp}}}"
+        )),
+        10
+    );
+    assert_eq!(
+        value("samsa_transactions_ended_total{outcome=\"commit\"}"),
+        1
+    );
+    assert_eq!(
+        value("samsa_coordinator_transactions{state=\"CompleteCommit\"}"),
+        1
+    );
+    assert_eq!(value("samsa_under_replicated_partitions"), 0);
+    assert_eq!(value("samsa_controller_active"), 1);
+    assert_eq!(value("samsa_offline_partitions"), 0);
+    assert_eq!(value("samsa_active_brokers"), 1);
+    assert_eq!(value("samsa_consumer_group_offset_commits_total"), 1);
+    assert!(value("process_open_fds") > 10);
+    assert!(value("process_resident_memory_bytes") > 1 << 20);
+    assert!(value("samsa_tokio_workers") >= 1);
+    assert!(
+        page.contains("\nsamsa_log_flush_duration_seconds_count "),
+        "{page}"
+    );
+    assert!(page.contains("\nprocess_cpu_seconds_total "), "{page}");
+}

@@ -423,7 +423,7 @@ fn list_and_describe_show_a_live_librdkafka_transaction() {
     );
     assert!(
         scrape.contains(&format!(
-            "samsa_partition_lso_lag{{partition=\"{topic}-1\"}} 1"
+            "samsa_partition_lso_lag{{topic=\"{topic}\",partition=\"1\"}} 1"
         )),
         "{scrape}"
     );

@@ -53,6 +53,7 @@ pub mod handlers;
 pub mod http;
 mod log_cleaner;
 pub mod metadata;
+pub mod metrics;
 pub mod produce_order;
 pub mod producer_ids;
 pub mod replica;
@@ -213,6 +214,7 @@ impl Broker {
             config.data_dir.clone(),
             config.log.clone(),
             metrics.topics.clone(),
+            metrics.partitions.clone(),
         );
         replicas.purge_deleted_dirs()?;
         let authorizer = if config.authorizer_enable {
@@ -226,13 +228,15 @@ impl Broker {
         };
         let declared = Arc::new(security::declared::Declared::load(&config)?);
         let request_meters = request_metrics::RequestMeters::new(&metrics.requests);
+        let txn = coordinator::txn::TxnRuntime::for_config(&config, metrics.txns.clone());
+        let groups = coordinator::group::GroupRuntime::for_config(&config, metrics.groups.clone());
         Ok(Broker {
             metrics,
             request_meters,
             authorizer: std::sync::RwLock::new(authorizer),
             declared,
-            txn: coordinator::txn::TxnRuntime::for_config(&config),
-            groups: coordinator::group::GroupRuntime::for_config(&config),
+            txn,
+            groups,
             pipelining: Default::default(),
             single_node: config.controller_quorum_voters.is_none(),
             effective_config: std::sync::RwLock::new(Arc::new(config.clone())),

@@ -144,6 +144,8 @@ pub struct Partition {
     pub(crate) controller_contact: Arc<ControllerContact>,
     /// Its topic's traffic counters (`samsa_topic_*`).
     pub traffic: samsa_metrics::topics::TopicTraffic,
+    /// The broker's replication and storage meters (ISR changes, flushes).
+    pub meters: samsa_metrics::partitions::PartitionMetrics,
 }
 
 impl Partition {
@@ -154,6 +156,7 @@ impl Partition {
         leadership: Leadership,
         controller_contact: Arc<ControllerContact>,
         traffic: samsa_metrics::topics::TopicTraffic,
+        meters: samsa_metrics::partitions::PartitionMetrics,
     ) -> Self {
         let hw = log.high_watermark();
         let leo = log.log_end_offset();
@@ -178,6 +181,7 @@ impl Partition {
             checkpoint_failing: AtomicBool::new(false),
             controller_contact,
             traffic,
+            meters,
         }
     }
 
@@ -487,12 +491,14 @@ impl Partition {
                 continue;
             };
             let up_to = target.up_to_offset();
+            let started = std::time::Instant::now();
             let synced = tokio::task::spawn_blocking(move || target.sync())
                 .await
                 .map_err(|e| PartitionError::Flush(std::io::Error::other(e)))
                 .and_then(|r| r.map_err(PartitionError::Flush));
             self.note_write(&synced);
             synced?;
+            self.meters.flushed(started.elapsed().as_secs_f64());
             self.with_log(|log| log.mark_flushed(up_to))?;
         }
     }
@@ -607,6 +613,7 @@ pub struct ReplicaManager {
     controller_contact: Arc<ControllerContact>,
     /// The per-topic traffic counters, each partition holding its topic's.
     topic_metrics: samsa_metrics::topics::TopicMetrics,
+    partition_metrics: samsa_metrics::partitions::PartitionMetrics,
 }
 
 pub(crate) fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
@@ -618,6 +625,7 @@ impl ReplicaManager {
         data_dir: PathBuf,
         defaults: LogConfig,
         topic_metrics: samsa_metrics::topics::TopicMetrics,
+        partition_metrics: samsa_metrics::partitions::PartitionMetrics,
     ) -> Self {
         ReplicaManager {
             data_dir,
@@ -625,6 +633,7 @@ impl ReplicaManager {
             partitions: RwLock::new(HashMap::new()),
             controller_contact: Arc::new(ControllerContact::standalone()),
             topic_metrics,
+            partition_metrics,
         }
     }
 
@@ -716,6 +725,7 @@ impl ReplicaManager {
             leadership,
             Arc::clone(&self.controller_contact),
             self.topic_metrics.topic(&topic.name),
+            self.partition_metrics.clone(),
         ));
         self.partitions
             .write()

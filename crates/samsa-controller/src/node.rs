@@ -55,6 +55,44 @@ use crate::service::{ControllerCore, ControllerGrpc};
 use crate::store::{keys, open_sled, RaftStore, StoreError};
 use crate::{NodeId, TypeConfig};
 
+/// A controller's view of the Raft quorum at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaftFigures {
+    /// This node leads the quorum: it is the active controller.
+    pub leading: bool,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    /// Index of the last entry in this node's log.
+    pub last_log_index: Option<u64>,
+    /// Index of the last entry applied to the metadata image.
+    pub last_applied: Option<u64>,
+    /// Index the last snapshot covers.
+    pub snapshot_index: Option<u64>,
+}
+
+/// Follows a controller's [`RaftFigures`].
+#[derive(Debug, Clone)]
+pub struct RaftFiguresWatch(watch::Receiver<openraft::RaftMetrics<NodeId, BasicNode>>);
+
+impl RaftFiguresWatch {
+    pub fn now(&self) -> RaftFigures {
+        let m = self.0.borrow();
+        RaftFigures {
+            leading: m.state == openraft::ServerState::Leader && m.current_leader == Some(m.id),
+            leader: m.current_leader,
+            term: m.current_term,
+            last_log_index: m.last_log_index,
+            last_applied: m.last_applied.map(|l| l.index),
+            snapshot_index: m.snapshot.map(|l| l.index),
+        }
+    }
+
+    /// Waits for the figures to change; `Err` once the controller stopped.
+    pub async fn changed(&mut self) -> Result<(), watch::error::RecvError> {
+        self.0.changed().await
+    }
+}
+
 /// Raft timing and snapshot knobs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RaftTimings {
@@ -451,6 +489,12 @@ impl ControllerNode {
 
     pub fn raft(&self) -> &Raft<TypeConfig> {
         self.core.raft()
+    }
+
+    /// This node's view of the quorum, as `/metrics` reports it; follow
+    /// it with [`RaftFiguresWatch::changed`].
+    pub fn raft_figures(&self) -> RaftFiguresWatch {
+        RaftFiguresWatch(self.core.raft().metrics())
     }
 
     /// This node's current metadata image (committed state only).

@@ -22,6 +22,9 @@
 
 use std::fmt;
 
+pub mod coordinators;
+pub mod partitions;
+pub mod process;
 pub mod requests;
 pub mod topics;
 
@@ -53,6 +56,9 @@ pub struct Metrics {
     registry: Registry,
     pub requests: requests::RequestMetrics,
     pub topics: topics::TopicMetrics,
+    pub partitions: partitions::PartitionMetrics,
+    pub groups: coordinators::GroupMeters,
+    pub txns: coordinators::TxnMeters,
 }
 
 impl Default for Metrics {
@@ -66,10 +72,17 @@ impl Metrics {
         let mut registry = Registry::default();
         let requests = requests::RequestMetrics::register(&mut registry);
         let topics = topics::TopicMetrics::register(&mut registry);
+        let partitions = partitions::PartitionMetrics::register(&mut registry);
+        let groups = coordinators::GroupMeters::register(&mut registry);
+        let txns = coordinators::TxnMeters::register(&mut registry);
+        registry.register_collector(Box::new(process::ProcessCollector::new()));
         Metrics {
             registry,
             requests,
             topics,
+            partitions,
+            groups,
+            txns,
         }
     }
 

@@ -50,6 +50,7 @@ async fn run_node(
     let http_state = Arc::new(crate::http::HttpState::default());
     let cluster_id = config.cluster_id.clone().or(identity.cluster_id.clone());
     let (controller, routes) = start_controller(&config, &settings, cluster_id).await?;
+    http_state.attach_controller(crate::metrics::ControllerView::follow(&controller));
     let replication = ReplicationGrpc::new();
     let txn_grpc = crate::coordinator::txn::grpc::TxnGrpc::new();
     let (grpc_stop_tx, grpc_stop_rx) = watch::channel(false);

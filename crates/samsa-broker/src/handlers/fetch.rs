@@ -143,6 +143,7 @@ async fn answer(
 
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
         // Waiting for data: Kafka counts a fetch's purgatory time as remote.
+        let _parked = broker.metrics.partitions.fetch_waiting();
         let timed_out = samsa_metrics::requests::waiting_remotely(async {
             tokio::select! {
                 _ = changed => false,

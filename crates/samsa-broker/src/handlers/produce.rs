@@ -27,6 +27,7 @@
 //! ([`crate::produce_order`]). Within a request, partitions are appended in
 //! the request's order.
 
+use samsa_metrics::partitions::Rejection;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -128,6 +129,7 @@ pub async fn handle(
     // connection's next produce request may append while this one waits.
     turn.release();
 
+    let _parked = (!waits.is_empty()).then(|| broker.metrics.partitions.produce_waiting());
     samsa_metrics::requests::waiting_remotely(wait_acks_all(
         &waits,
         deadline,
@@ -536,6 +538,17 @@ fn append(
         }
         Err(PartitionError::Storage(e)) => {
             let code = storage_error_code(&e);
+            let rejection = match &e {
+                StorageError::OutOfOrderSequence { .. } => Some(Rejection::OutOfOrderSequence),
+                StorageError::InvalidProducerEpoch { .. } => Some(Rejection::InvalidProducerEpoch),
+                StorageError::TransactionCoordinatorFenced { .. } => {
+                    Some(Rejection::CoordinatorFenced)
+                }
+                _ => None,
+            };
+            if let Some(why) = rejection {
+                partition.meters.rejected(why);
+            }
             if matches!(e, StorageError::Io { .. }) {
                 // The partition logs when its writes start and stop failing.
                 debug!(partition = %partition.name(), error = %e, "append failed");
@@ -560,10 +573,13 @@ fn append(
             ResponseError::KafkaStorageError,
             e.to_string(),
         )),
-        Err(e @ PartitionError::TxnNotVerified { .. }) => Err(Refusal::new(
-            produce_verification_error(ResponseError::InvalidTxnState, version),
-            e.to_string(),
-        )),
+        Err(e @ PartitionError::TxnNotVerified { .. }) => {
+            partition.meters.rejected(Rejection::TxnNotVerified);
+            Err(Refusal::new(
+                produce_verification_error(ResponseError::InvalidTxnState, version),
+                e.to_string(),
+            ))
+        }
     }
 }
 

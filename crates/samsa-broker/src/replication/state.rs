@@ -46,6 +46,26 @@ impl InSyncReplicas {
     }
 }
 
+/// A leader's view of its replicas, for `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicationFigures {
+    pub replicas: usize,
+    pub in_sync: usize,
+    pub min_in_sync: usize,
+    pub followers: Vec<FollowerLag>,
+}
+
+/// How far one follower is behind its leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowerLag {
+    pub replica: i32,
+    /// Leader log end offset minus the follower's, as of its last fetch.
+    pub records: i64,
+    /// Time since the follower last had everything the leader had (Kafka's
+    /// replica.lag.time.max.ms measure); 0 while it is caught up.
+    pub millis: i64,
+}
+
 /// What the leader knows of one follower.
 #[derive(Debug, Clone, Copy)]
 pub struct FollowerProgress {
@@ -396,6 +416,7 @@ impl Partition {
                 return;
             }
             state.partition_epoch = partition_epoch;
+            self.meters.isr_changed(state.isr.len(), isr.len());
             state.isr = isr;
             let leo = log.log_end_offset();
             if let Some(bound) = state.hw_bound(leo) {
@@ -669,6 +690,41 @@ impl Partition {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .pending_isr = None;
+    }
+
+    /// What a leader reports of its replicas when scraped: replicas, ISR
+    /// and `min.insync.replicas`, and each follower's lag behind
+    /// `leader_leo` in records and in time since it last had everything.
+    pub(crate) fn replication_figures(&self, leader_leo: i64, now_ms: i64) -> ReplicationFigures {
+        let state = self.replication.lock().unwrap_or_else(|p| p.into_inner());
+        let followers = state
+            .replicas
+            .iter()
+            .filter(|&&id| id != state.me)
+            .map(|&id| {
+                let (records, millis) = match state.followers.get(&id) {
+                    Some(f) if f.log_end_offset >= 0 => (
+                        (leader_leo - f.log_end_offset).max(0),
+                        (now_ms - f.last_caught_up_ms).max(0),
+                    ),
+                    // Never fetched since this leader took over: all of
+                    // the log may be missing.
+                    _ => (leader_leo, 0),
+                };
+                FollowerLag {
+                    replica: id,
+                    records,
+                    millis,
+                }
+            })
+            .collect();
+        ReplicationFigures {
+            // A single node's partitions list no replicas: just itself.
+            replicas: state.replicas.len().max(1),
+            in_sync: state.isr_size(),
+            min_in_sync: state.min_insync_replicas,
+            followers,
+        }
     }
 
     /// The ISR's size and `min.insync.replicas`, read together, for

@@ -238,6 +238,16 @@ pub struct GroupDescription {
     pub members: Vec<MemberDescription>,
 }
 
+/// A group as `/metrics` shows it: its state, members and committed
+/// offsets (topic, partition, offset).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupFigures {
+    pub group_id: String,
+    pub state: GroupState,
+    pub members: usize,
+    pub offsets: Vec<(String, i32, i64)>,
+}
+
 /// A group as ListGroups shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupListing {

@@ -9,10 +9,10 @@ use kafka_protocol::error::ResponseError;
 use tracing::{debug, info};
 
 use super::api::{
-    ClientInfo, CommitRequest, FetchedOffset, GroupDescription, GroupListing, HeartbeatRequest,
-    HeartbeatResponse, JoinGroupMember, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
-    LeaveGroupResponse, LeavingMember, LeftMember, MemberDescription, PartitionResult,
-    SyncGroupRequest, SyncGroupResponse,
+    ClientInfo, CommitRequest, FetchedOffset, GroupDescription, GroupFigures, GroupListing,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupMember, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, LeaveGroupResponse, LeavingMember, LeftMember, MemberDescription,
+    PartitionResult, SyncGroupRequest, SyncGroupResponse,
 };
 use super::records::{
     commit_offsets, group_metadata_record, offset_record, LoadedGroup, LoggedOffset,
@@ -159,6 +159,9 @@ struct Group {
     partition: i32,
     state: GroupState,
     state_since: i64,
+    /// When the rebalance under way (or the last one) began: its first
+    /// move to PreparingRebalance from Empty or Stable.
+    rebalance_started: i64,
     generation: i32,
     protocol_type: Option<String>,
     protocol: Option<String>,
@@ -199,6 +202,7 @@ impl Group {
             partition,
             state: GroupState::Empty,
             state_since: now_ms,
+            rebalance_started: now_ms,
             generation: 0,
             protocol_type: None,
             protocol: None,
@@ -225,6 +229,15 @@ impl Group {
         }
         if self.state != to {
             debug!(group = %self.id, from = ?self.state, to = ?to, generation = self.generation, "group state");
+        }
+        let rebalancing = |s| {
+            matches!(
+                s,
+                GroupState::PreparingRebalance | GroupState::CompletingRebalance
+            )
+        };
+        if rebalancing(to) && !rebalancing(self.state) {
+            self.rebalance_started = now_ms;
         }
         self.state = to;
         self.state_since = now_ms;
@@ -493,9 +506,17 @@ pub struct GroupCoordinator {
     /// When [`tick`](crate::coordinator::Coordinator::tick) next expires offsets (0: at the first tick,
     /// which only schedules the first check an interval later).
     retention_check_at: i64,
+    /// Write-only meters (rebalances, offset commits); none in unit tests.
+    meters: Option<samsa_metrics::coordinators::GroupMeters>,
 }
 
 impl GroupCoordinator {
+    /// Records rebalances and offset commits into `meters` from now on.
+    pub fn with_meters(mut self, meters: samsa_metrics::coordinators::GroupMeters) -> Self {
+        self.meters = Some(meters);
+        self
+    }
+
     pub fn new(config: GroupConfig, member_id_seed: u64) -> Self {
         GroupCoordinator {
             config,
@@ -507,6 +528,7 @@ impl GroupCoordinator {
             markers_while_loading: BTreeMap::new(),
             led_by_image: LedByImage::default(),
             retention_check_at: 0,
+            meters: None,
         }
     }
 
@@ -684,6 +706,25 @@ impl GroupCoordinator {
                 state: g.state,
             })
             .collect())
+    }
+
+    /// Every loaded group's state, members and committed offsets, for
+    /// `/metrics` (groups of partitions still loading are not there yet).
+    pub fn figures(&self) -> Vec<GroupFigures> {
+        self.groups
+            .values()
+            .filter(|g| g.state != GroupState::Dead)
+            .map(|g| GroupFigures {
+                group_id: g.id.clone(),
+                state: g.state,
+                members: g.members.len(),
+                offsets: g
+                    .offsets
+                    .iter()
+                    .map(|((topic, partition), o)| (topic.clone(), *partition, o.value.offset))
+                    .collect(),
+            })
+            .collect()
     }
 
     // ---- write completion ------------------------------------------------

@@ -74,10 +74,10 @@ pub mod service;
 mod tests;
 
 pub use api::{
-    ClientInfo, CommitPartition, CommitRequest, FetchedOffset, GroupDescription, GroupListing,
-    HeartbeatRequest, HeartbeatResponse, JoinGroupMember, JoinGroupRequest, JoinGroupResponse,
-    LeaveGroupRequest, LeaveGroupResponse, LeavingMember, LeftMember, MemberDescription,
-    PartitionResult, SyncGroupRequest, SyncGroupResponse,
+    ClientInfo, CommitPartition, CommitRequest, FetchedOffset, GroupDescription, GroupFigures,
+    GroupListing, HeartbeatRequest, HeartbeatResponse, JoinGroupMember, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, LeavingMember, LeftMember,
+    MemberDescription, PartitionResult, SyncGroupRequest, SyncGroupResponse,
 };
 pub use coordinator::{GroupConfig, GroupCoordinator, GroupStep, Reply, Token};
 pub use records::OffsetAndMetadata;

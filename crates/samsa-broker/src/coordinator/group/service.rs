@@ -81,12 +81,15 @@ impl Hosted for GroupCoordinator {
 }
 
 impl Runtime<GroupCoordinator> {
-    pub fn for_config(config: &BrokerConfig) -> Self {
+    pub fn for_config(
+        config: &BrokerConfig,
+        meters: samsa_metrics::coordinators::GroupMeters,
+    ) -> Self {
         // Member ids must not repeat across restarts of this broker or
         // across brokers: seed them with the node id and the start time.
         let seed = (u64::from(config.node_id as u32) << 48) ^ (now_ms() as u64);
         Runtime::new(
-            GroupCoordinator::new(group_config(config), seed),
+            GroupCoordinator::new(group_config(config), seed).with_meters(meters),
             StateTopic::new(
                 CONSUMER_OFFSETS_TOPIC,
                 config.offsets_topic_num_partitions,

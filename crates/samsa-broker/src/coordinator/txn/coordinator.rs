@@ -200,6 +200,26 @@ pub struct TxnCoordinator {
     /// and for idle ids to expire (0: at the first tick).
     next_abort_check_ms: i64,
     next_id_expiry_ms: i64,
+    /// Write-only meters (transactions ended, timed out); none in unit tests.
+    meters: Option<samsa_metrics::coordinators::TxnMeters>,
+}
+
+/// A state write from `from` to `to` that is a transaction's last: its
+/// markers are all written and it is complete.
+fn record_end(
+    meters: &samsa_metrics::coordinators::TxnMeters,
+    from: &TransactionMetadata,
+    to: &TransactionMetadata,
+    now_ms: i64,
+) {
+    use samsa_metrics::coordinators::Outcome;
+    let outcome = match (from.state, to.state) {
+        (TxnState::PrepareCommit, TxnState::CompleteCommit) => Outcome::Commit,
+        (TxnState::PrepareAbort, TxnState::CompleteAbort) => Outcome::Abort,
+        _ => return,
+    };
+    // The Prepare write stamped when the end was decided.
+    meters.ended(outcome, now_ms - from.txn_last_update_timestamp);
 }
 
 fn markers(
@@ -239,7 +259,14 @@ impl TxnCoordinator {
             led_by_image: LedByImage::default(),
             next_abort_check_ms: 0,
             next_id_expiry_ms: 0,
+            meters: None,
         }
+    }
+
+    /// Records ended and timed-out transactions into `meters` from now on.
+    pub fn with_meters(mut self, meters: samsa_metrics::coordinators::TxnMeters) -> Self {
+        self.meters = Some(meters);
+        self
     }
 
     pub fn config(&self) -> &TxnConfig {
@@ -1030,6 +1057,9 @@ impl TxnCoordinator {
             timeout_ms = m.timeout_ms,
             "aborting a transaction that timed out"
         );
+        if let Some(meters) = &self.meters {
+            meters.timed_out();
+        }
         self.fence(
             active.partition,
             id,
@@ -1336,7 +1366,7 @@ impl Coordinator for TxnCoordinator {
     /// An unknown id — the partition was unloaded meanwhile — answers
     /// NOT_COORDINATOR, even if the append succeeded: a new coordinator
     /// will find the record when it loads.
-    fn complete_write(&mut self, id: WriteId, result: AppendResult, _now_ms: i64) -> TxnStep {
+    fn complete_write(&mut self, id: WriteId, result: AppendResult, now_ms: i64) -> TxnStep {
         let not_coordinator = TxnStep::failed(ResponseError::NotCoordinator);
         let Some((partition, transactional_id)) = self.writes.remove(&id) else {
             return not_coordinator;
@@ -1357,6 +1387,11 @@ impl Coordinator for TxnCoordinator {
         };
         match result {
             Ok(_) => {
+                if let (Some(meters), Some(to), Some(from)) =
+                    (&self.meters, &p.target, state.get(&transactional_id))
+                {
+                    record_end(meters, from, to, now_ms);
+                }
                 match p.target {
                     Some(m) => state.insert(transactional_id, m),
                     None => state.remove(&transactional_id),

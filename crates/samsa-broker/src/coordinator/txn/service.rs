@@ -93,9 +93,12 @@ impl Hosted for TxnCoordinator {
 }
 
 impl Runtime<TxnCoordinator> {
-    pub fn for_config(config: &BrokerConfig) -> Self {
+    pub fn for_config(
+        config: &BrokerConfig,
+        meters: samsa_metrics::coordinators::TxnMeters,
+    ) -> Self {
         Runtime::new(
-            TxnCoordinator::new(txn_config(config)),
+            TxnCoordinator::new(txn_config(config)).with_meters(meters),
             StateTopic::new(
                 TRANSACTION_STATE_TOPIC,
                 config.transaction_state_log_num_partitions,

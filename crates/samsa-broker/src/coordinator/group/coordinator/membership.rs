@@ -259,6 +259,9 @@ impl GroupCoordinator {
         let mut step = GroupStep::default();
         let Some(e) = error else {
             group.transition(GroupState::Stable, now_ms);
+            if let Some(meters) = &self.meters {
+                meters.rebalanced(now_ms - group.rebalance_started);
+            }
             for m in group.members.values_mut() {
                 if let Some(t) = m.sync.take() {
                     let r = SyncGroupResponse::ok(

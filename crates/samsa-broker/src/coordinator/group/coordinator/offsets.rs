@@ -320,6 +320,9 @@ impl GroupCoordinator {
                 }
             }
             if let Ok(log_offset) = written {
+                if let Some(meters) = &self.meters {
+                    meters.offsets_committed(offsets.len());
+                }
                 let logged = offsets.iter().map(|(tp, o)| {
                     let logged = LoggedOffset {
                         value: o.clone(),

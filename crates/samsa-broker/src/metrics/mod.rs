@@ -1,0 +1,160 @@
+//! What `/metrics` computes when scraped, from the same state the Kafka
+//! handlers and the controller read: partitions and replication
+//! ([`partitions`]), the controller quorum ([`controller`]), the
+//! coordinators' transactions and groups ([`coordinators`]). What is
+//! recorded as it happens (requests, traffic, flushes, ISR changes,
+//! rebalances, transaction ends, the process) lives in `samsa_metrics`,
+//! reached through `Broker::metrics`.
+//!
+//! Invariants: a scrape only reads (locks are taken one at a time, never
+//! while another is held), and a family is declared even when it has no
+//! sample, so that dashboards and alert rules can be checked against a
+//! fresh broker's page.
+
+pub mod controller;
+pub mod coordinators;
+pub mod partitions;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use samsa_metrics::prometheus_client::encoding::{
+    DescriptorEncoder, EncodeGaugeValue, EncodeMetric,
+};
+use samsa_metrics::prometheus_client::metrics::counter::ConstCounter;
+use samsa_metrics::prometheus_client::metrics::gauge::ConstGauge;
+use samsa_metrics::prometheus_client::metrics::MetricType;
+use samsa_metrics::{Collector, Registry};
+use tracing::warn;
+
+use crate::{now_ms, Broker};
+
+pub use controller::ControllerView;
+
+/// Writes one unlabelled gauge.
+pub(crate) fn gauge(
+    out: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: i64,
+) -> std::fmt::Result {
+    let gauge = ConstGauge::new(value);
+    gauge.encode(out.encode_descriptor(name, help, None, gauge.metric_type())?)
+}
+
+/// Writes one unlabelled counter (`name` without its `_total`).
+pub(crate) fn counter(
+    out: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> std::fmt::Result {
+    let counter = ConstCounter::new(value);
+    counter.encode(out.encode_descriptor(name, help, None, counter.metric_type())?)
+}
+
+/// Writes a gauge family, one sample per row of label values (`N` labels
+/// named `labels`).
+pub(crate) fn gauge_family<const N: usize, V: EncodeGaugeValue + std::fmt::Debug>(
+    out: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    labels: [&str; N],
+    rows: impl Iterator<Item = ([String; N], V)>,
+) -> std::fmt::Result {
+    let mut family = out.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (values, value) in rows {
+        let set: Vec<(&str, &str)> = labels
+            .iter()
+            .zip(values.iter())
+            .map(|(l, v)| (*l, v.as_str()))
+            .collect();
+        ConstGauge::new(value).encode(family.encode_family(&set)?)?;
+    }
+    Ok(())
+}
+
+/// Everything computed at scrape time.
+struct AtScrape {
+    ready: bool,
+    broker: Option<Arc<Broker>>,
+    controller: Option<Arc<ControllerView>>,
+}
+
+impl std::fmt::Debug for AtScrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AtScrape")
+            .field("ready", &self.ready)
+            .finish()
+    }
+}
+
+/// The whole `/metrics` page (OpenMetrics text): readiness only until the
+/// broker is open.
+pub fn render(
+    ready: bool,
+    broker: Option<Arc<Broker>>,
+    controller: Option<Arc<ControllerView>>,
+) -> String {
+    let mut out = String::new();
+    let mut at_scrape = Registry::default();
+    let open = broker.clone();
+    at_scrape.register_collector(Box::new(AtScrape {
+        ready,
+        broker,
+        controller,
+    }));
+    let encoded = match &open {
+        Some(broker) => broker.metrics.encode(&at_scrape, &mut out),
+        None => samsa_metrics::prometheus_client::encoding::text::encode(&mut out, &at_scrape),
+    };
+    if let Err(e) = encoded {
+        warn!(error = %e, "cannot encode the metrics");
+    }
+    out
+}
+
+impl Collector for AtScrape {
+    fn encode(&self, mut out: DescriptorEncoder<'_>) -> std::fmt::Result {
+        gauge(
+            &mut out,
+            "samsa_broker_ready",
+            "1 once the broker serves Kafka requests (unfenced in cluster mode)",
+            i64::from(self.ready),
+        )?;
+        let Some(broker) = &self.broker else {
+            return Ok(());
+        };
+        let now = now_ms();
+        partitions::encode(broker, now, &mut out)?;
+        controller::encode(self.controller.as_deref(), &mut out)?;
+        coordinators::encode(broker, now, &mut out)?;
+        let pipelining = &broker.pipelining;
+        counter(
+            &mut out,
+            "samsa_produce_pipelined_batches",
+            "produce batches that arrived while an earlier produce request of the same connection for the same partition was unanswered",
+            pipelining.pipelined_batches.load(Ordering::Relaxed),
+        )?;
+        gauge(
+            &mut out,
+            "samsa_produce_partition_in_flight_max",
+            "the most produce requests of one connection in flight for one partition at once, since start",
+            i64::try_from(pipelining.partition_in_flight_max.load(Ordering::Relaxed))
+                .unwrap_or(i64::MAX),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_before_the_broker_is_open_show_readiness_only() {
+        assert!(render(false, None, None).contains("samsa_broker_ready 0"));
+        let rendered = render(true, None, None);
+        assert!(rendered.contains("samsa_broker_ready 1"));
+        assert!(!rendered.contains("samsa_partitions_led"));
+    }
+}
