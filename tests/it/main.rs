@@ -19,6 +19,7 @@ mod groups_smoke;
 mod idempotence;
 mod inter_node_tls;
 mod listeners;
+mod logs;
 mod metrics;
 mod monitoring;
 mod offsets;

@@ -195,6 +195,9 @@ pub struct BrokerConfig {
     /// Address of the HTTP server (`/metrics`, `/healthz`, `/readyz`).
     /// Port 0 picks a free port (logged at start).
     pub http_listen: SocketAddr,
+    /// `text` (default) or `json`: one JSON object per log line, with the
+    /// fields of the event and of its enclosing spans.
+    pub log_format: LogFormat,
 
     // --- consumer groups ---
     /// `offsets.topic.num.partitions`: partitions of `__consumer_offsets`,
@@ -297,6 +300,7 @@ impl Default for BrokerConfig {
             transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
             transaction_partition_verification_enable: true,
             http_listen: SocketAddr::from(([0, 0, 0, 0], 9644)),
+            log_format: LogFormat::Text,
             offsets_topic_num_partitions: 50,
             offsets_topic_replication_factor: None,
             offsets_topic_segment_bytes: 100 * 1024 * 1024,
@@ -529,6 +533,17 @@ impl SecurityProtocol {
             SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
         )
     }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// For people: time, level, spans, message and fields on one line.
+    #[default]
+    Text,
+    /// For log pipelines: one JSON object per line.
+    Json,
 }
 
 /// Kafka's `ssl.client.auth`.

@@ -122,17 +122,31 @@ pub const ENV_PREFIX: &str = "SAMSA_";
 /// and `SAMSA_CONTROLLERS`, and Kubernetes gives every pod
 /// `SAMSA_SERVICE_HOST`, `SAMSA_PORT`, … when a Service is named `samsa`.
 /// A bad value of a known key is an error naming the variable.
+///
+/// Variables that name no key are ignored and returned (the caller logs
+/// them once the log format is known).
 pub fn env_overrides(
     config: BrokerConfig,
     vars: impl IntoIterator<Item = (String, String)>,
-) -> Result<BrokerConfig> {
-    env_overrides_on(config, vars, &system_hostname)
+) -> Result<(BrokerConfig, Vec<IgnoredVariable>)> {
+    let mut ignored = Vec::new();
+    let config = env_overrides_on(config, vars, &system_hostname, &mut ignored)?;
+    Ok((config, ignored))
+}
+
+/// A `SAMSA_*` variable that names no configuration key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IgnoredVariable {
+    pub variable: String,
+    /// The key it would name, if it can name one.
+    pub key: Option<String>,
 }
 
 fn env_overrides_on(
     mut config: BrokerConfig,
     vars: impl IntoIterator<Item = (String, String)>,
     hostname: HostName,
+    ignored: &mut Vec<IgnoredVariable>,
 ) -> Result<BrokerConfig> {
     let mut vars: Vec<(String, String)> = vars
         .into_iter()
@@ -141,14 +155,18 @@ fn env_overrides_on(
     vars.sort();
     for (name, raw) in vars {
         let Some(key) = env_key(&name) else {
-            tracing::warn!(variable = %name, "ignoring an environment variable that names no configuration key");
+            ignored.push(IgnoredVariable {
+                variable: name,
+                key: None,
+            });
             continue;
         };
         match apply_one(&config, &key, &raw, hostname) {
             Ok(updated) => config = updated,
-            Err(SetError::UnknownKey) => {
-                tracing::warn!(variable = %name, key = %key, "ignoring an environment variable that names no configuration key");
-            }
+            Err(SetError::UnknownKey) => ignored.push(IgnoredVariable {
+                variable: name,
+                key: Some(key),
+            }),
             Err(err) => bail!("environment variable {name} ({key}): {err}"),
         }
     }
@@ -545,7 +563,7 @@ mod tests {
         let vars = vars
             .iter()
             .map(|(k, v)| ((*k).to_string(), (*v).to_string()));
-        env_overrides_on(config, vars, &host(name))
+        env_overrides_on(config, vars, &host(name), &mut Vec::new())
     }
 
     #[test]

@@ -9,15 +9,14 @@
 
 mod config;
 mod dev;
+mod logging;
 mod server;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use samsa_broker::alloc_guard;
 use samsa_tools::{bench, cluster, consume, demo, dump_log, health, pipeline, produce, topic, txn};
-use tracing_subscriber::EnvFilter;
 
 #[global_allocator]
 static ALLOCATOR: alloc_guard::LazyHugeAllocator = alloc_guard::LazyHugeAllocator;
@@ -89,7 +88,7 @@ enum Command {
 fn main() -> ExitCode {
     alloc_guard::keep_large_buffers_in_the_heap();
     let cli = Cli::parse();
-    init_logging();
+    logging::init();
 
     // dump-log reads files synchronously and needs no runtime (nor its threads).
     if let Command::DumpLog(args) = cli.command {
@@ -149,28 +148,4 @@ fn report(result: anyhow::Result<ExitCode>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Logs go to stderr so that stdout stays clean for data (consume, dump-log,
-/// topic list). `RUST_LOG` selects what is shown; the default is `info`,
-/// with openraft's per-RPC chatter at `warn`.
-const DEFAULT_LOG_FILTER: &str = "info,openraft=warn";
-
-fn init_logging() {
-    let filter = match EnvFilter::try_from_default_env() {
-        Ok(filter) => filter,
-        Err(err) => {
-            if std::env::var_os("RUST_LOG").is_some() {
-                eprintln!(
-                    "warning: ignoring invalid RUST_LOG ({err}); using `{DEFAULT_LOG_FILTER}`"
-                );
-            }
-            EnvFilter::new(DEFAULT_LOG_FILTER)
-        }
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
 }

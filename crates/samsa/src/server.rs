@@ -79,11 +79,11 @@ pub struct DevArgs {
 }
 
 pub async fn run_server(args: ServerArgs) -> Result<ExitCode> {
-    let mut cfg = match &args.config {
+    let cfg = match &args.config {
         Some(path) => config::load_file(path)?,
         None => BrokerConfig::default(),
     };
-    cfg = config::env_overrides(
+    let (mut cfg, ignored_variables) = config::env_overrides(
         cfg,
         std::env::vars_os().filter_map(|(name, value)| {
             Some((name.into_string().ok()?, value.into_string().ok()?))
@@ -107,6 +107,14 @@ pub async fn run_server(args: ServerArgs) -> Result<ExitCode> {
     }
     let cfg = config::apply_overrides(cfg, &args.set)?;
     let cfg = config::expand_hostname(cfg)?;
+    crate::logging::use_format(cfg.log_format);
+    for ignored in ignored_variables {
+        tracing::warn!(
+            variable = %ignored.variable,
+            key = ignored.key.as_deref().unwrap_or(""),
+            "ignoring an environment variable that names no configuration key"
+        );
+    }
     if args.print_config {
         print!(
             "{}",
@@ -140,6 +148,7 @@ pub async fn run_dev(args: DevArgs) -> Result<ExitCode> {
         &["listen", "advertised_listener", "data_dir", "http_listen"],
     );
     let cfg = config::apply_overrides(cfg, &args.set)?;
+    crate::logging::use_format(cfg.log_format);
 
     // Fail before the banner if the port is taken, with a hint; the broker
     // would report the same, but after the banner has told the user it runs.
