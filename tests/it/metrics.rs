@@ -114,6 +114,8 @@ fn partition_coordinator_controller_and_process_figures_follow_a_known_workload(
     let bootstrap = node.bootstrap();
     let topic = unique_topic("figures");
     create_topic_admin(&bootstrap, &topic, 1).unwrap();
+    // Once more: an admin API's per-topic error is counted too.
+    let _ = create_topic_admin(&bootstrap, &topic, 1);
     let t = Duration::from_secs(30);
     let txn: BaseProducer = idempotent_producer_config(&bootstrap)
         .set("transactional.id", unique_topic("figures-txn"))
@@ -192,6 +194,12 @@ fn partition_coordinator_controller_and_process_figures_follow_a_known_workload(
     assert_eq!(value("samsa_offline_partitions"), 0);
     assert_eq!(value("samsa_active_brokers"), 1);
     assert_eq!(value("samsa_consumer_group_offset_commits_total"), 1);
+    assert_eq!(
+        value(
+            "samsa_kafka_request_errors_total{api=\"CreateTopics\",error=\"TOPIC_ALREADY_EXISTS\"}"
+        ),
+        1
+    );
     assert!(value("process_open_fds") > 10);
     assert!(value("process_resident_memory_bytes") > 1 << 20);
     assert!(value("samsa_tokio_workers") >= 1);

@@ -2,8 +2,7 @@
 //! handles of every served API, resolved when the broker opens, and the
 //! error codes an answer carries, counted as Kafka's `ErrorsPerSec` counts
 //! them (each error code in the answer, top-level and per partition, NONE
-//! left out). Answers of the data path, transactions and groups are
-//! looked into; the admin APIs' answers are not counted yet.
+//! left out), for every API.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -117,13 +116,34 @@ macro_rules! top_level {
     )*};
 }
 
-/// Answers whose errors are not looked into (yet).
-macro_rules! not_counted {
-    ($($t:ty),* $(,)?) => {$(
+/// Answers with a list of results, each with its error code (`$list`
+/// names the list, `$($nested)` a list inside each result whose items have
+/// error codes too).
+macro_rules! per_result {
+    ($t:ty, $list:ident) => {
         impl AnswerErrors for $t {
-            fn each_error(&self, _: &mut dyn FnMut(i16)) {}
+            fn each_error(&self, f: &mut dyn FnMut(i16)) {
+                for r in &self.$list {
+                    f(r.error_code);
+                }
+            }
         }
-    )*};
+    };
+}
+
+/// Answers whose per-partition results sit in per-topic lists.
+macro_rules! per_partition {
+    ($t:ty, $topics:ident, $partitions:ident) => {
+        impl AnswerErrors for $t {
+            fn each_error(&self, f: &mut dyn FnMut(i16)) {
+                for t in &self.$topics {
+                    for p in &t.$partitions {
+                        f(p.error_code);
+                    }
+                }
+            }
+        }
+    };
 }
 
 top_level!(
@@ -136,34 +156,69 @@ top_level!(
     HeartbeatResponse,
     SaslHandshakeResponse,
     SaslAuthenticateResponse,
+    DescribeClusterResponse,
+    ListTransactionsResponse,
+    ListGroupsResponse,
+    DescribeAclsResponse,
 );
 
-not_counted!(
-    CreateTopicsResponse,
-    DeleteTopicsResponse,
-    DeleteRecordsResponse,
-    CreatePartitionsResponse,
-    DescribeConfigsResponse,
-    AlterConfigsResponse,
-    IncrementalAlterConfigsResponse,
-    DescribeClusterResponse,
-    DescribeProducersResponse,
-    DescribeTransactionsResponse,
-    ListTransactionsResponse,
-    OffsetDeleteResponse,
-    DescribeGroupsResponse,
-    ListGroupsResponse,
-    DeleteGroupsResponse,
-    DescribeLogDirsResponse,
-    DescribeQuorumResponse,
-    DescribeUserScramCredentialsResponse,
-    AlterUserScramCredentialsResponse,
-    CreateAclsResponse,
-    DescribeAclsResponse,
-    DeleteAclsResponse,
-    DescribeTopicPartitionsResponse,
-    ConsumerGroupDescribeResponse,
-);
+per_result!(CreateTopicsResponse, topics);
+per_result!(DeleteTopicsResponse, responses);
+per_result!(CreatePartitionsResponse, results);
+per_result!(DescribeConfigsResponse, results);
+per_result!(AlterConfigsResponse, responses);
+per_result!(IncrementalAlterConfigsResponse, responses);
+per_result!(DescribeTransactionsResponse, transaction_states);
+per_result!(DescribeGroupsResponse, groups);
+per_result!(DeleteGroupsResponse, results);
+per_result!(AlterUserScramCredentialsResponse, results);
+per_result!(CreateAclsResponse, results);
+per_result!(DeleteAclsResponse, filter_results);
+per_result!(DescribeTopicPartitionsResponse, topics);
+per_result!(ConsumerGroupDescribeResponse, groups);
+per_partition!(DeleteRecordsResponse, topics, partitions);
+per_partition!(DescribeProducersResponse, topics, partitions);
+
+/// A top-level error, then per-partition ones.
+impl AnswerErrors for OffsetDeleteResponse {
+    fn each_error(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        for t in &self.topics {
+            for p in &t.partitions {
+                f(p.error_code);
+            }
+        }
+    }
+}
+
+impl AnswerErrors for DescribeQuorumResponse {
+    fn each_error(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        for t in &self.topics {
+            for p in &t.partitions {
+                f(p.error_code);
+            }
+        }
+    }
+}
+
+impl AnswerErrors for DescribeLogDirsResponse {
+    fn each_error(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        for r in &self.results {
+            f(r.error_code);
+        }
+    }
+}
+
+impl AnswerErrors for DescribeUserScramCredentialsResponse {
+    fn each_error(&self, f: &mut dyn FnMut(i16)) {
+        f(self.error_code);
+        for r in &self.results {
+            f(r.error_code);
+        }
+    }
+}
 
 impl AnswerErrors for ProduceResponse {
     fn each_error(&self, f: &mut dyn FnMut(i16)) {
