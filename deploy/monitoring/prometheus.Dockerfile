@@ -24,10 +24,10 @@ RUN printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d \
         /usr/share/doc/* /usr/share/man/* /usr/share/javascript/moment-timezone/data \
  && install -d -o prometheus -g prometheus /var/lib/prometheus/metrics2
 
-# The package's user; the time series database in a volume.
+# The package's user. The time series database stays in the container
+# (no VOLUME: an anonymous volume would outlive `docker compose down`).
 USER prometheus:prometheus
 WORKDIR /var/lib/prometheus
-VOLUME ["/var/lib/prometheus/metrics2"]
 EXPOSE 9090
 
 ENTRYPOINT ["/usr/bin/prometheus"]
