@@ -23,6 +23,7 @@
 use std::fmt;
 
 pub mod coordinators;
+pub mod encode;
 pub mod partitions;
 pub mod process;
 pub mod requests;

@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::encoding::DescriptorEncoder;
+
+use crate::encode::{counter, gauge};
 
 /// Collects the process and runtime figures when scraped.
 #[derive(Debug)]
@@ -131,36 +131,11 @@ fn read_figures() -> ProcessFigures {
     )
 }
 
-fn gauge(out: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: i64) -> std::fmt::Result {
-    let gauge = ConstGauge::new(value);
-    gauge.encode(out.encode_descriptor(name, help, None, gauge.metric_type())?)
-}
-
-fn gauge_f64(
-    out: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    value: f64,
-) -> std::fmt::Result {
-    let gauge = ConstGauge::new(value);
-    gauge.encode(out.encode_descriptor(name, help, None, gauge.metric_type())?)
-}
-
-fn counter_f64(
-    out: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    value: f64,
-) -> std::fmt::Result {
-    let counter = ConstCounter::new(value);
-    counter.encode(out.encode_descriptor(name, help, None, counter.metric_type())?)
-}
-
 impl Collector for ProcessCollector {
     fn encode(&self, mut out: DescriptorEncoder<'_>) -> std::fmt::Result {
         let p = read_figures();
         if let Some(v) = p.cpu_seconds {
-            counter_f64(
+            counter(
                 &mut out,
                 "process_cpu_seconds",
                 "User and system CPU time spent, in seconds",
@@ -168,7 +143,7 @@ impl Collector for ProcessCollector {
             )?;
         }
         if let Some(v) = p.start_time_seconds {
-            gauge_f64(
+            gauge(
                 &mut out,
                 "process_start_time_seconds",
                 "Start time of the process since the Unix epoch, in seconds",
@@ -214,7 +189,7 @@ impl Collector for ProcessCollector {
             workers as i64,
         )?;
         let busy: Duration = (0..workers).map(|w| m.worker_total_busy_duration(w)).sum();
-        counter_f64(
+        counter(
             &mut out,
             "samsa_tokio_worker_busy_seconds",
             "Time the async runtime's workers spent running tasks, summed over workers (divide its rate by samsa_tokio_workers for the busy ratio)",

@@ -13,12 +13,10 @@ use std::sync::Arc;
 
 use samsa_controller::node::{ControllerNode, RaftFiguresWatch};
 use samsa_controller::MetadataImage;
-use samsa_metrics::prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use samsa_metrics::prometheus_client::metrics::gauge::ConstGauge;
-use samsa_metrics::prometheus_client::metrics::MetricType;
+use samsa_metrics::prometheus_client::encoding::DescriptorEncoder;
 use tokio::sync::watch;
 
-use super::{counter, gauge};
+use super::{counter, gauge, maybe_gauge};
 
 /// What `/metrics` reads of this node's controller.
 #[derive(Debug)]
@@ -53,21 +51,6 @@ impl ControllerView {
             }
         });
         view
-    }
-}
-
-/// Writes a gauge's descriptor, and its unlabelled sample if `value` is
-/// known.
-fn maybe_gauge(
-    out: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    value: Option<i64>,
-) -> std::fmt::Result {
-    let sample = out.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    match value {
-        Some(v) => ConstGauge::new(v).encode(sample),
-        None => Ok(()),
     }
 }
 

@@ -18,12 +18,7 @@ pub mod partitions;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use samsa_metrics::prometheus_client::encoding::{
-    DescriptorEncoder, EncodeGaugeValue, EncodeMetric,
-};
-use samsa_metrics::prometheus_client::metrics::counter::ConstCounter;
-use samsa_metrics::prometheus_client::metrics::gauge::ConstGauge;
-use samsa_metrics::prometheus_client::metrics::MetricType;
+use samsa_metrics::prometheus_client::encoding::DescriptorEncoder;
 use samsa_metrics::{Collector, Registry};
 use tracing::warn;
 
@@ -31,48 +26,7 @@ use crate::{now_ms, Broker};
 
 pub use controller::ControllerView;
 
-/// Writes one unlabelled gauge.
-pub(crate) fn gauge(
-    out: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    value: i64,
-) -> std::fmt::Result {
-    let gauge = ConstGauge::new(value);
-    gauge.encode(out.encode_descriptor(name, help, None, gauge.metric_type())?)
-}
-
-/// Writes one unlabelled counter (`name` without its `_total`).
-pub(crate) fn counter(
-    out: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    value: u64,
-) -> std::fmt::Result {
-    let counter = ConstCounter::new(value);
-    counter.encode(out.encode_descriptor(name, help, None, counter.metric_type())?)
-}
-
-/// Writes a gauge family, one sample per row of label values (`N` labels
-/// named `labels`).
-pub(crate) fn gauge_family<const N: usize, V: EncodeGaugeValue + std::fmt::Debug>(
-    out: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    labels: [&str; N],
-    rows: impl Iterator<Item = ([String; N], V)>,
-) -> std::fmt::Result {
-    let mut family = out.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (values, value) in rows {
-        let set: Vec<(&str, &str)> = labels
-            .iter()
-            .zip(values.iter())
-            .map(|(l, v)| (*l, v.as_str()))
-            .collect();
-        ConstGauge::new(value).encode(family.encode_family(&set)?)?;
-    }
-    Ok(())
-}
+pub(crate) use samsa_metrics::encode::{counter, gauge, gauge_family, maybe_gauge};
 
 /// Everything computed at scrape time.
 struct AtScrape {

@@ -151,7 +151,7 @@ pub(super) fn encode(
         out,
         "samsa_open_transactions",
         "Transactions open on partitions this broker leads (one per producer and partition)",
-        led().map(|l| l.open_transactions).sum(),
+        led().map(|l| l.open_transactions).sum::<i64>(),
     )?;
     gauge(
         out,
@@ -163,7 +163,7 @@ pub(super) fn encode(
         out,
         "samsa_producer_ids",
         "Producer ids with state on the partitions this broker leads, summed over partitions (Kafka: ProducerStateManager ProducerIdCount)",
-        led().map(|l| l.producers).sum(),
+        led().map(|l| l.producers).sum::<i64>(),
     )?;
     let partitions = broker.replicas.all();
     gauge(
@@ -179,7 +179,7 @@ pub(super) fn encode(
         out,
         "samsa_log_write_failures",
         "Log writes (appends, replicated appends, fsyncs) that failed on the disk, over all hosted partitions, since start",
-        partitions.iter().map(|p| p.write_failures.total()).sum(),
+        partitions.iter().map(|p| p.write_failures.total()).sum::<u64>(),
     )?;
     per_partition(
         out,
