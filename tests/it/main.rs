@@ -35,6 +35,7 @@ mod replication;
 mod sasl_bad_input;
 mod secured_cluster;
 mod stage_start;
+mod traces;
 mod transactions;
 mod transactions_smoke;
 mod txn_tools;

@@ -17,6 +17,7 @@ pub mod keep;
 pub mod load;
 pub mod nemesis;
 pub mod node;
+pub mod otlp;
 pub mod pipeline;
 pub mod pki;
 pub mod rdk;

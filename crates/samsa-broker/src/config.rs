@@ -198,6 +198,13 @@ pub struct BrokerConfig {
     /// `text` (default) or `json`: one JSON object per log line, with the
     /// fields of the event and of its enclosing spans.
     pub log_format: LogFormat,
+    /// OpenTelemetry traces: the OTLP/gRPC endpoint spans are exported to
+    /// (`http://collector:4317`). Unset (the default): no spans are built.
+    pub otlp_endpoint: Option<String>,
+    /// Share of traces kept, from 0.0 to 1.0: a trace a client request
+    /// starts is kept with this probability; a span whose parent came from
+    /// another node follows that node's decision.
+    pub trace_sample_ratio: f64,
 
     // --- consumer groups ---
     /// `offsets.topic.num.partitions`: partitions of `__consumer_offsets`,
@@ -301,6 +308,8 @@ impl Default for BrokerConfig {
             transaction_partition_verification_enable: true,
             http_listen: SocketAddr::from(([0, 0, 0, 0], 9644)),
             log_format: LogFormat::Text,
+            otlp_endpoint: None,
+            trace_sample_ratio: 1.0,
             offsets_topic_num_partitions: 50,
             offsets_topic_replication_factor: None,
             offsets_topic_segment_bytes: 100 * 1024 * 1024,

@@ -140,21 +140,38 @@ pub async fn dispatch(
         .as_ref()
         .map(|c| c.to_string())
         .unwrap_or_default();
+    // The root of the request's trace (`crate::trace`); its transaction
+    // fields are filled in once the body is decoded.
     let span = tracing::debug_span!(
+        target: crate::trace::TARGET,
         "request",
+        otel.name = api_key_name(api_key),
+        otel.kind = "server",
         api = ?api_key,
         version,
         correlation_id,
-        client_id = client_id.as_str()
+        client_id = client_id.as_str(),
+        principal = %client.principal,
+        listener = &*client.listener,
+        transactional_id = tracing::field::Empty,
+        producer_id = tracing::field::Empty,
+        producer_epoch = tracing::field::Empty,
+        partitions = tracing::field::Empty,
     );
-    handle(broker, api_key, header, frame, client, turn)
-        .instrument(span)
+    handle(broker, api_key, header, frame, client, turn, &span)
+        .instrument(span.clone())
         .await
         .map_err(|DispatchError::Close(reason)| {
             DispatchError::Close(format!(
                 "{reason} (client id {client_id:?}, correlation id {correlation_id})"
             ))
         })
+}
+
+/// The API's name as Kafka spells it (`Produce`, `EndTxn`): a trace's
+/// span name.
+fn api_key_name(api_key: ApiKey) -> String {
+    format!("{api_key:?}")
 }
 
 /// The client software an ApiVersions request (v3+, KIP-511) names, if it
@@ -252,7 +269,9 @@ async fn handle(
     mut body: Bytes,
     client: &ClientConnection,
     turn: Option<AppendTurn>,
+    span: &tracing::Span,
 ) -> Result<Option<BytesMut>, DispatchError> {
+    use crate::trace::{note_partitions, note_transaction};
     let listener = &*client.listener;
     let access = &broker.access(client);
     let v = header.request_api_version;
@@ -283,6 +302,15 @@ async fn handle(
         }
         ApiKey::Produce => {
             let request: kafka_protocol::messages::ProduceRequest = decode(api_key, &mut body, v)?;
+            note_transaction(
+                span,
+                request.transactional_id.as_ref().map(|t| t.0.as_str()),
+                None,
+            );
+            note_partitions(
+                span,
+                request.topic_data.iter().map(|t| t.partition_data.len()),
+            );
             let acks = request.acks;
             let response = handlers::produce::handle(
                 broker,
@@ -300,7 +328,8 @@ async fn handle(
             }
         }
         ApiKey::Fetch => {
-            let request = decode(api_key, &mut body, v)?;
+            let request: kafka_protocol::messages::FetchRequest = decode(api_key, &mut body, v)?;
+            note_partitions(span, request.topics.iter().map(|t| t.partitions.len()));
             respond!(handlers::fetch::handle(broker, access, request, v, listener).await)
         }
         ApiKey::ListOffsets => {
@@ -346,7 +375,13 @@ async fn handle(
             ))
         }
         ApiKey::InitProducerId => {
-            let request = decode(api_key, &mut body, v)?;
+            let request: kafka_protocol::messages::InitProducerIdRequest =
+                decode(api_key, &mut body, v)?;
+            note_transaction(
+                span,
+                request.transactional_id.as_ref().map(|t| t.0.as_str()),
+                Some((request.producer_id.0, request.producer_epoch)),
+            );
             respond!(handlers::init_producer_id::handle(broker, access, request, v).await)
         }
         ApiKey::FindCoordinator => {
@@ -358,11 +393,22 @@ async fn handle(
             respond!(handlers::txn::add_partitions_to_txn(broker, access, request, v).await)
         }
         ApiKey::AddOffsetsToTxn => {
-            let request = decode(api_key, &mut body, v)?;
+            let request: kafka_protocol::messages::AddOffsetsToTxnRequest =
+                decode(api_key, &mut body, v)?;
+            note_transaction(
+                span,
+                Some(request.transactional_id.0.as_str()),
+                Some((request.producer_id.0, request.producer_epoch)),
+            );
             respond!(handlers::txn::add_offsets_to_txn(broker, access, request, v).await)
         }
         ApiKey::EndTxn => {
-            let request = decode(api_key, &mut body, v)?;
+            let request: kafka_protocol::messages::EndTxnRequest = decode(api_key, &mut body, v)?;
+            note_transaction(
+                span,
+                Some(request.transactional_id.0.as_str()),
+                Some((request.producer_id.0, request.producer_epoch)),
+            );
             respond!(handlers::txn::end_txn(broker, access, request, v).await)
         }
         ApiKey::WriteTxnMarkers => {
@@ -459,7 +505,13 @@ async fn handle(
             respond!(handlers::group::delete_groups(broker, access, request).await)
         }
         ApiKey::TxnOffsetCommit => {
-            let request = decode(api_key, &mut body, v)?;
+            let request: kafka_protocol::messages::TxnOffsetCommitRequest =
+                decode(api_key, &mut body, v)?;
+            note_transaction(
+                span,
+                Some(request.transactional_id.0.as_str()),
+                Some((request.producer_id.0, request.producer_epoch)),
+            );
             respond!(handlers::offsets::txn_offset_commit(broker, access, request, v).await)
         }
         ApiKey::DescribeLogDirs => {

@@ -62,6 +62,7 @@ pub mod request_metrics;
 pub mod security;
 mod server;
 pub mod topic_partition;
+pub mod trace;
 pub mod write_failures;
 
 // The unit tests run brokers in-process: they get the allocator the `samsa`

@@ -40,7 +40,7 @@ use kafka_protocol::error::ResponseError;
 use samsa_storage::{FlushPolicy, LogConfig, PartitionLog, ReadResult, StorageError};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 use crate::controller_contact::ControllerContact;
 use crate::dynamic_config::topic_log_config;
@@ -383,7 +383,14 @@ impl Partition {
         deadline: Instant,
     ) -> Result<(), Refusal> {
         if self.flushes_before_ack {
-            if let Err(e) = self.wait_durable(end_offset).await {
+            let fsync = tracing::debug_span!(
+                target: crate::trace::TARGET,
+                "fsync",
+                topic = %self.topic,
+                partition = self.index,
+                end_offset
+            );
+            if let Err(e) = self.wait_durable(end_offset).instrument(fsync).await {
                 // The partition logs when its writes start and stop failing.
                 debug!(partition = %self.name(), error = %e, "fsync before acks=all answer failed");
                 return Err(Refusal::new(
@@ -392,7 +399,15 @@ impl Partition {
                 ));
             }
         }
+        let replication = tracing::debug_span!(
+            target: crate::trace::TARGET,
+            "replication_wait",
+            topic = %self.topic,
+            partition = self.index,
+            end_offset
+        );
         self.wait_replicated(end_offset, leader_epoch, deadline)
+            .instrument(replication)
             .await
             .map_err(|code| {
                 info!(partition = %self.name(), end_offset, ?code, "acks=all write appended but not acknowledged");

@@ -28,6 +28,7 @@ pub mod partitions;
 pub mod process;
 pub mod requests;
 pub mod topics;
+pub mod traces;
 
 pub use prometheus_client;
 pub use prometheus_client::collector::Collector;
@@ -77,6 +78,7 @@ impl Metrics {
         let groups = coordinators::GroupMeters::register(&mut registry);
         let txns = coordinators::TxnMeters::register(&mut registry);
         registry.register_collector(Box::new(process::ProcessCollector::new()));
+        registry.register_collector(Box::new(traces::TraceExportCollector));
         Metrics {
             registry,
             requests,

@@ -1,33 +1,44 @@
-//! The process's log: human-readable lines by default, JSON lines with
-//! `log_format = "json"` (each line carries its event's fields and every
-//! enclosing span's, so a line names its node, partition, producer and
-//! transactional id), and openraft's warnings and errors held to one line
-//! per call site per [`OPENRAFT_WINDOW`].
+//! The process's log and trace layers: human-readable lines by default,
+//! JSON lines with `log_format = "json"` (each line carries its event's
+//! fields and every enclosing span's, so a line names its node, partition,
+//! producer and transactional id); openraft's warnings and errors held to
+//! one line per call site per [`OPENRAFT_WINDOW`]; and, when traces are on
+//! (`crate::traces`), the spans of `samsa_broker::trace::TARGET` handed to
+//! OpenTelemetry.
 //!
-//! Logging starts before the configuration is read (its own warnings are
-//! logged), so the format is switched once it is known
-//! ([`use_format`]): lines logged before that are text.
+//! `samsa server` and `samsa dev` install the layers once their
+//! configuration is known (nothing logs before that: what the
+//! configuration itself has to say is logged after [`init`]); every other
+//! command installs text lines at once.
 //!
 //! Why limit openraft: while one voter is down, openraft's leader logs an
 //! ERROR or WARN for every replication attempt to it and every heartbeat —
 //! one line per metadata write and two every 500 ms — so a failure's own
 //! lines scroll away. Each call site now speaks at most once a window and
 //! reports how many lines it held back when it speaks again.
+//!
+//! Why a filter of its own for traces: the log's filter (`RUST_LOG`) keeps
+//! INFO, and a trace wants the DEBUG spans of appends, fsyncs and
+//! replication waits without their lines in the log; the long-lived
+//! connection and node spans stay out of traces, so each request's span is
+//! the root of its own trace.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use opentelemetry_sdk::trace::SdkTracer;
 use samsa_broker::config::LogFormat;
 use tracing::callsite::Identifier;
+use tracing::level_filters::LevelFilter;
 use tracing::subscriber::Interest;
 use tracing::{Level, Metadata};
 use tracing_subscriber::layer::{Context, Filter, SubscriberExt};
 use tracing_subscriber::registry::Registry;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{reload, EnvFilter, Layer};
+use tracing_subscriber::{EnvFilter, Layer};
 
 /// The filter when `RUST_LOG` is unset (or invalid): `info` for samsa,
 /// with openraft's per-RPC chatter at `warn`.
@@ -38,8 +49,7 @@ pub const OPENRAFT_WINDOW: Duration = Duration::from_secs(10);
 
 type FormatLayer = Box<dyn Layer<Registry> + Send + Sync>;
 
-static FORMAT: OnceLock<reload::Handle<FormatLayer, Registry>> = OnceLock::new();
-/// Whether lines are JSON now.
+/// Whether lines are JSON.
 static JSON: AtomicBool = AtomicBool::new(false);
 
 fn format_layer(format: LogFormat) -> FormatLayer {
@@ -54,9 +64,9 @@ fn format_layer(format: LogFormat) -> FormatLayer {
     }
 }
 
-/// Installs the process's subscriber: text lines on stderr until
-/// [`use_format`] says otherwise.
-pub fn init() {
+/// Installs the process's subscriber: lines in `format` on stderr, and the
+/// trace spans to `tracer` if traces are on. Once per process.
+pub fn init(format: LogFormat, tracer: Option<SdkTracer>) {
     let filter = match EnvFilter::try_from_default_env() {
         Ok(filter) => filter,
         Err(err) => {
@@ -68,27 +78,55 @@ pub fn init() {
             EnvFilter::new(DEFAULT_LOG_FILTER)
         }
     };
-    let (format, handle) = reload::Layer::new(format_layer(LogFormat::Text));
-    let _ = FORMAT.set(handle);
+    JSON.store(format == LogFormat::Json, Ordering::Relaxed);
+    let lines = format_layer(format)
+        .with_filter(OpenraftLimit::default())
+        .with_filter(filter);
+    let traces = tracer.map(|tracer| {
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            // What a span carries is its own fields; the source location,
+            // thread and busy/idle times would cost every span for little.
+            .with_location(false)
+            .with_threads(false)
+            .with_target(false)
+            .with_tracked_inactivity(false)
+            // Context crosses nodes from the span itself
+            // (`samsa_broker::trace::inject`); nothing reads the ambient
+            // OpenTelemetry context.
+            .with_context_activation(false)
+            .with_filter(TraceSpans)
+    });
     tracing_subscriber::registry()
-        .with(
-            format
-                .with_filter(OpenraftLimit::default())
-                .with_filter(filter),
-        )
+        .with(lines)
+        .with(traces)
         .init();
 }
 
-/// Switches the log to `format` from the next line on.
-pub fn use_format(format: LogFormat) {
-    if format == LogFormat::Text {
-        return;
+/// Admits the spans of `samsa_broker::trace::TARGET` and nothing else.
+struct TraceSpans;
+
+impl TraceSpans {
+    fn admits(meta: &Metadata<'_>) -> bool {
+        meta.is_span() && meta.target() == samsa_broker::trace::TARGET
     }
-    if let Some(handle) = FORMAT.get() {
-        match handle.reload(format_layer(format)) {
-            Ok(()) => JSON.store(format == LogFormat::Json, Ordering::Relaxed),
-            Err(e) => eprintln!("warning: cannot switch the log format: {e}"),
+}
+
+impl<S> Filter<S> for TraceSpans {
+    fn enabled(&self, meta: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
+        Self::admits(meta)
+    }
+
+    fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
+        if Self::admits(meta) {
+            Interest::always()
+        } else {
+            Interest::never()
         }
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(LevelFilter::DEBUG)
     }
 }
 

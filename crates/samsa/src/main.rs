@@ -11,6 +11,7 @@ mod config;
 mod dev;
 mod logging;
 mod server;
+mod traces;
 
 use std::process::ExitCode;
 
@@ -88,7 +89,10 @@ enum Command {
 fn main() -> ExitCode {
     alloc_guard::keep_large_buffers_in_the_heap();
     let cli = Cli::parse();
-    logging::init();
+    // A broker's log and traces follow its configuration (`server`).
+    if !matches!(cli.command, Command::Server(_) | Command::Dev(_)) {
+        logging::init(samsa_broker::config::LogFormat::Text, None);
+    }
 
     // dump-log reads files synchronously and needs no runtime (nor its threads).
     if let Command::DumpLog(args) = cli.command {

@@ -17,6 +17,7 @@ use samsa_broker::BrokerConfig;
 use samsa_tools::signals;
 
 use crate::config;
+use crate::traces::Traces;
 
 #[derive(Debug, Args)]
 pub struct ServerArgs {
@@ -107,7 +108,13 @@ pub async fn run_server(args: ServerArgs) -> Result<ExitCode> {
     }
     let cfg = config::apply_overrides(cfg, &args.set)?;
     let cfg = config::expand_hostname(cfg)?;
-    crate::logging::use_format(cfg.log_format);
+    // The printed configuration is all `--print-config` does: no exporter.
+    let traces = if args.print_config {
+        crate::logging::init(cfg.log_format, None);
+        None
+    } else {
+        start_logging(&cfg)?
+    };
     for ignored in ignored_variables {
         tracing::warn!(
             variable = %ignored.variable,
@@ -122,11 +129,27 @@ pub async fn run_server(args: ServerArgs) -> Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    run_broker(cfg).await
+    run_broker(cfg, traces).await
+}
+
+/// Installs the log and, when `otlp_endpoint` is set, the trace exporter.
+fn start_logging(cfg: &BrokerConfig) -> Result<Option<Traces>> {
+    let (traces, tracer) = match Traces::start(cfg) {
+        Ok(Some((traces, tracer))) => (Some(traces), Some(tracer)),
+        Ok(None) => (None, None),
+        Err(err) => {
+            crate::logging::init(cfg.log_format, None);
+            return Err(err);
+        }
+    };
+    crate::logging::init(cfg.log_format, tracer);
+    Ok(traces)
 }
 
 pub async fn run_dev(args: DevArgs) -> Result<ExitCode> {
     if args.nodes > 1 {
+        // The supervisor's own lines; each node logs as its configuration says.
+        crate::logging::init(samsa_broker::config::LogFormat::Text, None);
         let configs = dev_cluster_configs(&args)?;
         return crate::dev::run_cluster(configs, args.restart_killed).await;
     }
@@ -148,7 +171,7 @@ pub async fn run_dev(args: DevArgs) -> Result<ExitCode> {
         &["listen", "advertised_listener", "data_dir", "http_listen"],
     );
     let cfg = config::apply_overrides(cfg, &args.set)?;
-    crate::logging::use_format(cfg.log_format);
+    let traces = start_logging(&cfg)?;
 
     // Fail before the banner if the port is taken, with a hint; the broker
     // would report the same, but after the banner has told the user it runs.
@@ -166,7 +189,7 @@ pub async fn run_dev(args: DevArgs) -> Result<ExitCode> {
         cfg.node_id,
         format!("{host}:{port}"),
     )]));
-    let outcome = run_broker(cfg).await;
+    let outcome = run_broker(cfg, traces).await;
     ready.abort();
     outcome
 }
@@ -199,7 +222,7 @@ fn dev_presets(mut cfg: BrokerConfig, nodes: u16, set_by_dev: &[&str]) -> Broker
     cfg
 }
 
-async fn run_broker(cfg: BrokerConfig) -> Result<ExitCode> {
+async fn run_broker(cfg: BrokerConfig, traces: Option<Traces>) -> Result<ExitCode> {
     let shutdown = signals::shutdown_signal()?;
     let (host, port) = cfg.advertised_host_port();
     tracing::info!(
@@ -212,9 +235,11 @@ async fn run_broker(cfg: BrokerConfig) -> Result<ExitCode> {
     );
     // BrokerError's Display already carries its cause (e.g. the bind error),
     // so it is taken as the whole message rather than walking its chain.
-    samsa_broker::run(cfg, shutdown)
-        .await
-        .map_err(|err| anyhow!("broker failed: {err}"))?;
+    let outcome = samsa_broker::run(cfg, shutdown).await;
+    if let Some(traces) = traces {
+        traces.stop().await;
+    }
+    outcome.map_err(|err| anyhow!("broker failed: {err}"))?;
     tracing::info!("samsa broker stopped cleanly");
     Ok(ExitCode::SUCCESS)
 }

@@ -272,6 +272,7 @@ impl<C: Hosted> Runtime<C> {
     /// process (a request may read its answer from it first).
     pub(crate) async fn write(&self, broker: &Broker, write: Write) -> C::Step {
         let span = tracing::info_span!(
+            target: crate::trace::TARGET,
             "coordinator_write",
             kind = C::KIND,
             owner = %write.owner,

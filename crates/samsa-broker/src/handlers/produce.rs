@@ -452,6 +452,7 @@ async fn verify_transactions(
             version >= 12,
         )
         .instrument(tracing::debug_span!(
+            target: crate::trace::TARGET,
             "verify_txn",
             transactional_id,
             producer_id,

@@ -305,7 +305,20 @@ impl Partition {
         )
             -> Result<Result<AppendInfo, PartitionError>, samsa_storage::StorageError>,
     ) -> Result<LeaderAppend, PartitionError> {
+        let span = tracing::debug_span!(
+            target: crate::trace::TARGET,
+            "append",
+            topic = %self.topic,
+            partition = self.index,
+            base_offset = tracing::field::Empty,
+            last_offset = tracing::field::Empty,
+        )
+        .entered();
         let result = self.leader_append_unrecorded(write);
+        if let Ok(appended) = &result {
+            span.record("base_offset", appended.info.base_offset);
+            span.record("last_offset", appended.info.last_offset);
+        }
         self.note_write(&result);
         result
     }

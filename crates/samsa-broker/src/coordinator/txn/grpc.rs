@@ -65,6 +65,7 @@ impl TxnService for TxnGrpc {
         request: Request<WriteTxnMarkersRequest>,
     ) -> Result<Response<WriteTxnMarkersResponse>, Status> {
         let broker = self.broker()?;
+        let metadata = request.metadata().clone();
         let req = request.into_inner();
         let producer_epoch = i16::try_from(req.producer_epoch)
             .map_err(|_| Status::invalid_argument("producer epoch out of range"))?;
@@ -80,11 +81,14 @@ impl TxnService for TxnGrpc {
             .map(|p| TopicPartition::new(p.topic, p.partition))
             .collect();
         let span = tracing::info_span!(
+            target: crate::trace::TARGET,
             "write_txn_markers",
+            otel.kind = "server",
             producer_id = req.producer_id,
             producer_epoch,
             commit = req.commit
         );
+        crate::trace::follow_remote(&span, &metadata);
         let results = write_markers(&broker, marker, &partitions)
             .instrument(span)
             .await;
@@ -98,6 +102,7 @@ impl TxnService for TxnGrpc {
         request: Request<AddPartitionsToTxnRequest>,
     ) -> Result<Response<AddPartitionsToTxnResponse>, Status> {
         let broker = self.broker()?;
+        let metadata = request.metadata().clone();
         let req = request.into_inner();
         let producer_epoch = i16::try_from(req.producer_epoch)
             .map_err(|_| Status::invalid_argument("producer epoch out of range"))?;
@@ -106,7 +111,15 @@ impl TxnService for TxnGrpc {
             .into_iter()
             .map(|p| TopicPartition::new(p.topic, p.partition))
             .collect();
-        let span = tracing::info_span!("verify_txn", transactional_id = %req.transactional_id, producer_id = req.producer_id, producer_epoch);
+        let span = tracing::info_span!(
+            target: crate::trace::TARGET,
+            "verify_txn",
+            otel.kind = "server",
+            transactional_id = %req.transactional_id,
+            producer_id = req.producer_id,
+            producer_epoch
+        );
+        crate::trace::follow_remote(&span, &metadata);
         let results = add_partitions_local(
             &broker,
             &req.transactional_id,

@@ -6,7 +6,7 @@
 //!   acks=all, like a produce. Used by the coordinator on this broker, by
 //!   the `TxnService.WriteTxnMarkers` gRPC of other coordinators, and by
 //!   Kafka's `WriteTxnMarkers` API.
-//! - Coordinator side ([`drive`]): sends a [`WriteMarkers`] effect's markers
+//! - Coordinator side ([`spawn_drive`]): sends a [`WriteMarkers`] effect's markers
 //!   to the current leader of every partition, grouped by broker, and
 //!   retries the partitions that fail retriably (looking the leader up again
 //!   each round) until all are written; then `markers_written` and its
@@ -89,19 +89,23 @@ pub async fn write_markers(
     results
 }
 
-/// Coordinator side: see the module docs.
-pub(crate) async fn drive(broker: Arc<Broker>, markers: WriteMarkers) {
+/// Coordinator side, on a task of its own: see the module docs. Its span
+/// is made where the markers are decided, so that a trace that ended the
+/// transaction (EndTxn, or a timeout's abort) goes on through them: the
+/// new task has only that span entered, not the request's.
+pub(crate) fn spawn_drive(broker: Arc<Broker>, markers: WriteMarkers) {
     let span = tracing::info_span!(
+        target: crate::trace::TARGET,
         "txn_markers",
         transactional_id = %markers.transactional_id,
         producer_id = markers.producer_id,
         producer_epoch = markers.producer_epoch,
         commit = markers.result.is_commit()
     );
-    drive_inner(&broker, &markers).instrument(span).await
+    tokio::spawn(async move { drive(&broker, &markers).instrument(span).await });
 }
 
-async fn drive_inner(broker: &Broker, m: &WriteMarkers) {
+async fn drive(broker: &Broker, m: &WriteMarkers) {
     if write_every_marker(broker, m).await {
         complete_transaction(broker, m).await;
     }
@@ -141,12 +145,22 @@ async fn write_every_marker(broker: &Broker, m: &WriteMarkers) -> bool {
             }
         }
         let me = broker.config.node_id;
-        let sends = by_leader.into_iter().map(|(leader, parts)| async move {
-            if leader == me {
-                write_markers(broker, marker, &parts).await
-            } else {
-                send_remote(broker, leader, marker, &parts).await
+        let sends = by_leader.into_iter().map(|(leader, parts)| {
+            let span = tracing::debug_span!(
+                target: crate::trace::TARGET,
+                "marker_write",
+                otel.kind = if leader == me { "internal" } else { "client" },
+                leader,
+                partitions = parts.len()
+            );
+            async move {
+                if leader == me {
+                    write_markers(broker, marker, &parts).await
+                } else {
+                    send_remote(broker, leader, marker, &parts).await
+                }
             }
+            .instrument(span)
         });
         for (tp, error) in join_all(sends).await.into_iter().flatten() {
             match error {
@@ -239,6 +253,7 @@ async fn send_remote(
             .collect(),
     });
     request.set_timeout(RPC_TIMEOUT);
+    crate::trace::inject(&mut request);
     match client.write_txn_markers(request).await {
         Ok(response) => response
             .into_inner()

@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use samsa_proto::txn::txn_service_client::TxnServiceClient;
 use tokio::sync::watch;
 use tonic::transport::Channel;
-use tracing::{warn, Instrument};
+use tracing::warn;
 
 use super::{CoordinatorResponse, Effect, Outcome, TxnConfig, TxnCoordinator, TxnStep};
 use crate::coordinator::placement::TRANSACTION_STATE_TOPIC;
@@ -85,7 +85,7 @@ impl Hosted for TxnCoordinator {
         for effect in step.effects {
             match effect {
                 Effect::WriteMarkers(m) => {
-                    tokio::spawn(super::markers::drive(Arc::clone(&broker), m).in_current_span());
+                    super::markers::spawn_drive(Arc::clone(&broker), m);
                 }
             }
         }

@@ -96,6 +96,7 @@ pub async fn verify_partitions(
             .collect(),
     });
     request.set_timeout(RPC_TIMEOUT);
+    crate::trace::inject(&mut request);
     match client.add_partitions_to_txn(request).await {
         Ok(response) => Ok(response
             .into_inner()
