@@ -200,6 +200,20 @@ fn partition_coordinator_controller_and_process_figures_follow_a_known_workload(
         ),
         1
     );
+    // One partition, one marker; one transactional producer, one block.
+    assert_eq!(value("samsa_transaction_markers_written_total"), 1);
+    assert_eq!(value("samsa_transaction_markers_pending"), 0);
+    assert_eq!(value("samsa_producer_ids_allocated_total"), 1);
+    assert_eq!(value("samsa_producer_id_blocks_total"), 1);
+    let total = value("samsa_log_dir_total_bytes");
+    let usable = value("samsa_log_dir_usable_bytes");
+    assert!(
+        total > 0 && (0..=total).contains(&usable),
+        "{total} {usable}"
+    );
+    // Traces are off: nothing exported, nothing lost.
+    assert_eq!(value("samsa_trace_spans_exported_total"), 0);
+    assert_eq!(value("samsa_trace_spans_lost_total"), 0);
     assert!(value("process_open_fds") > 10);
     assert!(value("process_resident_memory_bytes") > 1 << 20);
     assert!(value("samsa_tokio_workers") >= 1);
@@ -208,4 +222,56 @@ fn partition_coordinator_controller_and_process_figures_follow_a_known_workload(
         "{page}"
     );
     assert!(page.contains("\nprocess_cpu_seconds_total "), "{page}");
+}
+
+/// A sample's value as a float (ages and durations are fractional).
+fn float_metric(page: &str, key: &str) -> Option<f64> {
+    page.lines().find_map(|line| {
+        let (k, v) = line.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok())?
+    })
+}
+
+/// The metadata snapshot's age: on every node once snapshots are written
+/// (built by each controller), and still known after a SIGKILL and restart
+/// (the time is stored with the snapshot).
+#[test]
+fn raft_snapshot_age_follows_the_snapshots_written() {
+    use samsa_tests::cluster::SamsaCluster;
+
+    const AGE: &str = "samsa_raft_snapshot_age_seconds";
+    let mut cluster = SamsaCluster::start(3, &["metadata_snapshot_interval_entries=5"]);
+    let page_of = |cluster: &SamsaCluster, id: i32| {
+        let (status, body) =
+            http_get(cluster.node(id).http_addr(), "/metrics").expect("GET /metrics");
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    // Every topic created is a metadata record: enough for a snapshot.
+    let mut client = cluster.client(1);
+    for i in 0..8 {
+        client
+            .create_topic(&unique_topic(&format!("snapshot-{i}")), 1)
+            .unwrap();
+    }
+    let ages: Vec<f64> = (1..=3)
+        .map(|id| {
+            wait_until(
+                "a metadata snapshot on every node",
+                Duration::from_secs(60),
+                || float_metric(&page_of(&cluster, id), AGE),
+            )
+        })
+        .collect();
+    for age in &ages {
+        assert!((0.0..60.0).contains(age), "{ages:?}");
+    }
+    let index_before = metric(&page_of(&cluster, 3), "samsa_raft_snapshot_index").unwrap();
+    cluster.sigkill(3);
+    cluster.restart(3);
+    let page = page_of(&cluster, 3);
+    let age =
+        float_metric(&page, AGE).unwrap_or_else(|| panic!("{AGE} gone after a restart:\n{page}"));
+    assert!((0.0..120.0).contains(&age), "{age}");
+    assert!(metric(&page, "samsa_raft_snapshot_index").unwrap() >= index_before);
 }

@@ -9,6 +9,7 @@
 //! whose blocks are committed to the metadata log before they are handed out.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use futures::future::BoxFuture;
@@ -122,6 +123,18 @@ impl ProducerIdBlockSource for LocalProducerIdBlockSource {
 pub struct ProducerIdManager {
     source: Box<dyn ProducerIdBlockSource>,
     current: tokio::sync::Mutex<Option<(i64, i64)>>, // (next id, end exclusive)
+    /// Blocks obtained and ids handed out since start (`/metrics`).
+    blocks: AtomicU64,
+    ids: AtomicU64,
+}
+
+/// What [`ProducerIdManager::figures`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerIdFigures {
+    /// Blocks obtained from the source since start.
+    pub blocks: u64,
+    /// Producer ids handed out since start.
+    pub ids: u64,
 }
 
 impl ProducerIdManager {
@@ -129,7 +142,22 @@ impl ProducerIdManager {
         ProducerIdManager {
             source,
             current: tokio::sync::Mutex::new(None),
+            blocks: AtomicU64::new(0),
+            ids: AtomicU64::new(0),
         }
+    }
+
+    pub fn figures(&self) -> ProducerIdFigures {
+        ProducerIdFigures {
+            blocks: self.blocks.load(Ordering::Relaxed),
+            ids: self.ids.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn allocate_block(&self) -> Result<ProducerIdBlock, ProducerIdError> {
+        let block = self.source.allocate_block().await?;
+        self.blocks.fetch_add(1, Ordering::Relaxed);
+        Ok(block)
     }
 
     /// An id from the block already held, without waiting: `None` when the
@@ -141,6 +169,7 @@ impl ProducerIdManager {
         match *current {
             Some((next, end)) if next < end => {
                 *current = Some((next + 1, end));
+                self.ids.fetch_add(1, Ordering::Relaxed);
                 Some(next)
             }
             _ => None,
@@ -153,7 +182,7 @@ impl ProducerIdManager {
         if matches!(*current, Some((next, end)) if next < end) {
             return Ok(());
         }
-        let block = self.source.allocate_block().await?;
+        let block = self.allocate_block().await?;
         *current = Some((block.first, block.end()));
         Ok(())
     }
@@ -163,11 +192,13 @@ impl ProducerIdManager {
         match *current {
             Some((next, end)) if next < end => {
                 *current = Some((next + 1, end));
+                self.ids.fetch_add(1, Ordering::Relaxed);
                 Ok(next)
             }
             _ => {
-                let block = self.source.allocate_block().await?;
+                let block = self.allocate_block().await?;
                 *current = Some((block.first + 1, block.end()));
+                self.ids.fetch_add(1, Ordering::Relaxed);
                 Ok(block.first)
             }
         }

@@ -52,7 +52,7 @@ use crate::logic::{ControllerLogic, LogicConfig};
 use crate::network::{GrpcNetworkFactory, RaftRpcServer, MAX_MESSAGE_BYTES};
 use crate::quorum::ReplicationClock;
 use crate::service::{ControllerCore, ControllerGrpc};
-use crate::store::{keys, open_sled, RaftStore, StoreError};
+use crate::store::{keys, open_sled, RaftStore, StateMachineStore, StoreError};
 use crate::{NodeId, TypeConfig};
 
 /// A controller's view of the Raft quorum at one moment.
@@ -68,15 +68,26 @@ pub struct RaftFigures {
     pub last_applied: Option<u64>,
     /// Index the last snapshot covers.
     pub snapshot_index: Option<u64>,
+    /// When the last snapshot was written (ms since the epoch), if known.
+    pub snapshot_written_at_ms: Option<i64>,
 }
 
 /// Follows a controller's [`RaftFigures`].
-#[derive(Debug, Clone)]
-pub struct RaftFiguresWatch(watch::Receiver<openraft::RaftMetrics<NodeId, BasicNode>>);
+#[derive(Clone)]
+pub struct RaftFiguresWatch {
+    metrics: watch::Receiver<openraft::RaftMetrics<NodeId, BasicNode>>,
+    state_machine: StateMachineStore,
+}
+
+impl std::fmt::Debug for RaftFiguresWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftFiguresWatch").finish_non_exhaustive()
+    }
+}
 
 impl RaftFiguresWatch {
     pub fn now(&self) -> RaftFigures {
-        let m = self.0.borrow();
+        let m = self.metrics.borrow();
         RaftFigures {
             leading: m.state == openraft::ServerState::Leader && m.current_leader == Some(m.id),
             leader: m.current_leader,
@@ -84,12 +95,13 @@ impl RaftFiguresWatch {
             last_log_index: m.last_log_index,
             last_applied: m.last_applied.map(|l| l.index),
             snapshot_index: m.snapshot.map(|l| l.index),
+            snapshot_written_at_ms: self.state_machine.snapshot_written_at_ms(),
         }
     }
 
     /// Waits for the figures to change; `Err` once the controller stopped.
     pub async fn changed(&mut self) -> Result<(), watch::error::RecvError> {
-        self.0.changed().await
+        self.metrics.changed().await
     }
 }
 
@@ -494,7 +506,10 @@ impl ControllerNode {
     /// This node's view of the quorum, as `/metrics` reports it; follow
     /// it with [`RaftFiguresWatch::changed`].
     pub fn raft_figures(&self) -> RaftFiguresWatch {
-        RaftFiguresWatch(self.core.raft().metrics())
+        RaftFiguresWatch {
+            metrics: self.core.raft().metrics(),
+            state_machine: self.core.state_machine().clone(),
+        }
     }
 
     /// This node's current metadata image (committed state only).

@@ -40,6 +40,7 @@ use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
@@ -471,6 +472,9 @@ struct SmInner {
 
 struct SmShared {
     inner: Mutex<SmInner>,
+    /// When the last snapshot was written here (ms since the epoch), -1
+    /// if none or a snapshot written before samsa recorded the time.
+    snapshot_written_at_ms: AtomicI64,
     image_tx: watch::Sender<Arc<MetadataImage>>,
     events: broadcast::Sender<FeedEvent>,
     cluster_id: watch::Sender<Option<String>>,
@@ -486,9 +490,19 @@ pub struct StateMachineStore {
 #[derive(Serialize, Deserialize)]
 struct StoredSnapshotMeta {
     meta: SnapshotMeta<NodeId, BasicNode>,
+    /// Wall-clock time of the write (ms since the epoch): the snapshot's
+    /// age on `/metrics`. Absent in snapshots of older samsa versions.
+    #[serde(default)]
+    written_at_ms: Option<i64>,
 }
 
 impl StateMachineStore {
+    /// When the last snapshot was written (ms since the epoch), if known.
+    pub fn snapshot_written_at_ms(&self) -> Option<i64> {
+        let at = self.shared.snapshot_written_at_ms.load(Ordering::Relaxed);
+        (at >= 0).then_some(at)
+    }
+
     /// Opens the state machine, starting from the last snapshot if any.
     pub fn open(store: Arc<dyn RaftStore>) -> Result<Self, StoreError> {
         let mut inner = SmInner {
@@ -498,7 +512,9 @@ impl StateMachineStore {
             history: VecDeque::new(),
             history_floor: 0,
         };
-        if let Some((meta, data)) = read_snapshot(&*store)? {
+        let mut snapshot_written_at_ms = -1;
+        if let Some((meta, data, written_at_ms)) = read_snapshot(&*store)? {
+            snapshot_written_at_ms = written_at_ms.unwrap_or(-1);
             let image: MetadataImage = serde_json::from_slice(&data)
                 .map_err(|e| StoreError::Corrupt(format!("snapshot image: {e}")))?;
             inner.last_applied = meta.last_log_id;
@@ -520,6 +536,7 @@ impl StateMachineStore {
         Ok(Self {
             shared: Arc::new(SmShared {
                 inner: Mutex::new(inner),
+                snapshot_written_at_ms: AtomicI64::new(snapshot_written_at_ms),
                 image_tx,
                 events,
                 cluster_id,
@@ -595,8 +612,9 @@ impl StateMachineStore {
     }
 }
 
-/// A snapshot as stored: openraft's meta and the image's JSON.
-type StoredSnapshot = (SnapshotMeta<NodeId, BasicNode>, Vec<u8>);
+/// A snapshot as stored: openraft's meta, the image's JSON, and when it
+/// was written (if recorded).
+type StoredSnapshot = (SnapshotMeta<NodeId, BasicNode>, Vec<u8>, Option<i64>);
 
 fn read_snapshot(store: &dyn RaftStore) -> Result<Option<StoredSnapshot>, StoreError> {
     let Some(meta) = get_json::<StoredSnapshotMeta>(store, keys::SNAPSHOT_META)? else {
@@ -605,17 +623,28 @@ fn read_snapshot(store: &dyn RaftStore) -> Result<Option<StoredSnapshot>, StoreE
     let data = store
         .get_meta(keys::SNAPSHOT_DATA)?
         .ok_or_else(|| StoreError::Corrupt("snapshot meta without data".into()))?;
-    Ok(Some((meta.meta, data)))
+    Ok(Some((meta.meta, data, meta.written_at_ms)))
+}
+
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 async fn write_snapshot(
+    shared: &SmShared,
     store: &Arc<dyn RaftStore>,
     meta: &SnapshotMeta<NodeId, BasicNode>,
     data: &[u8],
 ) -> StorageResult<()> {
     let sig = || Some(meta.signature());
-    let meta_bytes = to_json(&StoredSnapshotMeta { meta: meta.clone() })
-        .map_err(|e| StorageIOError::write_snapshot(sig(), &e))?;
+    let written_at_ms = wall_clock_ms();
+    let meta_bytes = to_json(&StoredSnapshotMeta {
+        meta: meta.clone(),
+        written_at_ms: Some(written_at_ms),
+    })
+    .map_err(|e| StorageIOError::write_snapshot(sig(), &e))?;
     store
         .put_meta(&[
             (keys::SNAPSHOT_META, &meta_bytes),
@@ -625,6 +654,9 @@ async fn write_snapshot(
     flush_blocking(store)
         .await
         .map_err(|e| StorageIOError::write_snapshot(sig(), &e))?;
+    shared
+        .snapshot_written_at_ms
+        .store(written_at_ms, Ordering::Relaxed);
     Ok(())
 }
 
@@ -649,7 +681,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             last_membership: membership,
             snapshot_id,
         };
-        write_snapshot(&self.store, &meta, &data).await?;
+        write_snapshot(&self.shared, &self.store, &meta, &data).await?;
         tracing::info!(
             offset = image.offset(),
             bytes = data.len(),
@@ -751,7 +783,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let data = snapshot.into_inner();
         let image: MetadataImage = serde_json::from_slice(&data)
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
-        write_snapshot(&self.store, meta, &data).await?;
+        write_snapshot(&self.shared, &self.store, meta, &data).await?;
         {
             let mut inner = self.lock();
             inner.last_applied = meta.last_log_id;
@@ -768,7 +800,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
         let snapshot =
             read_snapshot(&*self.store).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        Ok(snapshot.map(|(meta, data)| Snapshot {
+        Ok(snapshot.map(|(meta, data, _)| Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),
         }))

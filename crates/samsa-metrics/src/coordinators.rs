@@ -9,6 +9,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -59,6 +60,8 @@ pub struct TxnMeters {
     ended: Family<OutcomeLabels, Counter>,
     end_seconds: HistogramFamily<OutcomeLabels>,
     timed_out: Counter,
+    markers_pending: Gauge,
+    markers_written: Counter,
 }
 
 impl GroupMeters {
@@ -105,6 +108,8 @@ impl TxnMeters {
             ended: Family::default(),
             end_seconds: HistogramFamily::new_with_constructor(latency_histogram as _),
             timed_out: Counter::default(),
+            markers_pending: Gauge::default(),
+            markers_written: Counter::default(),
         };
         registry.register(
             "samsa_transactions_ended",
@@ -121,7 +126,28 @@ impl TxnMeters {
             "Transactions this broker's coordinator aborted because they passed their transaction timeout",
             meters.timed_out.clone(),
         );
+        registry.register(
+            "samsa_transaction_markers_pending",
+            "Partitions whose COMMIT/ABORT marker this broker's coordinator has decided but not yet seen written (Kafka: TransactionMarkerChannelManager queue sizes)",
+            meters.markers_pending.clone(),
+        );
+        registry.register(
+            "samsa_transaction_markers_written",
+            "COMMIT/ABORT markers this broker's coordinator saw written, one per partition and transaction",
+            meters.markers_written.clone(),
+        );
         meters
+    }
+
+    /// Markers for `partitions` partitions are to be written; they stay
+    /// pending until [`PendingMarkers::written`] or the guard is dropped.
+    pub fn markers_pending(&self, partitions: usize) -> PendingMarkers {
+        self.markers_pending.inc_by(partitions as i64);
+        PendingMarkers {
+            pending: self.markers_pending.clone(),
+            written: self.markers_written.clone(),
+            left: partitions,
+        }
     }
 
     /// A transaction ended with `outcome`, `millis` after it was decided.
@@ -135,6 +161,41 @@ impl TxnMeters {
 
     pub fn timed_out(&self) {
         self.timed_out.inc();
+    }
+}
+
+/// A transaction's markers not yet written; those left stop counting as
+/// pending when dropped (written, or given up because fenced or no longer
+/// coordinated).
+#[derive(Debug)]
+pub struct PendingMarkers {
+    pending: Gauge,
+    written: Counter,
+    left: usize,
+}
+
+impl PendingMarkers {
+    /// One partition's marker was written.
+    pub fn written(&mut self) {
+        if self.left > 0 {
+            self.left -= 1;
+            self.pending.dec();
+            self.written.inc();
+        }
+    }
+
+    /// One partition needs no marker after all (its topic is gone).
+    pub fn not_needed(&mut self) {
+        if self.left > 0 {
+            self.left -= 1;
+            self.pending.dec();
+        }
+    }
+}
+
+impl Drop for PendingMarkers {
+    fn drop(&mut self) {
+        self.pending.dec_by(self.left as i64);
     }
 }
 
@@ -154,6 +215,9 @@ mod tests {
         txns.ended(Outcome::Abort, 30);
         txns.ended(Outcome::Commit, 10);
         txns.timed_out();
+        let mut markers = txns.markers_pending(3);
+        markers.written();
+        let other = txns.markers_pending(2);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for expected in [
@@ -163,8 +227,18 @@ mod tests {
             "samsa_transactions_ended_total{outcome=\"commit\"} 2\n",
             "samsa_transactions_ended_total{outcome=\"abort\"} 1\n",
             "samsa_transactions_timed_out_total 1\n",
+            "samsa_transaction_markers_pending 4\n",
+            "samsa_transaction_markers_written_total 1\n",
         ] {
             assert!(text.contains(expected), "{expected} missing in\n{text}");
         }
+        drop(markers);
+        drop(other);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("samsa_transaction_markers_pending 0\n"),
+            "{text}"
+        );
     }
 }

@@ -60,6 +60,7 @@ fn index(i: Option<u64>) -> i64 {
 
 pub(super) fn encode(
     view: Option<&ControllerView>,
+    now_ms: i64,
     out: &mut DescriptorEncoder<'_>,
 ) -> std::fmt::Result {
     let figures = view.map(|v| v.raft.now());
@@ -105,6 +106,14 @@ pub(super) fn encode(
         "samsa_raft_snapshot_index",
         "Index the last Raft snapshot covers, -1 if none",
         figures.map(|f| index(f.snapshot_index)),
+    )?;
+    maybe_gauge(
+        out,
+        "samsa_raft_snapshot_age_seconds",
+        "Seconds since this controller last wrote a metadata snapshot (built or received from the leader); absent before its first",
+        figures
+            .and_then(|f| f.snapshot_written_at_ms)
+            .map(|at| (now_ms - at).max(0) as f64 / 1000.0),
     )?;
     counter(
         out,

@@ -81,8 +81,35 @@ impl Collector for AtScrape {
         };
         let now = now_ms();
         partitions::encode(broker, now, &mut out)?;
-        controller::encode(self.controller.as_deref(), &mut out)?;
+        controller::encode(self.controller.as_deref(), now, &mut out)?;
         coordinators::encode(broker, now, &mut out)?;
+        // DescribeLogDirs' figures: statvfs of the data directory.
+        let space = crate::fsutil::disk_space(&broker.config.data_dir).ok();
+        maybe_gauge(
+            &mut out,
+            "samsa_log_dir_total_bytes",
+            "Size of the file system holding the data directory, in bytes (DescribeLogDirs TotalBytes)",
+            space.map(|(total, _)| i64::try_from(total).unwrap_or(i64::MAX)),
+        )?;
+        maybe_gauge(
+            &mut out,
+            "samsa_log_dir_usable_bytes",
+            "Bytes of the data directory's file system still available to the broker (DescribeLogDirs UsableBytes)",
+            space.map(|(_, usable)| i64::try_from(usable).unwrap_or(i64::MAX)),
+        )?;
+        let producer_ids = broker.producer_ids.figures();
+        counter(
+            &mut out,
+            "samsa_producer_id_blocks",
+            "Blocks of producer ids this broker obtained (from the controller quorum, or its own file on a single node) since start",
+            producer_ids.blocks,
+        )?;
+        counter(
+            &mut out,
+            "samsa_producer_ids_allocated",
+            "Producer ids this broker handed out (InitProducerId) since start",
+            producer_ids.ids,
+        )?;
         let pipelining = &broker.pipelining;
         counter(
             &mut out,

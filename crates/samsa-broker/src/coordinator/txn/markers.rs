@@ -121,6 +121,7 @@ async fn write_every_marker(broker: &Broker, m: &WriteMarkers) -> bool {
         commit: m.result.is_commit(),
     };
     let mut remaining: BTreeSet<TopicPartition> = m.partitions.iter().cloned().collect();
+    let mut pending = broker.metrics.txns.markers_pending(remaining.len());
     let mut backoff = RETRY_MIN;
     let started = std::time::Instant::now();
     while !remaining.is_empty() {
@@ -138,6 +139,7 @@ async fn write_every_marker(broker: &Broker, m: &WriteMarkers) -> bool {
                 None if image.topic(&tp.topic).is_none() && tp.topic != CONSUMER_OFFSETS_TOPIC => {
                     debug!(partition = %tp, "topic is gone; its marker counts as written");
                     remaining.remove(&tp);
+                    pending.not_needed();
                 }
                 None => {}
                 Some(p) if p.leader < 0 => {}
@@ -165,7 +167,9 @@ async fn write_every_marker(broker: &Broker, m: &WriteMarkers) -> bool {
         for (tp, error) in join_all(sends).await.into_iter().flatten() {
             match error {
                 None => {
-                    remaining.remove(&tp);
+                    if remaining.remove(&tp) {
+                        pending.written();
+                    }
                 }
                 Some(ResponseError::InvalidProducerEpoch | ResponseError::ProducerFenced)
                 | Some(ResponseError::TransactionCoordinatorFenced) => {
@@ -176,7 +180,9 @@ async fn write_every_marker(broker: &Broker, m: &WriteMarkers) -> bool {
                     if tp.topic != CONSUMER_OFFSETS_TOPIC
                         && broker.metadata.image().topic(&tp.topic).is_none() =>
                 {
-                    remaining.remove(&tp);
+                    if remaining.remove(&tp) {
+                        pending.not_needed();
+                    }
                 }
                 Some(e) => {
                     if !marker_error_is_retriable(e) {
