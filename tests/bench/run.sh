@@ -56,6 +56,17 @@
 #                                  without the change) against this build,
 #                                  interleaved, METRICS_ROUNDS (default 3)
 #                                  rounds of RECORDS records of RECORD_SIZE
+#   tests/bench/run.sh traces      what OpenTelemetry traces cost: the same
+#                                  produce run with traces off, on with every
+#                                  trace kept, and on keeping 1 in 100, spans
+#                                  exported to a local OTLP receiver
+#                                  (tests/src/bin/otlp_sink.rs), TRACES_ROUNDS
+#                                  (default 3) rounds; TRACES_LINGER_MS (default
+#                                  5) sets the producer's linger.ms: 0 makes
+#                                  many small requests, the most spans per record;
+#                                  TRACES_CLIENT_ARGS adds -X options (e.g.
+#                                  "-X batch.num.messages=1": a request per record
+#                                  and partition)
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
 #   SINGLE_QUICK=1 tests/bench/run.sh   (a)-(c) only: no dd, no 5 GiB (d)
 #                                  (for before/after pairs of one run)
@@ -112,14 +123,14 @@ stop_broker() {
 }
 trap stop_broker EXIT
 
-# start_broker <flush policy toml> : starts samsa, sets $port and $data
+# start_broker <flush policy toml> [server args...] : starts samsa, sets $port and $data
 start_broker() {
     stop_broker
     port=$(free_port)
     data=$bench_dir/data-$port
     rm -rf "$bench_dir" && mkdir -p "$data"
     "$server" server --listen "127.0.0.1:$port" --data-dir "$data" --set "log.flush=$1" \
-        --set http_listen=127.0.0.1:0 \
+        --set http_listen=127.0.0.1:0 "${@:2}" \
         >"$bench_dir/broker.log" 2>&1 &
     broker_pid=$!
     for _ in $(seq 100); do
@@ -351,6 +362,51 @@ if [ "$mode" = metrics ]; then
         done
     done
     stop_broker
+    rm -rf "$bench_dir"
+    exit 0
+fi
+
+if [ "$mode" = traces ]; then
+    rounds=${TRACES_ROUNDS:-3}
+    build_perf_tool
+    sink_bin=$target/release/otlp-sink
+    if [ ! -x "$sink_bin" ]; then
+        (cd "$root" && nice cargo build --release -p samsa-tests --bin otlp-sink >/dev/null)
+    fi
+    tick=$(getconf CLK_TCK)
+    cpu_ms() { awk -v t="$tick" '{ print int(($14 + $15) * 1000 / t) }' "/proc/$broker_pid/stat"; }
+    sink_out=$(mktemp)
+    "$sink_bin" >"$sink_out" &
+    sink_pid=$!
+    trap 'stop_broker; kill "$sink_pid" 2>/dev/null || true; rm -f "$sink_out"' EXIT
+    for _ in $(seq 100); do [ -s "$sink_out" ] && break; sleep 0.1; done
+    endpoint=$(head -1 "$sink_out")
+    spans_now() { awk '/^spans/ { n = $2 } END { print n + 0 }' "$sink_out"; }
+    echo "## tracing cost $(date -u +%Y-%m-%dT%H:%MZ): $records records of $size bytes, acks=all, idempotent, 6 partitions, linger.ms=${TRACES_LINGER_MS:-5} ${TRACES_CLIENT_ARGS:-}; spans to a local OTLP/gRPC receiver"
+    echo
+    echo "| round | traces | records/s | broker CPU µs/record | spans received |"
+    echo "|---|---|---|---|---|"
+    for round in $(seq "$rounds"); do
+        for setting in off 1.0 0.01; do
+            if [ "$setting" = off ]; then
+                start_broker '"every-ack"'
+            else
+                start_broker '"every-ack"' --set "otlp_endpoint=$endpoint" --set "trace_sample_ratio=$setting"
+            fi
+            s0=$(spans_now)
+            c0=$(cpu_ms)
+            # shellcheck disable=SC2086 # TRACES_CLIENT_ARGS is a list of -X options
+            r=$(produce 6 -a -1 -X enable.idempotence=true -X "linger.ms=${TRACES_LINGER_MS:-5}" ${TRACES_CLIENT_ARGS:-})
+            c1=$(cpu_ms)
+            stop_broker # a stopping broker exports what it has queued
+            # The sink's next report counts everything the broker sent.
+            reports=$(wc -l <"$sink_out")
+            while [ "$(wc -l <"$sink_out")" -le "$reports" ]; do sleep 0.1; done
+            s1=$(spans_now)
+            label=$([ "$setting" = off ] && echo off || echo "on, ratio $setting")
+            echo "| $round | $label | ${r% msgs/s} | $(awk -v c=$((c1 - c0)) -v n="$records" 'BEGIN { printf "%.2f", c * 1000 / n }') | $((s1 - s0)) |"
+        done
+    done
     rm -rf "$bench_dir"
     exit 0
 fi

@@ -284,3 +284,52 @@ fn an_otlp_endpoint_that_is_not_http_stops_the_broker_with_a_clear_error() {
     assert!(!output.status.success(), "{output:?}");
     assert!(output.stderr.contains("trace_sample_ratio"), "{output:?}");
 }
+
+/// Sampling (decided before a trace's first span is made): with a ratio of 0 no
+/// request starts a trace (nor do the appends and fsyncs below it), and
+/// with 1 every request does. A stopping node exports what it queued, so
+/// the receiver has everything once the node has exited.
+#[test]
+fn a_sample_ratio_of_0_keeps_no_trace_and_1_keeps_every_one() {
+    use samsa_tests::SamsaNode;
+
+    let run = |ratio: &str| {
+        let receiver = OtlpReceiver::start().unwrap();
+        let endpoint = format!("otlp_endpoint={}", receiver.endpoint());
+        let ratio = format!("trace_sample_ratio={ratio}");
+        let mut node = SamsaNode::start_with(&[&endpoint, &ratio]);
+        let topic = unique_topic("sampled");
+        let mut client = node.client();
+        client.create_topic(&topic, 1).unwrap();
+        for i in 0..20 {
+            let batch = samsa_tests::BatchBuilder::new()
+                .record_kv(format!("k{i}"), "v")
+                .build();
+            let answer = client.produce(&topic, 0, batch, -1).unwrap();
+            assert_eq!(answer.error_code, 0, "{answer:?}");
+        }
+        assert!(node.sigterm_and_wait().success());
+        receiver.spans()
+    };
+    let none = run("0");
+    assert!(none.is_empty(), "ratio 0 exported:\n{}", summary(&none));
+    // Half the requests: whatever is kept is whole, no span without its
+    // parent (an unsampled request's appends and fsyncs are not made).
+    let half = run("0.5");
+    let ids: BTreeSet<&str> = half.iter().map(|s| s.span_id.as_str()).collect();
+    for span in &half {
+        assert!(
+            // A request's span, the root, names its API.
+            span.parent_span_id.is_empty() && span.attribute("api").is_some()
+                || ids.contains(span.parent_span_id.as_str()),
+            "{span:?} has no parent among the spans received:\n{}",
+            summary(&half)
+        );
+    }
+    assert!(half.iter().filter(|s| s.name == "Produce").count() <= 20);
+    let all = run("1");
+    let produces = all.iter().filter(|s| s.name == "Produce").count();
+    let appends = all.iter().filter(|s| s.name == "append").count();
+    assert_eq!(produces, 20, "{}", summary(&all));
+    assert!(appends >= 20, "{}", summary(&all));
+}

@@ -10,6 +10,14 @@
 //! default, and without a trace layer no layer wants them, so they cost a
 //! disabled callsite check (field values are not even computed).
 //!
+//! Sampling is decided when a trace's first span would be made (the trace
+//! layer's filter, `trace_sample_ratio`): one of [`ROOT_SPANS`] with no
+//! kept span above it starts a trace with that probability, a span below a
+//! kept one is kept, a span serving another node's traced call
+//! ([`served_span!`], [`REMOTE_PARENT_FIELD`]) is kept, and any other is
+//! not made. A request not sampled therefore builds no span at all, below
+//! it included.
+//!
 //! Across nodes a span's context travels in the W3C `traceparent` header
 //! of samsa's own gRPC calls ([`inject`] on the caller, [`follow_remote`]
 //! on the callee), through the process's global propagator: the binary
@@ -26,6 +34,51 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The target of every span that belongs to a trace.
 pub const TARGET: &str = "samsa::trace";
+
+/// The spans that may start a trace: a client's request, and the markers
+/// of a transaction the coordinator aborts on its own (a timeout). Every
+/// other trace span exists only below a kept one.
+pub const ROOT_SPANS: [&str; 2] = ["request", "txn_markers"];
+
+/// The field that marks a span serving another node's call within that
+/// node's trace ([`served_span!`]): kept whatever the sampling, because
+/// the caller already decided to keep its trace.
+pub const REMOTE_PARENT_FIELD: &str = "traceparent";
+
+/// The W3C header a traced call carries.
+const TRACEPARENT: &str = "traceparent";
+
+/// Whether an incoming gRPC call carries a trace context.
+pub fn carries_context(metadata: &MetadataMap) -> bool {
+    metadata.contains_key(TRACEPARENT)
+}
+
+/// The span of a gRPC call served for another node: in the caller's trace
+/// (a server span with the caller's `traceparent`) when the call carries
+/// one, otherwise a span for the log alone — a call from an untraced
+/// request must not start a trace of its own.
+macro_rules! served_span {
+    ($metadata:expr, $name:literal, $($fields:tt)*) => {{
+        let metadata: &tonic::metadata::MetadataMap = $metadata;
+        if $crate::trace::carries_context(metadata) {
+            let span = tracing::info_span!(
+                target: $crate::trace::TARGET,
+                $name,
+                otel.kind = "server",
+                traceparent = metadata
+                    .get("traceparent")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default(),
+                $($fields)*
+            );
+            $crate::trace::follow_remote(&span, metadata);
+            span
+        } else {
+            tracing::info_span!($name, $($fields)*)
+        }
+    }};
+}
+pub(crate) use served_span;
 
 /// Writes the current span's trace context into an outgoing gRPC request.
 pub fn inject<T>(request: &mut tonic::Request<T>) {

@@ -36,7 +36,7 @@ use tracing::level_filters::LevelFilter;
 use tracing::subscriber::Interest;
 use tracing::{Level, Metadata};
 use tracing_subscriber::layer::{Context, Filter, SubscriberExt};
-use tracing_subscriber::registry::Registry;
+use tracing_subscriber::registry::{LookupSpan, Registry};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
@@ -64,9 +64,16 @@ fn format_layer(format: LogFormat) -> FormatLayer {
     }
 }
 
+/// Where trace spans go when traces are on.
+pub struct TraceOutput {
+    pub tracer: SdkTracer,
+    /// `trace_sample_ratio`: the share of traces started.
+    pub sample_ratio: f64,
+}
+
 /// Installs the process's subscriber: lines in `format` on stderr, and the
-/// trace spans to `tracer` if traces are on. Once per process.
-pub fn init(format: LogFormat, tracer: Option<SdkTracer>) {
+/// trace spans to `traces` if traces are on. Once per process.
+pub fn init(format: LogFormat, traces: Option<TraceOutput>) {
     let filter = match EnvFilter::try_from_default_env() {
         Ok(filter) => filter,
         Err(err) => {
@@ -82,9 +89,9 @@ pub fn init(format: LogFormat, tracer: Option<SdkTracer>) {
     let lines = format_layer(format)
         .with_filter(OpenraftLimit::default())
         .with_filter(filter);
-    let traces = tracer.map(|tracer| {
+    let traces = traces.map(|output| {
         tracing_opentelemetry::layer()
-            .with_tracer(tracer)
+            .with_tracer(output.tracer)
             // What a span carries is its own fields; the source location,
             // thread and busy/idle times would cost every span for little.
             .with_location(false)
@@ -95,7 +102,9 @@ pub fn init(format: LogFormat, tracer: Option<SdkTracer>) {
             // (`samsa_broker::trace::inject`); nothing reads the ambient
             // OpenTelemetry context.
             .with_context_activation(false)
-            .with_filter(TraceSpans)
+            .with_filter(TraceSpans {
+                sample_ratio: output.sample_ratio,
+            })
     });
     tracing_subscriber::registry()
         .with(lines)
@@ -103,23 +112,48 @@ pub fn init(format: LogFormat, tracer: Option<SdkTracer>) {
         .init();
 }
 
-/// Admits the spans of `samsa_broker::trace::TARGET` and nothing else.
-struct TraceSpans;
+/// Admits the spans of `samsa_broker::trace::TARGET` and nothing else,
+/// and samples there (`samsa_broker::trace`): a span below a kept one is
+/// kept, one serving another node's traced call is kept, a root span
+/// starts a trace with probability `sample_ratio`, and the rest are
+/// dropped (the children of a request not kept). Deciding before the span
+/// exists is what makes an unsampled request cost no span at all.
+struct TraceSpans {
+    sample_ratio: f64,
+}
 
 impl TraceSpans {
-    fn admits(meta: &Metadata<'_>) -> bool {
+    fn is_trace_span(meta: &Metadata<'_>) -> bool {
         meta.is_span() && meta.target() == samsa_broker::trace::TARGET
     }
 }
 
-impl<S> Filter<S> for TraceSpans {
-    fn enabled(&self, meta: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
-        Self::admits(meta)
+impl<S> Filter<S> for TraceSpans
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn enabled(&self, meta: &Metadata<'_>, cx: &Context<'_, S>) -> bool {
+        if !Self::is_trace_span(meta) {
+            return false;
+        }
+        // The context only sees spans this filter kept: a kept ancestor
+        // entered on this thread means the trace is being recorded.
+        if cx.lookup_current().is_some()
+            || meta
+                .fields()
+                .field(samsa_broker::trace::REMOTE_PARENT_FIELD)
+                .is_some()
+        {
+            return true;
+        }
+        samsa_broker::trace::ROOT_SPANS.contains(&meta.name())
+            && (self.sample_ratio >= 1.0 || rand::random::<f64>() < self.sample_ratio)
     }
 
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        if Self::admits(meta) {
-            Interest::always()
+        if Self::is_trace_span(meta) {
+            // Decided per span: it depends on what is entered, and on chance.
+            Interest::sometimes()
         } else {
             Interest::never()
         }

@@ -134,15 +134,15 @@ pub async fn run_server(args: ServerArgs) -> Result<ExitCode> {
 
 /// Installs the log and, when `otlp_endpoint` is set, the trace exporter.
 fn start_logging(cfg: &BrokerConfig) -> Result<Option<Traces>> {
-    let (traces, tracer) = match Traces::start(cfg) {
-        Ok(Some((traces, tracer))) => (Some(traces), Some(tracer)),
+    let (traces, output) = match Traces::start(cfg) {
+        Ok(Some((traces, output))) => (Some(traces), Some(output)),
         Ok(None) => (None, None),
         Err(err) => {
             crate::logging::init(cfg.log_format, None);
             return Err(err);
         }
     };
-    crate::logging::init(cfg.log_format, tracer);
+    crate::logging::init(cfg.log_format, output);
     Ok(traces)
 }
 

@@ -4,10 +4,10 @@
 //! Spans go through the SDK's batch processor (its own thread, a queue of
 //! 2,048 spans, a batch at least every second): a request never waits for
 //! the collector, and when the queue is full spans are dropped, not
-//! requests slowed. Sampling is decided where a trace starts
-//! (`trace_sample_ratio` of the traces a client request starts) and
-//! followed by every span below it, on this node and on the nodes its
-//! context reaches over gRPC. Every span carries the node in its resource
+//! requests slowed. Sampling is decided where a trace starts, before its
+//! first span is made (`trace_sample_ratio`; `crate::logging`'s trace
+//! filter), and followed by every span below it, on this node and on the
+//! nodes its context reaches over gRPC. Every span carries the node in its resource
 //! (`service.instance.id`, `samsa.node_id`).
 //!
 //! An unreachable collector costs the spans of the failed exports, never a
@@ -23,12 +23,13 @@ use opentelemetry::KeyValue;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider, SpanData,
-    SpanExporter,
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, SpanData, SpanExporter,
 };
 use opentelemetry_sdk::Resource;
 use samsa_broker::BrokerConfig;
 use samsa_metrics::traces::TRACE_EXPORTS;
+
+use crate::logging::TraceOutput;
 
 /// How long one export to the collector may take.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,7 +46,7 @@ pub struct Traces {
 impl Traces {
     /// Starts the exporter `cfg` asks for (none without `otlp_endpoint`).
     /// Must run inside the tokio runtime: the gRPC channel lives on it.
-    pub fn start(cfg: &BrokerConfig) -> Result<Option<(Traces, SdkTracer)>> {
+    pub fn start(cfg: &BrokerConfig) -> Result<Option<(Traces, TraceOutput)>> {
         let Some(endpoint) = &cfg.otlp_endpoint else {
             return Ok(None);
         };
@@ -87,16 +88,23 @@ impl Traces {
             .build();
         let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)
-            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-                ratio,
-            ))))
+            // The ratio is applied before a trace's first span exists (the
+            // trace layer's filter, `crate::logging`); what reaches the SDK is
+            // kept, a span with a remote parent as its parent decided.
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
             .with_resource(resource)
             .build();
         opentelemetry::global::set_text_map_propagator(
             opentelemetry_sdk::propagation::TraceContextPropagator::new(),
         );
         let tracer = provider.tracer("samsa");
-        Ok(Some((Traces { provider }, tracer)))
+        Ok(Some((
+            Traces { provider },
+            TraceOutput {
+                tracer,
+                sample_ratio: ratio,
+            },
+        )))
     }
 
     /// Exports the spans still queued, then stops the exporter.

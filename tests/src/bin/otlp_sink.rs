@@ -8,7 +8,7 @@ use std::time::Duration;
 use samsa_tests::otlp::OtlpReceiver;
 
 fn main() -> anyhow::Result<()> {
-    let receiver = OtlpReceiver::start()?;
+    let receiver = OtlpReceiver::start_counting()?;
     let mut out = std::io::stdout();
     writeln!(out, "{}", receiver.endpoint())?;
     out.flush()?;

@@ -19,6 +19,7 @@ use super::markers::write_markers;
 use super::verify::add_partitions_local;
 use crate::error::grpc_error_code;
 use crate::topic_partition::TopicPartition;
+use crate::trace::served_span;
 use crate::Broker;
 
 /// The service; answers UNAVAILABLE until the broker is attached (the gRPC
@@ -80,15 +81,13 @@ impl TxnService for TxnGrpc {
             .into_iter()
             .map(|p| TopicPartition::new(p.topic, p.partition))
             .collect();
-        let span = tracing::info_span!(
-            target: crate::trace::TARGET,
+        let span = served_span!(
+            &metadata,
             "write_txn_markers",
-            otel.kind = "server",
             producer_id = req.producer_id,
             producer_epoch,
             commit = req.commit
         );
-        crate::trace::follow_remote(&span, &metadata);
         let results = write_markers(&broker, marker, &partitions)
             .instrument(span)
             .await;
@@ -111,15 +110,13 @@ impl TxnService for TxnGrpc {
             .into_iter()
             .map(|p| TopicPartition::new(p.topic, p.partition))
             .collect();
-        let span = tracing::info_span!(
-            target: crate::trace::TARGET,
-            "verify_txn",
-            otel.kind = "server",
+        let span = served_span!(
+            &metadata,
+            "add_partitions_to_txn",
             transactional_id = %req.transactional_id,
             producer_id = req.producer_id,
             producer_epoch
         );
-        crate::trace::follow_remote(&span, &metadata);
         let results = add_partitions_local(
             &broker,
             &req.transactional_id,
