@@ -232,11 +232,12 @@ fn float_metric(page: &str, key: &str) -> Option<f64> {
     })
 }
 
-/// The metadata snapshot's age: on every node once snapshots are written
-/// (built by each controller), and still known after a SIGKILL and restart
-/// (the time is stored with the snapshot).
+/// On a cluster: a follower counts its fetches from the leader and the
+/// bytes they brought; the metadata snapshot's age is on every node once
+/// snapshots are written (built by each controller), and still known after
+/// a SIGKILL and restart (the time is stored with the snapshot).
 #[test]
-fn raft_snapshot_age_follows_the_snapshots_written() {
+fn replica_fetches_and_the_raft_snapshot_age_on_a_cluster() {
     use samsa_tests::cluster::SamsaCluster;
 
     const AGE: &str = "samsa_raft_snapshot_age_seconds";
@@ -266,6 +267,31 @@ fn raft_snapshot_age_follows_the_snapshots_written() {
     for age in &ages {
         assert!((0.0..60.0).contains(age), "{ages:?}");
     }
+    // Followers fetch from the leader of a replicated partition.
+    let replicated = unique_topic("fetched");
+    crate::replication::create_replicated_topic(&mut client, &replicated, 1, 3);
+    let leader = wait_until("a leader", Duration::from_secs(30), || {
+        let parts = crate::replication::leader_and_isr(&mut client, &replicated)?;
+        parts.first().map(|(leader, _)| *leader).filter(|l| *l > 0)
+    });
+    let batch = samsa_tests::BatchBuilder::new()
+        .record_kv("k", "fetched by the followers")
+        .build();
+    let mut leader_client = cluster.client(leader);
+    let answer = leader_client.produce(&replicated, 0, batch, -1).unwrap();
+    assert_eq!(answer.error_code, 0, "{answer:?}");
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let page = page_of(&cluster, follower);
+    let fetch_key = |name: &str| format!("{name}{{leader=\"{leader}\"}}");
+    assert!(
+        metric(&page, &fetch_key("samsa_replica_fetch_requests_total")).unwrap_or(0) > 0,
+        "{page}"
+    );
+    assert!(
+        metric(&page, &fetch_key("samsa_replica_fetch_bytes_total")).unwrap_or(0) > 0,
+        "{page}"
+    );
+
     let index_before = metric(&page_of(&cluster, 3), "samsa_raft_snapshot_index").unwrap();
     cluster.sigkill(3);
     cluster.restart(3);

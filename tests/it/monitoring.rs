@@ -46,12 +46,17 @@ const PROMETHEUS_CONFIG: &str = "deploy/monitoring/prometheus.yml";
 const DASHBOARD: &str = "deploy/monitoring/grafana/samsa-dashboard.json";
 
 /// Metric names only a cluster node has: the metadata quorum's and the
-/// active controller's, and a leader's per-follower lag. The one-node test
+/// active controller's, a leader's per-follower lag and a follower's fetches. The one-node test
 /// leaves them to the three-node one.
 fn cluster_only(name: &str) -> bool {
-    ["samsa_raft_", "samsa_controller_", "samsa_follower_lag_"]
-        .iter()
-        .any(|prefix| name.starts_with(prefix))
+    [
+        "samsa_raft_",
+        "samsa_controller_",
+        "samsa_follower_lag_",
+        "samsa_replica_fetch_",
+    ]
+    .iter()
+    .any(|prefix| name.starts_with(prefix))
         || [
             "samsa_active_brokers",
             "samsa_fenced_brokers",

@@ -3,7 +3,8 @@
 //! IsrExpandsPerSec), log flush (fsync) latency (Kafka: LogFlushStats
 //! LogFlushRateAndTimeMs) and the requests parked until followers or new
 //! data answer them (Kafka: DelayedOperationPurgatory PurgatorySize for
-//! Produce and Fetch). The per-partition figures (offsets, sizes, ISR
+//! Produce and Fetch), and a follower's fetches from each leader (Kafka:
+//! FetcherStats RequestsPerSec / BytesPerSec). The per-partition figures (offsets, sizes, ISR
 //! state, follower lag) are read when scraped, not recorded here.
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -34,6 +35,33 @@ struct ReasonLabels {
     reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaderLabels {
+    leader: String,
+}
+
+/// One follower fetch loop's meters (its leader's series), resolved once.
+#[derive(Debug, Clone)]
+pub struct ReplicaFetcherMeters {
+    requests: Counter,
+    bytes: Counter,
+    failures: Counter,
+}
+
+impl ReplicaFetcherMeters {
+    /// A fetch was answered with `bytes` bytes of records.
+    pub fn fetched(&self, bytes: usize) {
+        self.requests.inc();
+        self.bytes.inc_by(bytes as u64);
+    }
+
+    /// A fetch got no answer (transport error, timeout, leader gone).
+    pub fn failed(&self) {
+        self.requests.inc();
+        self.failures.inc();
+    }
+}
+
 /// The replication and storage meters, registered once.
 #[derive(Debug, Clone)]
 pub struct PartitionMetrics {
@@ -43,6 +71,9 @@ pub struct PartitionMetrics {
     produce_purgatory: Gauge,
     fetch_purgatory: Gauge,
     rejections: Family<ReasonLabels, Counter>,
+    replica_fetches: Family<LeaderLabels, Counter>,
+    replica_fetch_bytes: Family<LeaderLabels, Counter>,
+    replica_fetch_failures: Family<LeaderLabels, Counter>,
 }
 
 impl PartitionMetrics {
@@ -54,6 +85,9 @@ impl PartitionMetrics {
             produce_purgatory: Gauge::default(),
             fetch_purgatory: Gauge::default(),
             rejections: Family::default(),
+            replica_fetches: Family::default(),
+            replica_fetch_bytes: Family::default(),
+            replica_fetch_failures: Family::default(),
         };
         registry.register(
             "samsa_isr_shrinks",
@@ -85,7 +119,34 @@ impl PartitionMetrics {
             "Produce batches the idempotence checks of a partition leader refused, by reason: out_of_order_sequence, invalid_producer_epoch, coordinator_fenced, txn_not_verified",
             metrics.rejections.clone(),
         );
+        registry.register(
+            "samsa_replica_fetch_requests",
+            "Fetches this broker sent as a follower, by leader (Kafka: FetcherStats RequestsPerSec)",
+            metrics.replica_fetches.clone(),
+        );
+        registry.register(
+            "samsa_replica_fetch_bytes",
+            "Record bytes this broker fetched as a follower, by leader (Kafka: FetcherStats BytesPerSec)",
+            metrics.replica_fetch_bytes.clone(),
+        );
+        registry.register(
+            "samsa_replica_fetch_failures",
+            "Fetches this broker sent as a follower that got no answer (transport error, timeout), by leader",
+            metrics.replica_fetch_failures.clone(),
+        );
         metrics
+    }
+
+    /// The meters of the fetch loop following `leader`.
+    pub fn replica_fetcher(&self, leader: i32) -> ReplicaFetcherMeters {
+        let labels = LeaderLabels {
+            leader: leader.to_string(),
+        };
+        ReplicaFetcherMeters {
+            requests: self.replica_fetches.get_or_create(&labels).clone(),
+            bytes: self.replica_fetch_bytes.get_or_create(&labels).clone(),
+            failures: self.replica_fetch_failures.get_or_create(&labels).clone(),
+        }
     }
 
     /// The idempotence checks refused a batch.

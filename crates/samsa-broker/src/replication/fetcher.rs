@@ -91,6 +91,7 @@ async fn fetch_loop(
     let max_wait = broker.config.replica_fetch_wait_max_ms;
     let mut client =
         ReplicationServiceClient::new(channel).max_decoding_message_size(64 * 1024 * 1024);
+    let meters = broker.metrics.partitions.replica_fetcher(leader);
     loop {
         if *stop.borrow() {
             return;
@@ -108,8 +109,14 @@ async fn fetch_loop(
             Some(IDLE)
         } else {
             match fetch_once(&broker, &mut client, &followed, max_wait).await {
-                Ok(()) => None,
+                Ok(fetched) => {
+                    if let Some(bytes) = fetched {
+                        meters.fetched(bytes);
+                    }
+                    None
+                }
                 Err(e) => {
+                    meters.failed();
                     debug!(error = %e, "replica fetch failed; retrying");
                     Some(RETRY)
                 }
@@ -124,12 +131,14 @@ async fn fetch_loop(
     }
 }
 
+/// One fetch from the leader, applied; the record bytes it brought, or
+/// `None` when nothing was asked (every partition backing off).
 async fn fetch_once(
     broker: &Broker,
     client: &mut ReplicationServiceClient<Channel>,
     followed: &[(Arc<Partition>, i32)],
     max_wait_ms: u64,
-) -> Result<(), tonic::Status> {
+) -> Result<Option<usize>, tonic::Status> {
     let mut partitions = Vec::with_capacity(followed.len());
     let mut sent = Vec::with_capacity(followed.len());
     let now = tokio::time::Instant::now();
@@ -158,7 +167,7 @@ async fn fetch_once(
     }
     if partitions.is_empty() {
         tokio::time::sleep(RETRY).await;
-        return Ok(());
+        return Ok(None);
     }
     let mut request = tonic::Request::new(ReplicaFetchRequest {
         replica_id: broker.config.node_id,
@@ -168,6 +177,7 @@ async fn fetch_once(
     });
     request.set_timeout(Duration::from_millis(max_wait_ms) + Duration::from_secs(5));
     let response = client.fetch(request).await?.into_inner();
+    let bytes = response.partitions.iter().map(|p| p.records.len()).sum();
     let mut all_failed = !response.partitions.is_empty();
     for data in response.partitions {
         let Some((partition, epoch, fetch_offset)) = sent
@@ -194,7 +204,7 @@ async fn fetch_once(
         // Every partition answered an error: the metadata is moving; let it.
         tokio::time::sleep(RETRY).await;
     }
-    Ok(())
+    Ok(Some(bytes))
 }
 
 /// Applies one partition's answer; `Ok(false)` when it was an error to wait out.
