@@ -46,9 +46,8 @@ trap 'exit 130' INT TERM
 fail() { echo "FAIL: $*" >&2; exit 1; }
 ok() { echo "ok: $*"; }
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+# shellcheck source=tests/deploy/ports.sh
+source tests/deploy/ports.sh
 
 # Polls the container's health status until it is healthy (the image's
 # HEALTHCHECK runs `samsa health` on /readyz) or the deadline passes.
@@ -75,7 +74,7 @@ ok "image $image built, $((size / 1000000)) MB"
     fail "image user is not samsa"
 
 echo "== one node"
-kafka_port=$(free_port)
+take_free_port kafka_port
 node=$run-single
 volume=$run-data
 volumes+=("$volume")

@@ -49,13 +49,13 @@ trap 'exit 130' INT TERM
 fail() { echo "FAIL: $*" >&2; exit 1; }
 ok() { echo "ok: $*"; }
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+# shellcheck source=tests/deploy/ports.sh
+source tests/deploy/ports.sh
 for i in 0 1 2; do
-    export "SAMSA_PORT_$i=$(free_port)" "SAMSA_HTTP_PORT_$i=$(free_port)"
+    take_free_port "SAMSA_PORT_$i"
+    take_free_port "SAMSA_HTTP_PORT_$i"
 done
-export SAMSA_PROMETHEUS_PORT=$(free_port)
+take_free_port SAMSA_PROMETHEUS_PORT
 api="http://127.0.0.1:$SAMSA_PROMETHEUS_PORT/api/v1"
 
 # Reads a Prometheus API answer on stdin and runs the Python expression

@@ -278,19 +278,38 @@ fn replica_fetches_and_the_raft_snapshot_age_on_a_cluster() {
         .record_kv("k", "fetched by the followers")
         .build();
     let mut leader_client = cluster.client(leader);
-    let answer = leader_client.produce(&replicated, 0, batch, -1).unwrap();
-    assert_eq!(answer.error_code, 0, "{answer:?}");
-    let follower = (1..=3).find(|id| *id != leader).unwrap();
-    let page = page_of(&cluster, follower);
+    // The leader may not have taken its leadership from the metadata yet:
+    // NOT_LEADER_OR_FOLLOWER is retried, as clients do (nothing was appended).
+    wait_until(
+        "an acks=all write on the leader",
+        Duration::from_secs(30),
+        || {
+            let answer = leader_client
+                .produce(&replicated, 0, batch.clone(), -1)
+                .unwrap();
+            match answer.error_code {
+                0 => Some(()),
+                samsa_tests::codes::NOT_LEADER_OR_FOLLOWER => None,
+                code => panic!("produce answered {code}: {answer:?}"),
+            }
+        },
+    );
+    // Every follower has fetched the record (acks=all waited for the ISR;
+    // polled in case one fell out of it on a loaded machine).
     let fetch_key = |name: &str| format!("{name}{{leader=\"{leader}\"}}");
-    assert!(
-        metric(&page, &fetch_key("samsa_replica_fetch_requests_total")).unwrap_or(0) > 0,
-        "{page}"
-    );
-    assert!(
-        metric(&page, &fetch_key("samsa_replica_fetch_bytes_total")).unwrap_or(0) > 0,
-        "{page}"
-    );
+    for follower in (1..=3).filter(|id| *id != leader) {
+        wait_until(
+            "a follower's fetch counts from the leader",
+            Duration::from_secs(30),
+            || {
+                let page = page_of(&cluster, follower);
+                let fetched = |name: &str| metric(&page, &fetch_key(name)).unwrap_or(0) > 0;
+                (fetched("samsa_replica_fetch_requests_total")
+                    && fetched("samsa_replica_fetch_bytes_total"))
+                .then_some(())
+            },
+        );
+    }
 
     let index_before = metric(&page_of(&cluster, 3), "samsa_raft_snapshot_index").unwrap();
     cluster.sigkill(3);

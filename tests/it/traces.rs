@@ -121,96 +121,124 @@ fn a_committed_transaction_is_one_trace_across_the_coordinator_and_the_partition
     }
     producer.commit().unwrap();
 
-    // The EndTxn request's trace, once every leader's marker spans are in.
-    let found = try_wait_until(Duration::from_secs(30), || {
-        let spans = receiver.spans();
-        let end_txn = spans
-            .iter()
-            .find(|s| {
-                s.name == "EndTxn" && s.attribute("transactional_id") == Some(&transactional_id)
-            })?
-            .clone();
-        let trace = Trace::of(&spans, &end_txn.trace_id);
-        let remote_leaders: BTreeSet<i64> = trace
-            .named("write_txn_markers")
-            .iter()
-            .filter_map(|s| s.node_id)
-            .collect();
-        let coordinator = end_txn.node_id?;
-        let expected: BTreeSet<i64> = leaders
-            .iter()
-            .map(|&l| i64::from(l))
-            .filter(|&l| l != coordinator)
-            .collect();
-        let appends_on_remote = trace
-            .named("replication_wait")
-            .iter()
-            .filter_map(|s| s.node_id)
-            .filter(|n| expected.contains(n))
-            .count();
-        (remote_leaders == expected && appends_on_remote >= expected.len())
-            .then_some((spans, end_txn))
+    // Spans leave each node in batches, a second apart: the trace is
+    // checked whole until it holds (or the wait ends with its last failure).
+    let mut last = String::from("no span received");
+    let verified = try_wait_until(Duration::from_secs(30), || {
+        match check_transaction_trace(&receiver.spans(), &transactional_id, &topic, &leaders) {
+            Ok(()) => Some(()),
+            Err(failure) => {
+                last = failure;
+                None
+            }
+        }
     });
-    let Some((spans, end_txn)) = found else {
-        panic!(
-            "no EndTxn trace with the markers of every partition leader (leaders {leaders:?}) \
-             within 30 s; received:\n{}",
-            summary(&receiver.spans())
-        );
-    };
-    let trace = Trace::of(&spans, &end_txn.trace_id);
-    let coordinator = end_txn.node_id.expect("spans name their node");
+    assert!(
+        verified.is_some(),
+        "the committed transaction's trace is not as expected after 30 s: {last}\nreceived:\n{}",
+        summary(&receiver.spans())
+    );
+}
+
+/// Ok when `spans` hold the trace of the transaction's EndTxn as the test
+/// above describes it; otherwise what is missing or wrong.
+fn check_transaction_trace(
+    spans: &[ReceivedSpan],
+    transactional_id: &str,
+    topic: &str,
+    leaders: &BTreeSet<i32>,
+) -> Result<(), String> {
+    macro_rules! ensure {
+        ($cond:expr, $($why:tt)*) => {
+            if !$cond {
+                return Err(format!($($why)*));
+            }
+        };
+    }
+    let end_txn = spans
+        .iter()
+        .find(|s| s.name == "EndTxn" && s.attribute("transactional_id") == Some(transactional_id))
+        .ok_or("no EndTxn span with the transactional id")?;
+    let trace = Trace::of(spans, &end_txn.trace_id);
     let context = trace.describe();
+    let coordinator = end_txn.node_id.ok_or("spans name no node")?;
 
     // The request span: a server span, the root, with the transaction's fields.
-    assert_eq!(end_txn.kind, SPAN_KIND_SERVER, "{context}");
-    assert!(
-        end_txn.parent_span_id.is_empty(),
-        "EndTxn is the root:\n{context}"
+    ensure!(
+        end_txn.kind == SPAN_KIND_SERVER,
+        "EndTxn is not a server span:\n{context}"
     );
-    assert!(end_txn.attribute("producer_id").is_some(), "{end_txn:?}");
-    assert_eq!(end_txn.attribute("api"), Some("EndTxn"), "{end_txn:?}");
+    ensure!(
+        end_txn.parent_span_id.is_empty(),
+        "EndTxn is not the root:\n{context}"
+    );
+    ensure!(
+        end_txn.attribute("producer_id").is_some(),
+        "no producer id: {end_txn:?}"
+    );
+    ensure!(
+        end_txn.attribute("api") == Some("EndTxn"),
+        "no api: {end_txn:?}"
+    );
 
     // The coordinator's own durable write (PrepareCommit) under the request.
-    let coordinator_writes = trace.named("coordinator_write");
-    assert!(
-        coordinator_writes
+    ensure!(
+        trace
+            .named("coordinator_write")
             .iter()
-            .any(|w| w.node_id == Some(coordinator) && trace.descends_from(w, &end_txn)),
+            .any(|w| w.node_id == Some(coordinator) && trace.descends_from(w, end_txn)),
         "no coordinator_write under EndTxn:\n{context}"
     );
 
-    // Markers: one marker_write per leader under the request; the remote
-    // ones are client spans whose child is the leader's server span.
+    // Markers: a marker_write to every leader, made on the coordinator
+    // under the request; the remote ones are client spans whose children
+    // are the leaders' server spans (a retried round adds spans, not leaders).
     let marker_writes = trace.named("marker_write");
-    assert_eq!(
-        marker_writes.len(),
-        3,
-        "one marker_write per leader:\n{context}"
+    let written_to: BTreeSet<String> = marker_writes
+        .iter()
+        .filter_map(|w| w.attribute("leader").map(str::to_string))
+        .collect();
+    let all_leaders: BTreeSet<String> = leaders.iter().map(|l| l.to_string()).collect();
+    ensure!(
+        written_to == all_leaders,
+        "marker_write to {written_to:?}, leaders {all_leaders:?}:\n{context}"
     );
     for write in &marker_writes {
-        assert_eq!(write.node_id, Some(coordinator), "{context}");
-        assert!(trace.descends_from(write, &end_txn), "{context}");
+        ensure!(
+            write.node_id == Some(coordinator) && trace.descends_from(write, end_txn),
+            "a marker_write not under EndTxn on the coordinator:\n{context}"
+        );
     }
+    let remote: BTreeSet<i64> = leaders
+        .iter()
+        .map(|&l| i64::from(l))
+        .filter(|&l| l != coordinator)
+        .collect();
     let served = trace.named("write_txn_markers");
-    assert_eq!(served.len(), 2, "two remote leaders:\n{context}");
+    let served_on: BTreeSet<i64> = served.iter().filter_map(|s| s.node_id).collect();
+    ensure!(
+        served_on == remote,
+        "write_txn_markers on {served_on:?}, remote leaders {remote:?}:\n{context}"
+    );
     for server in &served {
-        let leader = server.node_id.expect("spans name their node");
-        assert_ne!(leader, coordinator, "{context}");
-        assert_eq!(server.kind, SPAN_KIND_SERVER, "{context}");
+        let leader = server.node_id.ok_or("spans name no node")?;
+        ensure!(
+            server.kind == SPAN_KIND_SERVER,
+            "not a server span: {server:?}"
+        );
         let caller = trace
             .parent(server)
-            .unwrap_or_else(|| panic!("write_txn_markers on {leader} has no parent:\n{context}"));
-        assert_eq!(caller.name, "marker_write", "{context}");
-        assert_eq!(caller.kind, SPAN_KIND_CLIENT, "{context}");
-        assert_eq!(caller.node_id, Some(coordinator), "{context}");
-        assert_eq!(
-            caller.attribute("leader"),
-            Some(leader.to_string().as_str())
+            .ok_or_else(|| format!("write_txn_markers on {leader} has no parent:\n{context}"))?;
+        ensure!(
+            caller.name == "marker_write"
+                && caller.kind == SPAN_KIND_CLIENT
+                && caller.node_id == Some(coordinator)
+                && caller.attribute("leader") == Some(leader.to_string().as_str()),
+            "the parent of write_txn_markers on {leader} is {caller:?}:\n{context}"
         );
         // The leader's append of the marker and its wait for the ISR.
         for child in ["append", "replication_wait"] {
-            assert!(
+            ensure!(
                 trace
                     .named(child)
                     .iter()
@@ -219,70 +247,62 @@ fn a_committed_transaction_is_one_trace_across_the_coordinator_and_the_partition
             );
         }
     }
-    // Every leader's marker append is in the trace: the coordinator's own
-    // partition too, if it leads one.
+    // Every partition's marker append is in the trace, the coordinator's
+    // own partition included.
     let appended: BTreeSet<String> = trace
         .named("append")
         .iter()
-        .filter(|s| s.attribute("topic") == Some(topic.as_str()))
+        .filter(|s| s.attribute("topic") == Some(topic))
         .filter_map(|s| s.attribute("partition").map(str::to_string))
         .collect();
-    assert_eq!(
-        appended.len(),
-        3,
-        "a marker append per partition:\n{context}"
+    ensure!(
+        appended.len() == 3,
+        "marker appends of partitions {appended:?}:\n{context}"
     );
-    assert!(trace.nodes().len() >= 2, "{context}");
-    assert!(trace.nodes().contains(&coordinator));
+    ensure!(trace.nodes().len() >= 2, "one node only:\n{context}");
 
     // The produce requests are traces of their own, with the producer's fields.
     let produce = spans
         .iter()
-        .find(|s| s.name == "Produce" && s.attribute("transactional_id") == Some(&transactional_id))
-        .expect("a Produce span with the transactional id");
-    assert!(produce.parent_span_id.is_empty());
-    assert_ne!(produce.trace_id, end_txn.trace_id);
+        .find(|s| s.name == "Produce" && s.attribute("transactional_id") == Some(transactional_id))
+        .ok_or("no Produce span with the transactional id")?;
+    ensure!(
+        produce.parent_span_id.is_empty() && produce.trace_id != end_txn.trace_id,
+        "the Produce span is not a root of its own trace: {produce:?}"
+    );
+    Ok(())
+}
+
+/// `samsa server` with `settings`, which must stop it at start: its stderr.
+fn refused_start(settings: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args: Vec<String> = vec![
+        "server".into(),
+        "--data-dir".into(),
+        dir.path().display().to_string(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+    ];
+    for setting in settings {
+        args.extend(["--set".to_string(), setting.to_string()]);
+    }
+    let output = run_cli(&samsa_bin(), &args, Duration::from_secs(30));
+    assert!(!output.status.success(), "{settings:?} started: {output:?}");
+    output.stderr
 }
 
 #[test]
 fn an_otlp_endpoint_that_is_not_http_stops_the_broker_with_a_clear_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let output = run_cli(
-        &samsa_bin(),
-        &[
-            "server".into(),
-            "--data-dir".into(),
-            dir.path().display().to_string(),
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--set".into(),
-            "otlp_endpoint=grpc://collector:4317".into(),
-        ],
-        Duration::from_secs(30),
-    );
-    assert!(!output.status.success(), "{output:?}");
+    let stderr = refused_start(&["otlp_endpoint=grpc://collector:4317"]);
     assert!(
-        output.stderr.contains("otlp_endpoint") && output.stderr.contains("http://"),
-        "{output:?}"
+        stderr.contains("otlp_endpoint") && stderr.contains("http://"),
+        "{stderr}"
     );
-
-    let output = run_cli(
-        &samsa_bin(),
-        &[
-            "server".into(),
-            "--data-dir".into(),
-            dir.path().display().to_string(),
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--set".into(),
-            "otlp_endpoint=http://127.0.0.1:4317".into(),
-            "--set".into(),
-            "trace_sample_ratio=1.5".into(),
-        ],
-        Duration::from_secs(30),
-    );
-    assert!(!output.status.success(), "{output:?}");
-    assert!(output.stderr.contains("trace_sample_ratio"), "{output:?}");
+    let stderr = refused_start(&[
+        "otlp_endpoint=http://127.0.0.1:4317",
+        "trace_sample_ratio=1.5",
+    ]);
+    assert!(stderr.contains("trace_sample_ratio"), "{stderr}");
 }
 
 /// Sampling (decided before a trace's first span is made): with a ratio of 0 no

@@ -389,7 +389,19 @@ async fn handle(
             respond!(handlers::find_coordinator::handle(broker, access, request, v, listener).await)
         }
         ApiKey::AddPartitionsToTxn => {
-            let request = decode(api_key, &mut body, v)?;
+            let request: kafka_protocol::messages::AddPartitionsToTxnRequest =
+                decode(api_key, &mut body, v)?;
+            // v4+ batches transactions of many producers (from brokers).
+            if v <= 3 {
+                note_transaction(
+                    span,
+                    Some(request.v3_and_below_transactional_id.0.as_str()),
+                    Some((
+                        request.v3_and_below_producer_id.0,
+                        request.v3_and_below_producer_epoch,
+                    )),
+                );
+            }
             respond!(handlers::txn::add_partitions_to_txn(broker, access, request, v).await)
         }
         ApiKey::AddOffsetsToTxn => {
