@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use samsa_tests::batch::BatchBuilder;
-use samsa_tests::http::{http_get, metric};
+use samsa_tests::http::{float_metric, http_get, metric};
 use samsa_tests::wait::wait_until;
 use samsa_tests::{unique_topic, SamsaNode};
 
@@ -222,14 +222,6 @@ fn partition_coordinator_controller_and_process_figures_follow_a_known_workload(
         "{page}"
     );
     assert!(page.contains("\nprocess_cpu_seconds_total "), "{page}");
-}
-
-/// A sample's value as a float (ages and durations are fractional).
-fn float_metric(page: &str, key: &str) -> Option<f64> {
-    page.lines().find_map(|line| {
-        let (k, v) = line.split_once(' ')?;
-        (k == key).then(|| v.trim().parse().ok())?
-    })
 }
 
 /// On a cluster: a follower counts its fetches from the leader and the

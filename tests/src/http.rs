@@ -30,10 +30,20 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
     Ok((status, body.to_string()))
 }
 
-/// The value of an unlabelled sample `name` in a Prometheus text exposition.
+/// The value of sample `name` (with its labels, as the page spells them)
+/// in a Prometheus text exposition, as an integer.
 pub fn metric(exposition: &str, name: &str) -> Option<i64> {
+    sample(exposition, name)?.parse().ok()
+}
+
+/// The same as a float (ages, durations).
+pub fn float_metric(exposition: &str, name: &str) -> Option<f64> {
+    sample(exposition, name)?.parse().ok()
+}
+
+fn sample<'a>(exposition: &'a str, name: &str) -> Option<&'a str> {
     exposition.lines().find_map(|line| {
         let (key, value) = line.split_once(' ')?;
-        (key == name).then(|| value.trim().parse().ok())?
+        (key == name).then(|| value.trim())
     })
 }

@@ -14,7 +14,7 @@
 //! layer's filter, `trace_sample_ratio`): one of [`ROOT_SPANS`] with no
 //! kept span above it starts a trace with that probability, a span below a
 //! kept one is kept, a span serving another node's traced call
-//! ([`served_span!`], [`REMOTE_PARENT_FIELD`]) is kept, and any other is
+//! ([`served_span!`], [`TRACEPARENT`]) is kept, and any other is
 //! not made. A request not sampled therefore builds no span at all, below
 //! it included.
 //!
@@ -40,13 +40,11 @@ pub const TARGET: &str = "samsa::trace";
 /// other trace span exists only below a kept one.
 pub const ROOT_SPANS: [&str; 2] = ["request", "txn_markers"];
 
-/// The field that marks a span serving another node's call within that
-/// node's trace ([`served_span!`]): kept whatever the sampling, because
-/// the caller already decided to keep its trace.
-pub const REMOTE_PARENT_FIELD: &str = "traceparent";
-
-/// The W3C header a traced call carries.
-const TRACEPARENT: &str = "traceparent";
+/// The W3C header a traced gRPC call carries, and the field of the span
+/// that serves it ([`served_span!`]): a span with this field is kept
+/// whatever the sampling, because the caller already decided to keep its
+/// trace.
+pub const TRACEPARENT: &str = "traceparent";
 
 /// Whether an incoming gRPC call carries a trace context.
 pub fn carries_context(metadata: &MetadataMap) -> bool {
@@ -65,8 +63,9 @@ macro_rules! served_span {
                 target: $crate::trace::TARGET,
                 $name,
                 otel.kind = "server",
+                // The field's name is `TRACEPARENT` (a macro needs it literal).
                 traceparent = metadata
-                    .get("traceparent")
+                    .get($crate::trace::TRACEPARENT)
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or_default(),
                 $($fields)*

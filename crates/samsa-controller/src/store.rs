@@ -626,12 +626,6 @@ fn read_snapshot(store: &dyn RaftStore) -> Result<Option<StoredSnapshot>, StoreE
     Ok(Some((meta.meta, data, meta.written_at_ms)))
 }
 
-fn wall_clock_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 async fn write_snapshot(
     shared: &SmShared,
     store: &Arc<dyn RaftStore>,
@@ -639,7 +633,7 @@ async fn write_snapshot(
     data: &[u8],
 ) -> StorageResult<()> {
     let sig = || Some(meta.signature());
-    let written_at_ms = wall_clock_ms();
+    let written_at_ms = crate::quorum::wall_clock_ms();
     let meta_bytes = to_json(&StoredSnapshotMeta {
         meta: meta.clone(),
         written_at_ms: Some(written_at_ms),

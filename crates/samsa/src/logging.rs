@@ -137,12 +137,13 @@ where
             return false;
         }
         // The context only sees spans this filter kept: a kept ancestor
-        // entered on this thread means the trace is being recorded.
-        if cx.lookup_current().is_some()
-            || meta
-                .fields()
-                .field(samsa_broker::trace::REMOTE_PARENT_FIELD)
-                .is_some()
+        // entered on this thread means the trace is being recorded. The
+        // field test first: it is cheaper than walking the entered spans.
+        if meta
+            .fields()
+            .field(samsa_broker::trace::TRACEPARENT)
+            .is_some()
+            || cx.lookup_current().is_some()
         {
             return true;
         }

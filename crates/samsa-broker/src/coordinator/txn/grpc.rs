@@ -66,8 +66,7 @@ impl TxnService for TxnGrpc {
         request: Request<WriteTxnMarkersRequest>,
     ) -> Result<Response<WriteTxnMarkersResponse>, Status> {
         let broker = self.broker()?;
-        let metadata = request.metadata().clone();
-        let req = request.into_inner();
+        let (metadata, _, req) = request.into_parts();
         let producer_epoch = i16::try_from(req.producer_epoch)
             .map_err(|_| Status::invalid_argument("producer epoch out of range"))?;
         let marker = EndTxnMarker {
@@ -101,8 +100,7 @@ impl TxnService for TxnGrpc {
         request: Request<AddPartitionsToTxnRequest>,
     ) -> Result<Response<AddPartitionsToTxnResponse>, Status> {
         let broker = self.broker()?;
-        let metadata = request.metadata().clone();
-        let req = request.into_inner();
+        let (metadata, _, req) = request.into_parts();
         let producer_epoch = i16::try_from(req.producer_epoch)
             .map_err(|_| Status::invalid_argument("producer epoch out of range"))?;
         let partitions = req
