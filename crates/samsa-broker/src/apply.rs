@@ -9,7 +9,10 @@
 //! - every partition whose replica set includes this broker is opened (or
 //!   created) and given its [`Leadership`]: leader at the image's leader
 //!   epoch if the image names this broker as leader, otherwise not serving;
-//! - a partition this broker hosts but no longer replicates stops serving;
+//! - a partition this broker hosts but no longer replicates (a
+//!   reassignment moved it away) is closed and its directory deleted, and
+//!   so is a directory of such a partition found at the first apply after
+//!   a restart;
 //! - the dynamic broker configs of the image become the broker's effective
 //!   configuration (`dynamic_config::effective_broker_config`) before any
 //!   partition is looked at, and a hosted partition whose topic configs or
@@ -122,14 +125,19 @@ impl Broker {
                 };
                 let hosted = self.replicas.get(&topic.name, index);
                 if !state.is_replica(me) {
-                    if let Some(partition) = hosted {
-                        if partition.is_leader() {
-                            info!(partition = %partition.name(), "no longer a replica; stopped serving");
-                        }
-                        partition.set_leadership(Leadership {
-                            is_leader: false,
-                            leader_epoch: state.leader_epoch,
-                        });
+                    // Reassigned away: the new replicas hold everything
+                    // committed (the controller removes a replica only once
+                    // every target replica is in sync). A copy left on disk
+                    // by a removal this broker missed while it was down is
+                    // found at its first apply.
+                    let dir = partition_dir(&self.config.data_dir, &topic.name, index);
+                    let leftover =
+                        || applied.offset == 0 && recorded_topic_id(&dir) == Some(topic.topic_id);
+                    if hosted.is_some() || leftover() {
+                        info!(partition = %format!("{}-{index}", topic.name), replicas = ?state.replicas,
+                            "no longer a replica; deleting this broker's copy");
+                        self.replicas
+                            .remove_partition(&topic.name, index, topic.topic_id);
                     }
                     continue;
                 }
@@ -260,13 +268,7 @@ mod tests {
     }
 
     fn state(replica: i32, leader: i32, leader_epoch: i32) -> PartitionState {
-        PartitionState {
-            leader,
-            leader_epoch,
-            replicas: vec![replica],
-            isr: vec![replica],
-            partition_epoch: 0,
-        }
+        PartitionState::new(vec![replica], vec![replica], leader, leader_epoch, 0)
     }
 
     #[test]

@@ -53,6 +53,15 @@ pub struct BrokerConfig {
     /// `log.cleaner.io.max.bytes.per.second`: the cleaner's read and write
     /// rate; unset, unthrottled.
     pub log_cleaner_io_max_bytes_per_second: Option<u64>,
+    /// `leader.replication.throttled.rate`: bytes/s a leader sends to the
+    /// replicas a reassignment is adding; unset, unthrottled
+    /// (`replication::throttle`).
+    #[serde(default)]
+    pub leader_replication_throttled_rate: Option<u64>,
+    /// `follower.replication.throttled.rate`: bytes/s a broker fetches for
+    /// the partitions a reassignment is adding it to; unset, unthrottled.
+    #[serde(default)]
+    pub follower_replication_throttled_rate: Option<u64>,
     /// `log.cleaner.backoff.ms`: how long the cleaner sleeps when no log
     /// needs cleaning.
     pub log_cleaner_backoff_ms: u64,
@@ -262,6 +271,8 @@ impl Default for BrokerConfig {
             log_cleaner_enable: true,
             log_cleaner_dedupe_buffer_size: 128 * 1024 * 1024,
             log_cleaner_io_max_bytes_per_second: None,
+            leader_replication_throttled_rate: None,
+            follower_replication_throttled_rate: None,
             log_cleaner_backoff_ms: 15_000,
             min_insync_replicas: None,
             security_protocol: SecurityProtocol::Plaintext,

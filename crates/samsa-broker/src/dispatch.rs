@@ -336,6 +336,31 @@ async fn handle(
             let request = decode(api_key, &mut body, v)?;
             respond!(handlers::list_offsets::handle(broker, access, request, v))
         }
+        ApiKey::OffsetForLeaderEpoch => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::offset_for_leader_epoch::handle(
+                broker, access, request
+            ))
+        }
+        ApiKey::ElectLeaders => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::replica_placement::elect_leaders(broker, access, request, v).await)
+        }
+        ApiKey::AlterPartitionReassignments => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(
+                handlers::replica_placement::alter_partition_reassignments(
+                    broker, access, request, v
+                )
+                .await
+            )
+        }
+        ApiKey::ListPartitionReassignments => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::replica_placement::list_partition_reassignments(
+                broker, access, request
+            ))
+        }
         ApiKey::CreateTopics => {
             let request = decode(api_key, &mut body, v)?;
             respond!(handlers::admin::create_topics(broker, access, request, v).await)

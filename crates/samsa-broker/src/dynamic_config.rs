@@ -241,6 +241,14 @@ pub const DYNAMIC_BROKER_KEYS: &[DynamicBrokerKey] = &[
         c.log_cleaner_io_max_bytes_per_second = (rate < 1e18).then_some(rate as u64);
         Ok(())
     }),
+    broker_key("leader.replication.throttled.rate", |c, v| {
+        c.leader_replication_throttled_rate = Some(long_at_least(v, 1)? as u64);
+        Ok(())
+    }),
+    broker_key("follower.replication.throttled.rate", |c, v| {
+        c.follower_replication_throttled_rate = Some(long_at_least(v, 1)? as u64);
+        Ok(())
+    }),
     broker_key("log.cleaner.dedupe.buffer.size", |c, v| {
         c.log_cleaner_dedupe_buffer_size = long_at_least(v, 1024 * 1024)? as u64;
         Ok(())

@@ -129,6 +129,8 @@ pub struct Broker {
     pub producer_ids: ProducerIdManager,
     /// Serializes topic creation/deletion so logs and metadata change together.
     admin_lock: tokio::sync::Mutex<()>,
+    /// The reassignment throttle's buckets (`replication::throttle`).
+    pub replication_throttles: replication::throttle::ReplicationThrottles,
     /// The image the hosted partitions were last made to match (see `apply`).
     applied: std::sync::Mutex<Arc<MetadataView>>,
     /// Single-node mode (local metadata file).
@@ -246,6 +248,7 @@ impl Broker {
             replicas,
             producer_ids: ProducerIdManager::new(id_source),
             admin_lock: tokio::sync::Mutex::new(()),
+            replication_throttles: Default::default(),
             applied: std::sync::Mutex::new(Arc::new(MetadataView::default())),
         })
     }

@@ -30,7 +30,9 @@ use uuid::Uuid;
 
 use crate::error::MetadataError;
 use crate::fsutil::write_atomic;
+use samsa_controller::logic::{ElectLeaders, ElectionResult, Reassignment, ReassignmentResult};
 pub use samsa_controller::records::{AclBinding, ConfigResource, MetadataRecord, ScramCredential};
+use samsa_controller::ControllerError;
 
 /// `leader` of a partition that has no leader (Kafka's -1), and the leader
 /// and ISR of one partition: the controller's types, which the broker's view
@@ -296,6 +298,18 @@ pub trait MetadataStore: Send + Sync {
         &self,
         records: Vec<MetadataRecord>,
     ) -> BoxFuture<'_, Result<(), MetadataError>>;
+    /// ElectLeaders: PREFERRED or UNCLEAN elections, one result per
+    /// partition (for every partition, only those that needed one).
+    fn elect_leaders(
+        &self,
+        request: ElectLeaders,
+    ) -> BoxFuture<'_, Result<Vec<ElectionResult>, MetadataError>>;
+    /// AlterPartitionReassignments (KIP-455): starts, replaces or cancels
+    /// reassignments, one result per partition in request order.
+    fn alter_reassignments(
+        &self,
+        requests: Vec<Reassignment>,
+    ) -> BoxFuture<'_, Result<Vec<ReassignmentResult>, MetadataError>>;
 }
 
 #[derive(Serialize, Deserialize)]
@@ -337,13 +351,7 @@ fn local_image(
     let me = local.node_id;
     let topics = topics.into_iter().map(|mut topic| {
         topic.partition_states = (0..topic.partitions)
-            .map(|_| PartitionState {
-                leader: me,
-                leader_epoch: 0,
-                replicas: vec![me],
-                isr: vec![me],
-                partition_epoch: 0,
-            })
+            .map(|_| PartitionState::new(vec![me], vec![me], me, 0, 0))
             .collect();
         topic
     });
@@ -551,6 +559,57 @@ impl MetadataStore for LocalMetadataStore {
         Box::pin(async move { result })
     }
 
+    /// The one node leads every partition already: nothing needs electing.
+    fn elect_leaders(
+        &self,
+        request: ElectLeaders,
+    ) -> BoxFuture<'_, Result<Vec<ElectionResult>, MetadataError>> {
+        let image = self.image();
+        let results = request
+            .partitions
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(topic, partition)| ElectionResult {
+                result: Err(single_node_partition(&image, &topic, partition)
+                    .err()
+                    .unwrap_or(ControllerError::ElectionNotNeeded)),
+                topic,
+                partition,
+            })
+            .collect();
+        Box::pin(async move { Ok(results) })
+    }
+
+    /// The only replica a partition can have is this node: a target of
+    /// exactly it is already in place, any other broker is unknown.
+    fn alter_reassignments(
+        &self,
+        requests: Vec<Reassignment>,
+    ) -> BoxFuture<'_, Result<Vec<ReassignmentResult>, MetadataError>> {
+        let image = self.image();
+        let me = self.local.node_id;
+        let results = requests
+            .into_iter()
+            .map(|r| {
+                let result = single_node_partition(&image, &r.topic, r.partition).and_then(|()| {
+                    match &r.target {
+                        None => Err(ControllerError::NoReassignmentInProgress),
+                        Some(target) if target == &[me] => Ok(()),
+                        Some(target) => Err(ControllerError::InvalidReplicaAssignment(format!(
+                            "the target replicas {target:?} name brokers other than the only one, {me}"
+                        ))),
+                    }
+                });
+                ReassignmentResult {
+                    topic: r.topic,
+                    partition: r.partition,
+                    result,
+                }
+            })
+            .collect();
+        Box::pin(async move { Ok(results) })
+    }
+
     /// No Raft here: this node is the only voter and the leader, at epoch 0
     /// (never elected, like its partitions), and its "metadata log" is the
     /// file's change count, which it holds in full.
@@ -664,6 +723,25 @@ impl LocalMetadataStore {
 }
 
 /// Kafka's topic name rules: 1–249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.
+/// Whether the single-node image has this partition (as the controller
+/// answers a partition it does not know).
+fn single_node_partition(
+    image: &MetadataView,
+    topic: &str,
+    partition: i32,
+) -> Result<(), ControllerError> {
+    match image.topic(topic) {
+        None => Err(ControllerError::UnknownTopic(topic.to_owned())),
+        Some(t) if partition < 0 || partition >= t.partitions => {
+            Err(ControllerError::UnknownPartition {
+                topic: topic.to_owned(),
+                partition,
+            })
+        }
+        Some(_) => Ok(()),
+    }
+}
+
 pub fn validate_topic_name(name: &str) -> Result<(), MetadataError> {
     let invalid = |reason: &str| MetadataError::InvalidTopic {
         name: name.to_string(),

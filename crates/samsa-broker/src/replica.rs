@@ -204,6 +204,22 @@ impl Partition {
     }
 
     /// Applies a leadership change from the metadata; returns the previous one.
+    /// The check of a client's `current_leader_epoch` (KIP-320: Fetch v9+,
+    /// ListOffsets v4+, OffsetForLeaderEpoch v2+): -1 skips it; an older
+    /// epoch than this leader's is FENCED_LEADER_EPOCH (the client's
+    /// metadata is stale), a newer one UNKNOWN_LEADER_EPOCH (this broker's
+    /// is).
+    pub fn check_current_leader_epoch(&self, current: i32) -> Result<(), ResponseError> {
+        let leader_epoch = self.leader_epoch();
+        if current < 0 || current == leader_epoch {
+            Ok(())
+        } else if current > leader_epoch {
+            Err(ResponseError::UnknownLeaderEpoch)
+        } else {
+            Err(ResponseError::FencedLeaderEpoch)
+        }
+    }
+
     pub fn set_leadership(&self, leadership: Leadership) -> Leadership {
         Leadership::unpack(self.leadership.swap(leadership.pack(), Ordering::AcqRel))
     }
@@ -749,39 +765,43 @@ impl ReplicaManager {
         Ok(partition)
     }
 
-    /// Closes and deletes every partition of a deleted topic. The directories
-    /// are first renamed to `*.<topic id>-delete` (atomic), so a crash midway
-    /// never resurrects the data under a recreated topic of the same name.
+    /// Closes and deletes every partition of a deleted topic.
     pub fn remove_topic(&self, topic: &TopicMetadata) {
-        let removed: Vec<Arc<Partition>> = {
-            let mut partitions = self.partitions.write().unwrap_or_else(|p| p.into_inner());
-            (0..topic.partitions)
-                .filter_map(|i| partitions.remove(&(topic.name.clone(), i)))
-                .collect()
-        };
-        for partition in removed {
+        for index in 0..topic.partitions {
+            self.remove_partition(&topic.name, index, topic.topic_id);
+        }
+    }
+
+    /// Closes partition `index` of `topic` if it is open and deletes its
+    /// directory (the topic was deleted, or a reassignment moved the
+    /// partition off this broker). The directory is first renamed to
+    /// `*.<topic id>-delete` (atomic), so a crash midway never resurrects
+    /// the data under a recreated topic of the same name or a later
+    /// reassignment back to this broker.
+    pub fn remove_partition(&self, topic: &str, index: i32, topic_id: uuid::Uuid) {
+        let removed = self
+            .partitions
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(topic.to_string(), index));
+        if let Some(partition) = removed {
             if let Err(e) = partition.close() {
-                warn!(partition = %partition.name(), error = %e, "closing deleted partition failed");
+                warn!(partition = %partition.name(), error = %e, "closing a removed partition failed");
             }
         }
-        for index in 0..topic.partitions {
-            let dir = partition_dir(&self.data_dir, &topic.name, index);
-            if !dir.exists() {
-                continue;
-            }
-            let doomed = self.data_dir.join(format!(
-                "{}-{}.{}-delete",
-                topic.name,
-                index,
-                topic.topic_id.simple()
-            ));
-            if let Err(e) = std::fs::rename(&dir, &doomed) {
-                warn!(dir = %dir.display(), error = %e, "renaming deleted partition failed");
-                continue;
-            }
-            if let Err(e) = std::fs::remove_dir_all(&doomed) {
-                warn!(dir = %doomed.display(), error = %e, "removing deleted partition failed");
-            }
+        let dir = partition_dir(&self.data_dir, topic, index);
+        if !dir.exists() {
+            return;
+        }
+        let doomed = self
+            .data_dir
+            .join(format!("{topic}-{index}.{}-delete", topic_id.simple()));
+        if let Err(e) = std::fs::rename(&dir, &doomed) {
+            warn!(dir = %dir.display(), error = %e, "renaming a removed partition failed");
+            return;
+        }
+        if let Err(e) = std::fs::remove_dir_all(&doomed) {
+            warn!(dir = %doomed.display(), error = %e, "removing a removed partition failed");
         }
     }
 

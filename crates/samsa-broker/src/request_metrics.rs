@@ -160,6 +160,7 @@ top_level!(
     ListTransactionsResponse,
     ListGroupsResponse,
     DescribeAclsResponse,
+    ListPartitionReassignmentsResponse,
 );
 
 per_result!(CreateTopicsResponse, topics);
@@ -178,29 +179,32 @@ per_result!(DescribeTopicPartitionsResponse, topics);
 per_result!(ConsumerGroupDescribeResponse, groups);
 per_partition!(DeleteRecordsResponse, topics, partitions);
 per_partition!(DescribeProducersResponse, topics, partitions);
+per_partition!(OffsetForLeaderEpochResponse, topics, partitions);
 
-/// A top-level error, then per-partition ones.
-impl AnswerErrors for OffsetDeleteResponse {
-    fn each_error(&self, f: &mut dyn FnMut(i16)) {
-        f(self.error_code);
-        for t in &self.topics {
-            for p in &t.partitions {
-                f(p.error_code);
+/// Answers with a top-level error, then per-partition ones in per-topic lists.
+macro_rules! top_level_and_per_partition {
+    ($t:ty, $topics:ident, $partitions:ident) => {
+        impl AnswerErrors for $t {
+            fn each_error(&self, f: &mut dyn FnMut(i16)) {
+                f(self.error_code);
+                for t in &self.$topics {
+                    for p in &t.$partitions {
+                        f(p.error_code);
+                    }
+                }
             }
         }
-    }
+    };
 }
 
-impl AnswerErrors for DescribeQuorumResponse {
-    fn each_error(&self, f: &mut dyn FnMut(i16)) {
-        f(self.error_code);
-        for t in &self.topics {
-            for p in &t.partitions {
-                f(p.error_code);
-            }
-        }
-    }
-}
+top_level_and_per_partition!(OffsetDeleteResponse, topics, partitions);
+top_level_and_per_partition!(DescribeQuorumResponse, topics, partitions);
+top_level_and_per_partition!(
+    ElectLeadersResponse,
+    replica_election_results,
+    partition_result
+);
+top_level_and_per_partition!(AlterPartitionReassignmentsResponse, responses, partitions);
 
 impl AnswerErrors for DescribeLogDirsResponse {
     fn each_error(&self, f: &mut dyn FnMut(i16)) {

@@ -42,7 +42,8 @@ use crate::image::{MetadataImage, PartitionState};
 use crate::logic::{
     AlterPartition, ControlledShutdownReply, CreatePartitions, CreatePartitionsReply, CreateTopic,
     CreateTopicReply, DeleteTopicReply, ElectLeaders, ElectionResult, Heartbeat, HeartbeatReply,
-    ProducerIdBlock, RegisterBroker, RegisterBrokerReply, TopicRef,
+    ProducerIdBlock, Reassignment, ReassignmentResult, RegisterBroker, RegisterBrokerReply,
+    TopicRef,
 };
 use crate::network::{lazy_channel, MAX_MESSAGE_BYTES};
 use crate::records::{BrokerId, ConfigResource, MetadataRecord};
@@ -74,6 +75,7 @@ has_error!(
     pb::AlterSecurityResponse,
     pb::AlterPartitionResponse,
     pb::ElectLeadersResponse,
+    pb::AlterPartitionReassignmentsResponse,
 );
 
 impl HasError for pb::DescribeQuorumResponse {
@@ -579,13 +581,41 @@ impl ControllerClient {
             .results
             .into_iter()
             .map(|r| ElectionResult {
-                result: if r.error_code == 0 {
-                    Ok(r.leader)
-                } else {
-                    let code = i16::try_from(r.error_code)
-                        .unwrap_or(crate::error::ResponseError::UnknownServerError.code());
-                    Err(ControllerError::from_code(code, r.error_message, None))
-                },
+                result: remote_result(r.error_code, r.error_message).map(|_| r.leader),
+                topic: r.topic,
+                partition: r.partition,
+            })
+            .collect())
+    }
+
+    /// (c) Starts, replaces or cancels partition reassignments (KIP-455);
+    /// one result per partition, in request order.
+    pub async fn alter_partition_reassignments(
+        &self,
+        requests: &[Reassignment],
+    ) -> Result<Vec<ReassignmentResult>, ControllerError> {
+        let msg = pb::AlterPartitionReassignmentsRequest {
+            partitions: requests
+                .iter()
+                .map(|r| pb::PartitionReassignment {
+                    topic: r.topic.clone(),
+                    partition: r.partition,
+                    replicas: r.target.clone().unwrap_or_default(),
+                    cancel: r.target.is_none(),
+                })
+                .collect(),
+        };
+        let resp = self
+            .call(|mut c| {
+                let msg = msg.clone();
+                async move { c.alter_partition_reassignments(msg).await }
+            })
+            .await?;
+        Ok(resp
+            .results
+            .into_iter()
+            .map(|r| ReassignmentResult {
+                result: remote_result(r.error_code, r.error_message).map(|_| ()),
                 topic: r.topic,
                 partition: r.partition,
             })
@@ -744,4 +774,14 @@ async fn follow(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A per-partition outcome received over the wire: code 0 is success.
+fn remote_result(error_code: i32, message: String) -> Result<(), ControllerError> {
+    if error_code == 0 {
+        return Ok(());
+    }
+    let code =
+        i16::try_from(error_code).unwrap_or(crate::error::ResponseError::UnknownServerError.code());
+    Err(ControllerError::from_code(code, message, None))
 }

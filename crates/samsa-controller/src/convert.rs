@@ -217,13 +217,13 @@ pub fn alter_partition_from_pb(
 /// The partition state an `AlterPartitionResponse` carries (replicas are not
 /// part of the response and come back empty).
 pub fn partition_from_alter_response(r: &pb::AlterPartitionResponse) -> PartitionState {
-    PartitionState {
-        replicas: Vec::new(),
-        isr: r.isr.clone(),
-        leader: r.leader,
-        leader_epoch: r.leader_epoch,
-        partition_epoch: r.partition_epoch,
-    }
+    PartitionState::new(
+        Vec::new(),
+        r.isr.clone(),
+        r.leader,
+        r.leader_epoch,
+        r.partition_epoch,
+    )
 }
 
 pub fn election_type_to_pb(t: ElectionType) -> pb::ElectionType {

@@ -77,6 +77,8 @@ pub enum ControllerError {
     EligibleLeadersNotAvailable,
     #[error("election not needed")]
     ElectionNotNeeded,
+    #[error("no partition reassignment is in progress")]
+    NoReassignmentInProgress,
     #[error("timed out: {0}")]
     Timeout(String),
     #[error("internal error: {0}")]
@@ -112,6 +114,7 @@ impl ControllerError {
             Self::PreferredLeaderNotAvailable => E::PreferredLeaderNotAvailable,
             Self::EligibleLeadersNotAvailable => E::EligibleLeadersNotAvailable,
             Self::ElectionNotNeeded => E::ElectionNotNeeded,
+            Self::NoReassignmentInProgress => E::NoReassignmentInProgress,
             Self::Timeout(_) => E::RequestTimedOut,
             Self::Internal(_) => E::UnknownServerError,
             // A code received over the wire, kept as it came (`Unknown` for
@@ -146,6 +149,7 @@ impl ControllerError {
             Some(E::PreferredLeaderNotAvailable) => Self::PreferredLeaderNotAvailable,
             Some(E::EligibleLeadersNotAvailable) => Self::EligibleLeadersNotAvailable,
             Some(E::ElectionNotNeeded) => Self::ElectionNotNeeded,
+            Some(E::NoReassignmentInProgress) => Self::NoReassignmentInProgress,
             Some(E::RequestTimedOut) => Self::Timeout(message),
             // NONE (`None`) never reaches here: callers only rebuild failures.
             _ => Self::Remote { code, message },

@@ -33,8 +33,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::records::{
-    AclBinding, BrokerEndpoint, BrokerId, ConfigResource, MetadataRecord, ScramCredential,
-    NO_LEADER,
+    AclBinding, BrokerEndpoint, BrokerId, ConfigResource, MetadataRecord, ReplicaAssignment,
+    ScramCredential, NO_LEADER,
 };
 
 /// Topic config that allows electing a leader from outside the ISR.
@@ -84,9 +84,68 @@ pub struct PartitionState {
     pub leader_epoch: i32,
     /// Bumped on every change of this partition; `AlterPartition` compares it.
     pub partition_epoch: i32,
+    /// Replicas a reassignment adds (in `replicas`, catching up); empty
+    /// when no reassignment is in progress.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding_replicas: Vec<BrokerId>,
+    /// Replicas a reassignment removes once every adding one is in sync.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing_replicas: Vec<BrokerId>,
 }
 
 impl PartitionState {
+    /// A partition without a reassignment in progress.
+    pub fn new(
+        replicas: Vec<BrokerId>,
+        isr: Vec<BrokerId>,
+        leader: BrokerId,
+        leader_epoch: i32,
+        partition_epoch: i32,
+    ) -> Self {
+        Self {
+            replicas,
+            isr,
+            leader,
+            leader_epoch,
+            partition_epoch,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+        }
+    }
+
+    /// Whether a reassignment is in progress (KIP-455).
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+
+    /// The replicas the partition will have once its reassignment
+    /// completes (its replicas when none is in progress), preferred first.
+    pub fn target_replicas(&self) -> Vec<BrokerId> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|b| !self.removing_replicas.contains(b))
+            .collect()
+    }
+
+    /// The replicas the partition had before its reassignment started.
+    pub fn original_replicas(&self) -> Vec<BrokerId> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|b| !self.adding_replicas.contains(b))
+            .collect()
+    }
+
+    /// The replica set as a record carries it.
+    pub fn assignment(&self) -> ReplicaAssignment {
+        ReplicaAssignment {
+            replicas: self.replicas.clone(),
+            adding_replicas: self.adding_replicas.clone(),
+            removing_replicas: self.removing_replicas.clone(),
+        }
+    }
+
     pub fn has_leader(&self) -> bool {
         self.leader != NO_LEADER
     }
@@ -362,13 +421,13 @@ impl MetadataImage {
             } => self.create_partition(
                 topic_id,
                 *partition,
-                PartitionState {
-                    replicas: replicas.clone(),
-                    isr: isr.clone(),
-                    leader: *leader,
-                    leader_epoch: *leader_epoch,
-                    partition_epoch: *partition_epoch,
-                },
+                PartitionState::new(
+                    replicas.clone(),
+                    isr.clone(),
+                    *leader,
+                    *leader_epoch,
+                    *partition_epoch,
+                ),
             ),
             MetadataRecord::PartitionChanged {
                 topic_id,
@@ -377,6 +436,7 @@ impl MetadataImage {
                 leader,
                 leader_epoch,
                 partition_epoch,
+                assignment,
             } => self.change_partition(
                 topic_id,
                 *partition,
@@ -385,6 +445,7 @@ impl MetadataImage {
                     leader: *leader,
                     leader_epoch: *leader_epoch,
                     partition_epoch: *partition_epoch,
+                    assignment: assignment.as_ref(),
                 },
             ),
             MetadataRecord::TopicDeleted { topic_id, name } => self.delete_topic(topic_id, name),
@@ -516,7 +577,8 @@ impl MetadataImage {
 
     /// `PartitionChanged`: compare-and-set on the partition epoch (exactly
     /// the next one), the leader epoch never goes back, and the result is a
-    /// valid state over the same replicas.
+    /// valid state over the same replicas, or over the record's new
+    /// assignment.
     fn change_partition(
         &mut self,
         topic_id: &Uuid,
@@ -543,12 +605,18 @@ impl MetadataImage {
                 current: current.leader_epoch,
             });
         }
+        let assignment = change
+            .assignment
+            .cloned()
+            .unwrap_or_else(|| current.assignment());
         let next = PartitionState {
-            replicas: current.replicas.clone(),
+            replicas: assignment.replicas,
             isr: change.isr.to_vec(),
             leader: change.leader,
             leader_epoch: change.leader_epoch,
             partition_epoch: change.partition_epoch,
+            adding_replicas: assignment.adding_replicas,
+            removing_replicas: assignment.removing_replicas,
         };
         check_partition_state(&next)?;
         let topic = self.topic_mut(topic_id)?;
@@ -666,6 +734,7 @@ struct PartitionChange<'a> {
     leader: BrokerId,
     leader_epoch: i32,
     partition_epoch: i32,
+    assignment: Option<&'a ReplicaAssignment>,
 }
 
 fn check_partition_state(state: &PartitionState) -> Result<(), ApplyError> {
@@ -690,6 +759,20 @@ fn check_partition_state(state: &PartitionState) -> Result<(), ApplyError> {
     }
     if state.leader_epoch < 0 || state.partition_epoch < 0 {
         return invalid("negative epoch");
+    }
+    let moving = state.adding_replicas.iter().chain(&state.removing_replicas);
+    if moving.clone().any(|b| !state.replicas.contains(b)) {
+        return invalid("adding or removing replica is not a replica");
+    }
+    if state
+        .adding_replicas
+        .iter()
+        .any(|b| state.removing_replicas.contains(b))
+    {
+        return invalid("replica both added and removed");
+    }
+    if !state.removing_replicas.is_empty() && state.target_replicas().is_empty() {
+        return invalid("reassignment removes every replica");
     }
     Ok(())
 }
@@ -742,6 +825,50 @@ mod tests {
     }
 
     #[test]
+    fn a_new_assignment_must_hold_the_isr_and_its_moving_replicas() {
+        let mut image = MetadataImage::new();
+        let id = Uuid::from_u128(9);
+        image.apply_batch(1, &topic_records("t", id)).unwrap();
+        let before = image.partition("t", 0).unwrap().clone();
+        let change = |replicas: Vec<i32>, adding: Vec<i32>, removing: Vec<i32>| {
+            MetadataRecord::PartitionChanged {
+                topic_id: id,
+                partition: 0,
+                isr: before.isr.clone(),
+                leader: before.leader,
+                leader_epoch: before.leader_epoch,
+                partition_epoch: before.partition_epoch + 1,
+                assignment: Some(ReplicaAssignment {
+                    replicas,
+                    adding_replicas: adding,
+                    removing_replicas: removing,
+                }),
+            }
+        };
+        let mut target = before.replicas.clone();
+        target.push(7);
+        for bad in [
+            change(vec![7], vec![7], vec![]),
+            change(target.clone(), vec![8], vec![]),
+            change(target.clone(), vec![7], vec![7]),
+            change(target.clone(), vec![], target.clone()),
+        ] {
+            assert!(
+                matches!(image.apply(&bad), Err(ApplyError::InvalidPartitionState(_))),
+                "{bad}"
+            );
+        }
+        image
+            .apply(&change(target.clone(), vec![7], vec![]))
+            .unwrap();
+        let moving = image.partition("t", 0).unwrap();
+        assert_eq!(moving.replicas, target);
+        assert_eq!(moving.adding_replicas, vec![7]);
+        assert!(moving.is_reassigning());
+        assert_eq!(moving.original_replicas(), before.replicas);
+    }
+
+    #[test]
     fn partition_change_is_compare_and_set() {
         let mut image = MetadataImage::new();
         let id = Uuid::from_u128(9);
@@ -753,6 +880,7 @@ mod tests {
             leader: 1,
             leader_epoch: 0,
             partition_epoch: epoch,
+            assignment: None,
         };
         assert!(matches!(
             image.apply(&change(2)),

@@ -73,8 +73,11 @@ use crate::image::{
 };
 use crate::records::{BrokerEndpoint, BrokerId, ConfigResource, MetadataRecord, NO_LEADER};
 
+mod reassignment;
 #[cfg(test)]
 mod tests;
+
+pub use reassignment::{Reassignment, ReassignmentResult};
 
 /// What every handler returns: records to commit as one batch, and the
 /// response to send after they are committed.
@@ -423,8 +426,16 @@ pub fn next_leader_and_isr(
                 .find(|b| isr.contains(b) && active(b))
                 .unwrap_or(NO_LEADER)
         };
+    // A replica a reassignment is adding may still be copying the log: it
+    // leads only once it is in sync, never by unclean election.
     if leader == NO_LEADER && unclean_allowed {
-        if let Some(b) = state.replicas.iter().copied().find(active) {
+        if let Some(b) = state
+            .replicas
+            .iter()
+            .copied()
+            .filter(|b| !state.adding_replicas.contains(b))
+            .find(active)
+        {
             return (b, vec![b]);
         }
     }
@@ -455,6 +466,7 @@ fn change_record(
             state.leader_epoch
         },
         partition_epoch: state.partition_epoch.saturating_add(1),
+        assignment: None,
     })
 }
 
@@ -592,13 +604,7 @@ fn initial_state(
             "no replica of partition {partition} is on an active broker"
         )));
     };
-    Ok(PartitionState {
-        replicas,
-        isr,
-        leader,
-        leader_epoch: 0,
-        partition_epoch: 0,
-    })
+    Ok(PartitionState::new(replicas, isr, leader, 0, 0))
 }
 
 /// The record creating partition `index`, for CreateTopics and CreatePartitions.
@@ -876,6 +882,7 @@ impl ControllerLogic {
         let mut changes = Changes::new(image);
         let fenced = self.fence_expired(&mut changes, now_ms)?;
         changes.reconcile(|p| !p.has_leader())?;
+        reassignment::complete_ready_reassignments(&mut changes)?;
         let partitions_changed = changes
             .records
             .iter()
@@ -1140,22 +1147,26 @@ impl ControllerLogic {
         if req.new_isr == state.isr {
             return Ok((Vec::new(), state.clone()));
         }
-        let next = PartitionState {
-            replicas: state.replicas.clone(),
-            isr: req.new_isr,
-            leader: state.leader,
-            leader_epoch: state.leader_epoch,
-            partition_epoch: state.partition_epoch.saturating_add(1),
-        };
         let mut changes = Changes::new(image);
         changes.push(MetadataRecord::PartitionChanged {
             topic_id: req.topic_id,
             partition: req.partition,
-            isr: next.isr.clone(),
-            leader: next.leader,
-            leader_epoch: next.leader_epoch,
-            partition_epoch: next.partition_epoch,
+            isr: req.new_isr,
+            leader: state.leader,
+            leader_epoch: state.leader_epoch,
+            partition_epoch: state.partition_epoch.saturating_add(1),
+            assignment: None,
         })?;
+        // The ISR change that brings the last target replica in sync
+        // completes a reassignment in the same batch; the leader is told
+        // the state after both.
+        reassignment::complete_reassignment(&mut changes, req.topic_id, req.partition)?;
+        let next = changes
+            .scratch
+            .topic_by_id(&req.topic_id)
+            .and_then(|t| t.partition(req.partition))
+            .cloned()
+            .ok_or(ControllerError::UnknownTopicId(req.topic_id))?;
         Ok((changes.records, next))
     }
 

@@ -21,7 +21,7 @@
 //! | [`BrokerUnfenced`](MetadataRecord::BrokerUnfenced) | broker unfenced (caught up and heartbeating) | registered with that epoch, not in controlled shutdown |
 //! | [`TopicCreated`](MetadataRecord::TopicCreated) | new topic: name, UUID, configs | name and UUID unused |
 //! | [`PartitionCreated`](MetadataRecord::PartitionCreated) | new partition with replicas, ISR, leader, epochs | topic exists, partition id == current count, ISR ⊆ replicas |
-//! | [`PartitionChanged`](MetadataRecord::PartitionChanged) | new leader / ISR / leader epoch of one partition | `partition_epoch == current + 1`, leader epoch not lower, ISR ⊆ replicas |
+//! | [`PartitionChanged`](MetadataRecord::PartitionChanged) | new leader / ISR / leader epoch of one partition, and with `assignment` its replicas and the adding / removing replicas of a reassignment | `partition_epoch == current + 1`, leader epoch not lower, ISR ⊆ replicas, adding and removing ⊆ replicas and disjoint |
 //! | [`TopicDeleted`](MetadataRecord::TopicDeleted) | topic and its partitions removed | topic exists with that name and UUID |
 //! | [`ProducerIdsAllocated`](MetadataRecord::ProducerIdsAllocated) | next producer-id block start moves past the block | `first_producer_id == next_producer_id`, size > 0 |
 //! | [`ConfigChanged`](MetadataRecord::ConfigChanged) | one config key set or removed on the cluster-wide broker defaults, one broker, or a topic | the topic exists |
@@ -117,6 +117,20 @@ pub enum ConfigResource {
     Topic { name: String },
 }
 
+/// A partition's replica set with the reassignment in progress, if any
+/// (KIP-455): `replicas` holds the target replicas followed by those
+/// being removed; `adding_replicas` are target replicas not yet in the
+/// original set, `removing_replicas` original ones not in the target.
+/// Without a reassignment both lists are empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaAssignment {
+    pub replicas: Vec<BrokerId>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding_replicas: Vec<BrokerId>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing_replicas: Vec<BrokerId>,
+}
+
 /// One metadata change. See the module docs for the table of records and
 /// the guard each one checks when applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,6 +178,10 @@ pub enum MetadataRecord {
         leader: BrokerId,
         leader_epoch: i32,
         partition_epoch: i32,
+        /// The new replica set, when it changes (a reassignment starts,
+        /// completes or is cancelled); `None` keeps the current one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        assignment: Option<ReplicaAssignment>,
     },
     TopicDeleted {
         topic_id: Uuid,
@@ -222,7 +240,10 @@ impl fmt::Display for MetadataRecord {
                 partition,
                 leader,
                 ..
-            } => write!(f, "PartitionCreated({topic_id}-{partition}, leader {leader})"),
+            } => write!(
+                f,
+                "PartitionCreated({topic_id}-{partition}, leader {leader})"
+            ),
             Self::PartitionChanged {
                 topic_id,
                 partition,
@@ -230,10 +251,21 @@ impl fmt::Display for MetadataRecord {
                 leader_epoch,
                 partition_epoch,
                 isr,
-            } => write!(
-                f,
-                "PartitionChanged({topic_id}-{partition}, leader {leader}, leader_epoch {leader_epoch}, isr {isr:?}, partition_epoch {partition_epoch})"
-            ),
+                assignment,
+            } => {
+                write!(
+                    f,
+                    "PartitionChanged({topic_id}-{partition}, leader {leader}, leader_epoch {leader_epoch}, isr {isr:?}, partition_epoch {partition_epoch}"
+                )?;
+                if let Some(a) = assignment {
+                    write!(
+                        f,
+                        ", replicas {:?}, adding {:?}, removing {:?}",
+                        a.replicas, a.adding_replicas, a.removing_replicas
+                    )?;
+                }
+                write!(f, ")")
+            }
             Self::TopicDeleted { name, .. } => write!(f, "TopicDeleted({name})"),
             Self::ProducerIdsAllocated {
                 broker_id,
@@ -244,7 +276,11 @@ impl fmt::Display for MetadataRecord {
                 f,
                 "ProducerIdsAllocated(broker {broker_id}, [{first_producer_id}, +{size}))"
             ),
-            Self::ConfigChanged { resource, name, value } => {
+            Self::ConfigChanged {
+                resource,
+                name,
+                value,
+            } => {
                 write!(f, "ConfigChanged({resource:?}, {name}={value:?})")
             }
             Self::ScramCredentialChanged {
@@ -254,7 +290,11 @@ impl fmt::Display for MetadataRecord {
             } => write!(
                 f,
                 "ScramCredentialChanged({user}, {mechanism}, {})",
-                if credential.is_some() { "set" } else { "removed" }
+                if credential.is_some() {
+                    "set"
+                } else {
+                    "removed"
+                }
             ),
             Self::AclCreated { binding } => write!(f, "AclCreated({binding:?})"),
             Self::AclDeleted { binding } => write!(f, "AclDeleted({binding:?})"),

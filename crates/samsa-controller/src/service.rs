@@ -54,7 +54,7 @@ use crate::error::{ControllerError, LeaderHint};
 use crate::image::MetadataImage;
 use crate::logic::{
     AllocateProducerIds, AlterConfigs, ControlledShutdown, ControllerLogic, ElectLeaders, Outcome,
-    TopicRef,
+    Reassignment, TopicRef,
 };
 use crate::quorum::ReplicationClock;
 use crate::records::{ConfigResource, MetadataBatch, MetadataRecord};
@@ -815,6 +815,51 @@ impl ControllerService for ControllerGrpc {
                     .collect(),
             },
             Err(e) => err(&e, |r: &mut pb::ElectLeadersResponse, e| r.error = Some(e)),
+        }))
+    }
+
+    async fn alter_partition_reassignments(
+        &self,
+        request: Request<pb::AlterPartitionReassignmentsRequest>,
+    ) -> Result<Response<pb::AlterPartitionReassignmentsResponse>, Status> {
+        let requests: Vec<Reassignment> = request
+            .into_inner()
+            .partitions
+            .into_iter()
+            .map(|p| Reassignment {
+                topic: p.topic,
+                partition: p.partition,
+                target: (!p.cancel).then_some(p.replicas),
+            })
+            .collect();
+        let result = self
+            .core
+            .write(true, move |logic, image, now| {
+                logic.alter_reassignments(image, requests, now)
+            })
+            .await;
+        Ok(Response::new(match result {
+            Ok(results) => pb::AlterPartitionReassignmentsResponse {
+                error: None,
+                results: results
+                    .into_iter()
+                    .map(|r| {
+                        let (error_code, error_message) = match r.result {
+                            Ok(()) => (0, String::new()),
+                            Err(e) => (i32::from(e.code()), e.to_string()),
+                        };
+                        pb::PartitionReassignmentResult {
+                            topic: r.topic,
+                            partition: r.partition,
+                            error_code,
+                            error_message,
+                        }
+                    })
+                    .collect(),
+            },
+            Err(e) => err(&e, |r: &mut pb::AlterPartitionReassignmentsResponse, e| {
+                r.error = Some(e)
+            }),
         }))
     }
 }

@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use samsa_controller::client::ControllerClient;
-use samsa_controller::logic::{CreatePartitions, CreateTopic, TopicRef};
+use samsa_controller::logic::{
+    CreatePartitions, CreateTopic, ElectLeaders, ElectionResult, Reassignment, ReassignmentResult,
+    TopicRef,
+};
 use samsa_controller::ControllerError;
 use tokio::sync::watch;
 use tracing::warn;
@@ -63,6 +66,52 @@ impl QuorumMetadataStore {
         .flatten()
     }
 
+    /// Every partition's epoch in this broker's image.
+    fn partition_epochs(&self) -> std::collections::HashMap<(String, i32), i32> {
+        let image = self.image();
+        image
+            .topics
+            .values()
+            .flat_map(|t| {
+                (0..t.partitions).filter_map(move |i| {
+                    Some(((t.name.clone(), i), t.partition(i)?.partition_epoch))
+                })
+            })
+            .collect()
+    }
+
+    /// Waits (bounded) until each of `changed` has a newer partition epoch
+    /// than in `before`: a committed partition change is visible here when
+    /// the call returns, as Kafka's controller answers after its commit.
+    async fn visible_changes(
+        &self,
+        before: &std::collections::HashMap<(String, i32), i32>,
+        changed: impl Iterator<Item = (String, i32)>,
+    ) {
+        let changed: Vec<((String, i32), i32)> = changed
+            .map(|key| {
+                let epoch = before.get(&key).copied().unwrap_or(-1);
+                (key, epoch)
+            })
+            .collect();
+        if changed.is_empty() {
+            return;
+        }
+        let shown = self
+            .visible(|image| {
+                changed.iter().all(|((topic, p), epoch)| {
+                    image
+                        .partition(topic, *p)
+                        .is_some_and(|s| s.partition_epoch > *epoch)
+                })
+            })
+            .await;
+        if shown.is_none() {
+            warn!(partitions = changed.len(), timeout = ?self.request_timeout,
+                "a committed partition change is not in this broker's metadata yet");
+        }
+    }
+
     /// A refused or failed change to `topic`, as the broker answers it
     /// (the translation is the error edge's, [`controller_error`]).
     fn error(&self, e: ControllerError, topic: &str) -> MetadataError {
@@ -71,6 +120,55 @@ impl QuorumMetadataStore {
 }
 
 impl MetadataStore for QuorumMetadataStore {
+    fn elect_leaders(
+        &self,
+        request: ElectLeaders,
+    ) -> BoxFuture<'_, Result<Vec<ElectionResult>, MetadataError>> {
+        Box::pin(async move {
+            let before = self.partition_epochs();
+            let results = self
+                .client
+                .elect_leaders(&request)
+                .await
+                .map_err(|e| self.error(e, "(elect leaders)"))?;
+            let changed = results
+                .iter()
+                .filter(|r| r.result.is_ok())
+                .map(|r| (r.topic.clone(), r.partition));
+            self.visible_changes(&before, changed).await;
+            Ok(results)
+        })
+    }
+
+    fn alter_reassignments(
+        &self,
+        requests: Vec<Reassignment>,
+    ) -> BoxFuture<'_, Result<Vec<ReassignmentResult>, MetadataError>> {
+        Box::pin(async move {
+            let before = self.partition_epochs();
+            let results = self
+                .client
+                .alter_partition_reassignments(&requests)
+                .await
+                .map_err(|e| self.error(e, "(reassign partitions)"))?;
+            // A target equal to the current replicas changes nothing: only
+            // wait for partitions whose replica set the request changes.
+            let image = self.image();
+            let changed = results
+                .iter()
+                .zip(&requests)
+                .filter(|(r, q)| {
+                    r.result.is_ok()
+                        && image.partition(&q.topic, q.partition).is_some_and(|p| {
+                            q.target.is_none() || q.target.as_ref() != Some(&p.replicas)
+                        })
+                })
+                .map(|(r, _)| (r.topic.clone(), r.partition));
+            self.visible_changes(&before, changed).await;
+            Ok(results)
+        })
+    }
+
     fn image(&self) -> Arc<MetadataView> {
         Arc::clone(&self.image.borrow())
     }

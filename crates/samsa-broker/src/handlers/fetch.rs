@@ -293,13 +293,7 @@ impl Read<'_> {
                 return data;
             }
         };
-        let leader_epoch = partition.leader_epoch();
-        if wanted.current_leader_epoch >= 0 && wanted.current_leader_epoch != leader_epoch {
-            let error = if wanted.current_leader_epoch > leader_epoch {
-                ResponseError::UnknownLeaderEpoch
-            } else {
-                ResponseError::FencedLeaderEpoch
-            };
+        if let Err(error) = partition.check_current_leader_epoch(wanted.current_leader_epoch) {
             data.error_code = error.code();
             if hints && error == ResponseError::FencedLeaderEpoch {
                 self.leader_hint(broker, name, wanted.partition, &mut data, endpoints);

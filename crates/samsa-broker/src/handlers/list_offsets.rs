@@ -58,6 +58,12 @@ pub fn handle(
                             return response;
                         }
                     };
+                    if let Err(error) =
+                        partition.check_current_leader_epoch(wanted.current_leader_epoch)
+                    {
+                        response.error_code = error.code();
+                        return response;
+                    }
                     if version >= 4 {
                         // Nothing is tiered: no offset, so no epoch either.
                         response.leader_epoch = if wanted.timestamp == LATEST_TIERED {

@@ -142,7 +142,19 @@ async fn fetch_once(
     let mut partitions = Vec::with_capacity(followed.len());
     let mut sent = Vec::with_capacity(followed.len());
     let now = tokio::time::Instant::now();
+    let me = broker.config.node_id;
+    let throttle_rate = broker
+        .effective_config()
+        .follower_replication_throttled_rate;
+    let throttle = &broker.replication_throttles.follower;
+    let mut throttled_bytes = 0;
     for (partition, epoch) in followed {
+        // A partition this broker is being added to, over the follower
+        // throttle, sits this round out.
+        let reassigning = throttle_rate.is_some() && partition.is_adding(me);
+        if reassigning && !throttle.admits(throttle_rate, now.into_std()) {
+            continue;
+        }
         // A replica whose last write failed (a full disk) waits out its
         // back-off; it falls out of the ISR meanwhile by the leader's lag rule.
         if partition
@@ -178,6 +190,16 @@ async fn fetch_once(
     request.set_timeout(Duration::from_millis(max_wait_ms) + Duration::from_secs(5));
     let response = client.fetch(request).await?.into_inner();
     let bytes = response.partitions.iter().map(|p| p.records.len()).sum();
+    if throttle_rate.is_some() {
+        for data in &response.partitions {
+            if sent.iter().any(|(p, _, _)| {
+                p.topic == data.topic && p.index == data.partition && p.is_adding(me)
+            }) {
+                throttled_bytes += data.records.len();
+            }
+        }
+        throttle.spend(throttled_bytes);
+    }
     let mut all_failed = !response.partitions.is_empty();
     for data in response.partitions {
         let Some((partition, epoch, fetch_offset)) = sent

@@ -14,6 +14,8 @@
 //!   changes the ISR through the controller's `AlterPartition` (compare-and-
 //!   set on the partition epoch): a follower that has not caught up for
 //!   `replica_lag_time_max_ms` leaves, one that reaches the HW rejoins ([`isr`]);
+//! - a reassignment's adding replicas catch up under the
+//!   `*.replication.throttled.rate` limits ([`throttle`]);
 //! - `acks=all` produces wait until the HW covers their batch
 //!   ([`Partition::wait_replicated`](crate::replica::Partition::wait_replicated)).
 //!
@@ -42,6 +44,7 @@ pub mod fetcher;
 pub mod isr;
 pub mod service;
 pub mod state;
+pub mod throttle;
 
 pub use epoch_cache::LeaderEpochCache;
 pub use fetcher::{REPLICATION_MAX_FRAME_BYTES, REPLICATION_WINDOW_BYTES};

@@ -79,6 +79,11 @@ impl ReplicationService for ReplicationGrpc {
             let mut ready = false;
             let mut out = Vec::with_capacity(req.partitions.len());
             let now = now_ms();
+            let throttle_rate = hub
+                .broker
+                .effective_config()
+                .leader_replication_throttled_rate;
+            let throttles = &hub.broker.replication_throttles;
             for (fp, partition) in req.partitions.iter().zip(&partitions) {
                 let mut data = PartitionData {
                     topic: fp.topic.clone(),
@@ -91,6 +96,7 @@ impl ReplicationService for ReplicationGrpc {
                     out.push(data);
                     continue;
                 };
+                let reassigning = throttle_rate.is_some() && partition.is_adding(req.replica_id);
                 let answer = partition.serve_replica_fetch(
                     ReplicaFetch {
                         replica_id: req.replica_id,
@@ -98,9 +104,16 @@ impl ReplicationService for ReplicationGrpc {
                         fetch_offset: fp.fetch_offset,
                         last_fetched_epoch: fp.last_fetched_epoch,
                         max_bytes: budget,
+                        throttled: reassigning
+                            && !throttles
+                                .leader
+                                .admits(throttle_rate, std::time::Instant::now()),
                     },
                     now,
                 );
+                if reassigning {
+                    throttles.leader.spend(answer.records.len());
+                }
                 if let Some(isr) = answer.expand_isr_to {
                     let _ = hub.isr_proposals.send(IsrProposal {
                         partition: Arc::clone(partition),

@@ -101,6 +101,8 @@ pub struct ReplicaState {
     pub leader_epoch: i32,
     pub partition_epoch: i32,
     pub replicas: Vec<i32>,
+    /// Replicas a reassignment is adding (their catch-up is throttled).
+    pub adding_replicas: Vec<i32>,
     /// Committed ISR. Empty while unknown: then this replica counts as alone
     /// (single-node semantics: HW = LEO).
     pub isr: Vec<i32>,
@@ -122,6 +124,7 @@ impl ReplicaState {
             leader_epoch: 0,
             partition_epoch: -1,
             replicas: Vec::new(),
+            adding_replicas: Vec::new(),
             isr: Vec::new(),
             pending_isr: None,
             min_insync_replicas: 1,
@@ -200,6 +203,8 @@ pub struct ReplicaFetch {
     pub fetch_offset: i64,
     pub last_fetched_epoch: i32,
     pub max_bytes: usize,
+    /// Over the reassignment throttle: answer without records.
+    pub throttled: bool,
 }
 
 /// The leader's answer for one partition.
@@ -404,7 +409,15 @@ impl Partition {
         if info.partition_epoch >= state.partition_epoch {
             state.partition_epoch = info.partition_epoch;
             state.replicas = info.replicas.clone();
+            state.adding_replicas = info.adding_replicas.clone();
             state.isr = info.isr.clone();
+            // A reassignment removed some: their progress no longer counts.
+            let ReplicaState {
+                followers,
+                replicas,
+                ..
+            } = &mut *state;
+            followers.retain(|id, _| replicas.contains(id));
         }
         if info.leader == me {
             for id in state.replicas.clone() {
@@ -517,7 +530,9 @@ impl Partition {
                 state.pending_isr = Some(isr.clone());
                 answer.expand_isr_to = Some(isr);
             }
-            answer.records = log.read(req.fetch_offset, req.max_bytes, leo)?.records;
+            if !req.throttled {
+                answer.records = log.read(req.fetch_offset, req.max_bytes, leo)?.records;
+            }
             Ok(answer)
         });
         match result {
@@ -804,6 +819,16 @@ impl Partition {
             })
     }
 
+    /// Whether a reassignment is adding `replica` to this partition (its
+    /// catch-up is reassignment traffic, throttled).
+    pub(crate) fn is_adding(&self, replica: i32) -> bool {
+        self.replication
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .adding_replicas
+            .contains(&replica)
+    }
+
     /// Follower: where `epoch` ends in this log (the log end when it does
     /// not know that epoch or any older one).
     pub(crate) fn own_epoch_end(&self, epoch: i32) -> Result<i64, PartitionError> {
@@ -814,6 +839,44 @@ impl Partition {
                 leo
             } else {
                 end.end_offset.min(leo)
+            })
+        })
+    }
+
+    /// OffsetForLeaderEpoch (KIP-101, KIP-320): where leader epoch
+    /// `requested` ends in this replica's log, as Kafka's leader epoch
+    /// cache answers it: the current epoch (the leadership's, or the
+    /// latest known) ends at the log end; an older one at the start of the
+    /// next known epoch, named by the largest known epoch not newer than it
+    /// (by `requested` itself when it predates every known epoch); one
+    /// newer than any known is UNKNOWN (-1, -1).
+    pub fn epoch_end_offset(&self, requested: i32) -> Result<EpochEnd, PartitionError> {
+        let leader_epoch = self.leader_epoch();
+        self.with_log_and_state(|log, state| {
+            let leo = log.log_end_offset();
+            let latest = state.epochs.latest_epoch().unwrap_or(-1).max(leader_epoch);
+            if requested < 0 || requested > latest {
+                return Ok(EpochEnd::UNKNOWN);
+            }
+            if requested == latest {
+                return Ok(EpochEnd {
+                    epoch: requested,
+                    end_offset: leo,
+                });
+            }
+            let entries = state.epochs.entries();
+            let next_start = entries
+                .iter()
+                .find(|e| e.epoch > requested)
+                .map_or(leo, |e| e.start_offset);
+            let epoch = entries
+                .iter()
+                .rev()
+                .find(|e| e.epoch <= requested)
+                .map_or(requested, |e| e.epoch);
+            Ok(EpochEnd {
+                epoch,
+                end_offset: next_start,
             })
         })
     }

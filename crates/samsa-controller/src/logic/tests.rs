@@ -893,3 +893,150 @@ fn controlled_shutdown_of_the_only_in_sync_replica_leaves_the_partition_offline(
     assert_eq!(reply.partitions_offline, vec![("t".to_owned(), 0)]);
     assert_eq!(h.partition("t", 0).leader, NO_LEADER);
 }
+
+// --- partition reassignment (KIP-455) ---------------------------------------
+
+impl Harness {
+    /// A one-partition topic on exactly `replicas`, the first leading.
+    fn topic_on(&mut self, name: &str, replicas: Vec<BrokerId>) {
+        let req = CreateTopic {
+            name: name.into(),
+            assignments: Some(vec![replicas]),
+            ..CreateTopic::default()
+        };
+        let id = Uuid::from_u128(self.next_topic * 0x9e37_79b9_7f4a_7c15);
+        self.next_topic += 1;
+        let out = self.logic.create_topic(&self.image, req, id, 0);
+        self.commit(out).unwrap();
+    }
+
+    fn reassign(
+        &mut self,
+        topic: &str,
+        p: i32,
+        target: Option<Vec<BrokerId>>,
+    ) -> Result<(), ControllerError> {
+        let req = Reassignment {
+            topic: topic.into(),
+            partition: p,
+            target,
+        };
+        let out = self.logic.alter_reassignments(&self.image, vec![req], 0);
+        let mut results = self.commit(out)?;
+        assert_eq!(results.len(), 1);
+        results.remove(0).result
+    }
+}
+
+#[test]
+fn a_reassignment_adds_first_then_moves_the_leader_and_removes_once_in_sync() {
+    let mut h = Harness::with_brokers(4);
+    h.topic_on("t", vec![1, 2, 3]);
+    let before = h.partition("t", 0);
+    h.reassign("t", 0, Some(vec![2, 3, 4])).unwrap();
+    let moving = h.partition("t", 0);
+    assert_eq!(moving.replicas, vec![2, 3, 4, 1]);
+    assert_eq!(moving.adding_replicas, vec![4]);
+    assert_eq!(moving.removing_replicas, vec![1]);
+    assert_eq!(
+        moving.isr,
+        vec![1, 2, 3],
+        "the ISR waits for the new replica"
+    );
+    assert_eq!(
+        moving.leader, 1,
+        "the leader stays until the move completes"
+    );
+    assert_eq!(moving.leader_epoch, before.leader_epoch);
+    assert_eq!(moving.partition_epoch, before.partition_epoch + 1);
+
+    // The leader adds the caught-up replica; that completes the move.
+    let told = h.alter_isr("t", 0, vec![1, 2, 3, 4]).unwrap();
+    let done = h.partition("t", 0);
+    assert_eq!(told, done, "the leader is told the state after completion");
+    assert_eq!(done.replicas, vec![2, 3, 4]);
+    assert!(!done.is_reassigning());
+    assert_eq!(done.isr, vec![2, 3, 4]);
+    assert_eq!(done.leader, 2, "the first in-sync target replica leads");
+    assert_eq!(done.leader_epoch, before.leader_epoch + 1);
+}
+
+#[test]
+fn cancelling_restores_the_original_replicas_and_unknown_targets_are_refused() {
+    let mut h = Harness::with_brokers(5);
+    h.topic_on("t", vec![1, 2, 3]);
+    assert_eq!(
+        h.reassign("t", 0, None).unwrap_err().kafka_error(),
+        ResponseError::NoReassignmentInProgress
+    );
+    for bad in [vec![], vec![2, 2, 4], vec![2, 3, 9]] {
+        assert_eq!(
+            h.reassign("t", 0, Some(bad)).unwrap_err().kafka_error(),
+            ResponseError::InvalidReplicaAssignment
+        );
+    }
+    assert_eq!(
+        h.reassign("nope", 0, Some(vec![1]))
+            .unwrap_err()
+            .kafka_error(),
+        ResponseError::UnknownTopicOrPartition
+    );
+    h.reassign("t", 0, Some(vec![4, 5, 3])).unwrap();
+    // A new target replaces the move, measured from the original replicas.
+    h.reassign("t", 0, Some(vec![5, 2, 3])).unwrap();
+    let replaced = h.partition("t", 0);
+    assert_eq!(replaced.replicas, vec![5, 2, 3, 1]);
+    assert_eq!(replaced.adding_replicas, vec![5]);
+    assert_eq!(replaced.removing_replicas, vec![1]);
+    h.reassign("t", 0, None).unwrap();
+    let cancelled = h.partition("t", 0);
+    // The original replicas in the order the move listed them (Kafka's
+    // revert: replicas minus adding); the leader stays.
+    assert_eq!(cancelled.replicas, vec![2, 3, 1]);
+    assert!(!cancelled.is_reassigning());
+    assert_eq!(cancelled.leader, 1);
+    // The same replicas again is nothing to do.
+    let offset = h.image.offset();
+    h.reassign("t", 0, Some(vec![2, 3, 1])).unwrap();
+    assert_eq!(h.partition("t", 0), cancelled);
+    assert_eq!(h.image.offset(), offset + 1, "an empty batch");
+}
+
+#[test]
+fn shrinking_to_in_sync_replicas_completes_at_once_and_a_fenced_target_waits() {
+    let mut h = Harness::with_brokers(4);
+    h.topic_on("t", vec![1, 2, 3]);
+    h.reassign("t", 0, Some(vec![3, 2])).unwrap();
+    let done = h.partition("t", 0);
+    assert_eq!(done.replicas, vec![3, 2]);
+    assert_eq!(done.leader, 3);
+    assert!(!done.is_reassigning());
+
+    // A target replica that never catches up keeps the move open, and an
+    // adding replica is never made leader by an unclean election.
+    h.topic_on("u", vec![1]);
+    h.reassign("u", 0, Some(vec![4])).unwrap();
+    assert_eq!(h.partition("u", 0).adding_replicas, vec![4]);
+    let (records, _) = h.logic.tick(&h.image, 1).unwrap();
+    assert!(records.is_empty(), "nothing to complete: {records:?}");
+    let out = h.logic.alter_configs(
+        &h.image,
+        AlterConfigs {
+            resource: ConfigResource::Topic { name: "u".into() },
+            changes: vec![(UNCLEAN_LEADER_ELECTION_ENABLE.into(), Some("true".into()))],
+        },
+        1,
+    );
+    h.commit(out).unwrap();
+    for id in [2, 3, 4] {
+        h.heartbeat(id, TIMEOUT).unwrap();
+    }
+    let out = h.logic.tick(&h.image, TIMEOUT + 1);
+    h.commit(out).unwrap();
+    assert!(!h.image.is_broker_active(1));
+    let u = h.partition("u", 0);
+    assert_eq!(
+        u.leader, NO_LEADER,
+        "the adding replica must not lead: {u:?}"
+    );
+}
