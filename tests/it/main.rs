@@ -31,6 +31,7 @@ mod protocol_details;
 mod rdkafka_eos;
 mod rdkafka_sasl_ssl;
 mod read_apis;
+mod reassignment;
 mod replication;
 mod sasl_bad_input;
 mod secured_cluster;

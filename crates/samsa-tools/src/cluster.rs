@@ -1,4 +1,5 @@
-//! `samsa cluster status`: the controller quorum as its voters see it (the
+//! `samsa cluster status` (the partition moves, `reassign`, `rebalance`,
+//! `decommission`, `elect-leaders`, are [`crate::reassign`]'s): the controller quorum as its voters see it (the
 //! leader, each voter's applied metadata offset and lag), and the committed
 //! metadata (brokers with their fenced state, partition leaders). It talks
 //! gRPC to the controllers, not Kafka to the brokers, so it also works while
@@ -21,6 +22,8 @@ pub enum ClusterCommand {
     /// Show the controller leader, voters and their lag, brokers and their
     /// fenced state, and partition leaders.
     Status(StatusArgs),
+    #[command(flatten)]
+    Placement(crate::reassign::PlacementCommand),
 }
 
 #[derive(Debug, Args)]
@@ -52,6 +55,7 @@ pub struct StatusArgs {
 pub async fn run(command: ClusterCommand) -> Result<ExitCode> {
     match command {
         ClusterCommand::Status(args) => status(args).await,
+        ClusterCommand::Placement(command) => crate::reassign::run(command).await,
     }
 }
 

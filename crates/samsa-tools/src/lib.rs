@@ -8,6 +8,8 @@
 //! - client tools on librdkafka: [`topic`], [`produce`], [`consume`],
 //!   sharing [`client`] (connection flags, client configuration, log routing);
 //! - [`cluster`]: the controller quorum and committed metadata, over gRPC;
+//! - [`reassign`]: partition reassignment, rebalancing, decommissioning and
+//!   leader elections over the Kafka protocol, planned by [`balance`];
 //! - [`txn`]: transaction operator tools (`kafka-transactions.sh`), on the
 //!   small Kafka protocol client in [`wire`] for the APIs librdkafka lacks;
 //! - [`dump_log`]: the offline segment and index dumper (no broker, no runtime);
@@ -24,6 +26,7 @@
 //! an error with context, which the binary prints as one line.
 
 pub mod acl;
+pub mod balance;
 pub mod bench;
 pub mod client;
 pub mod cluster;
@@ -34,6 +37,7 @@ pub mod dump_log;
 pub mod health;
 pub mod pipeline;
 pub mod produce;
+pub mod reassign;
 pub mod signals;
 pub mod topic;
 pub mod txn;

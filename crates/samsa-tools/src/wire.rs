@@ -165,6 +165,8 @@ impl Connection {
 pub struct BrokerAddr {
     pub node_id: i32,
     pub addr: String,
+    /// `broker.rack`, when the broker declares one.
+    pub rack: Option<String>,
 }
 
 /// One partition of the Metadata answer.
@@ -228,7 +230,15 @@ impl ClusterClient {
             .map(|b| {
                 let node_id = b.node_id.0;
                 let addr = format!("{}:{}", b.host.as_str(), b.port);
-                (node_id, BrokerAddr { node_id, addr })
+                let rack = b.rack.as_ref().map(|r| r.to_string());
+                (
+                    node_id,
+                    BrokerAddr {
+                        node_id,
+                        addr,
+                        rack,
+                    },
+                )
             })
             .collect();
         self.partitions = metadata
