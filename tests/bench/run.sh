@@ -67,6 +67,13 @@
 #                                  TRACES_CLIENT_ARGS adds -X options (e.g.
 #                                  "-X batch.num.messages=1": a request per record
 #                                  and partition)
+#   tests/bench/run.sh reassign    reassignment MB/s unthrottled and throttled,
+#                                  and a steady producer's p50/p99 of another
+#                                  topic idle and during each move, on
+#                                  `samsa dev --nodes 4` (tests/bench/reassign.py,
+#                                  the compat venv's python; REASSIGN_ARGS
+#                                  passes flags to it: --bulk-mb, --throttle,
+#                                  --rate)
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
 #   SINGLE_QUICK=1 tests/bench/run.sh   (a)-(c) only: no dd, no 5 GiB (d)
 #                                  (for before/after pairs of one run)
@@ -271,6 +278,17 @@ if [ "$mode" = security ]; then
     # shellcheck disable=SC2086
     python3 "$here/security.py" --samsa "$server" --dir "$bench_dir/security" ${SECURITY_ARGS:-}
     echo "load after: $(uptime | sed 's/.*load average: //')"
+    exit 0
+fi
+
+if [ "$mode" = reassign ]; then
+    python=${SAMSA_COMPAT_PYTHON:-$target/compat-venv/bin/python}
+    if [ ! -x "$python" ]; then
+        log "no python with confluent-kafka at $python: bash tests/run-all.sh creates the compat venv, or set SAMSA_COMPAT_PYTHON"
+        exit 1
+    fi
+    # shellcheck disable=SC2086
+    "$python" "$here/reassign.py" --samsa "$server" --dir "$bench_dir/reassign" ${REASSIGN_ARGS:-}
     exit 0
 fi
 

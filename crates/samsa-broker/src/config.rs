@@ -139,6 +139,16 @@ pub struct BrokerConfig {
     /// `broker.session.timeout.ms`: a broker without heartbeat this long is
     /// fenced by the controller and its leaderships move.
     pub broker_session_timeout_ms: u64,
+    /// `auto.leader.rebalance.enable`: the active controller moves
+    /// leadership back to preferred replicas when a broker's share of
+    /// preferred partitions it does not lead passes
+    /// `leader_imbalance_per_broker_percentage`, checked every
+    /// `leader_imbalance_check_interval_seconds`.
+    pub auto_leader_rebalance_enable: bool,
+    /// `leader.imbalance.check.interval.seconds`.
+    pub leader_imbalance_check_interval_seconds: u64,
+    /// `leader.imbalance.per.broker.percentage`.
+    pub leader_imbalance_per_broker_percentage: u32,
     /// `controller.quorum.election.timeout.ms`: the base election timeout.
     /// A controller that hears nothing from the leader waits a leader lease
     /// (1.5 × this) plus a random 1–1.5 × this before it campaigns, so a
@@ -300,6 +310,9 @@ impl Default for BrokerConfig {
             cluster_id: None,
             broker_heartbeat_interval_ms: 2_000,
             broker_session_timeout_ms: 9_000,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_seconds: 300,
+            leader_imbalance_per_broker_percentage: 10,
             controller_quorum_election_timeout_ms: 1_000,
             controller_quorum_heartbeat_interval_ms: 150,
             controller_request_timeout_ms: 30_000,

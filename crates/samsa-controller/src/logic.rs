@@ -97,6 +97,30 @@ pub struct LogicConfig {
     pub default_replication_factor: Option<i32>,
     /// Size of each producer-id block.
     pub producer_id_block_size: i32,
+    /// `auto.leader.rebalance.enable` with its check interval and
+    /// threshold; `None` disables it.
+    pub leader_rebalance: Option<LeaderRebalance>,
+}
+
+/// Kafka's automatic preferred-leader election: every `interval_ms`, a
+/// broker that is the preferred leader of partitions it does not lead,
+/// more than `imbalance_percent` % of those it is preferred for, gets them
+/// back (where it is active and in sync).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaderRebalance {
+    /// `leader.imbalance.check.interval.seconds`, in ms.
+    pub interval_ms: i64,
+    /// `leader.imbalance.per.broker.percentage`.
+    pub imbalance_percent: u32,
+}
+
+impl Default for LeaderRebalance {
+    fn default() -> Self {
+        Self {
+            interval_ms: 300_000,
+            imbalance_percent: 10,
+        }
+    }
 }
 
 impl Default for LogicConfig {
@@ -106,6 +130,7 @@ impl Default for LogicConfig {
             default_num_partitions: 1,
             default_replication_factor: None,
             producer_id_block_size: 1_000,
+            leader_rebalance: Some(LeaderRebalance::default()),
         }
     }
 }
@@ -657,6 +682,9 @@ fn touches(broker: BrokerId) -> impl Fn(&PartitionState) -> bool {
 pub struct ControllerLogic {
     config: LogicConfig,
     liveness: BrokerLiveness,
+    /// When the last automatic leader rebalance check ran (leader-local,
+    /// like liveness: a new active controller waits a full interval).
+    last_leader_rebalance_ms: i64,
 }
 
 impl ControllerLogic {
@@ -664,6 +692,7 @@ impl ControllerLogic {
         Self {
             config,
             liveness: BrokerLiveness::new(now_ms),
+            last_leader_rebalance_ms: now_ms,
         }
     }
 
@@ -700,6 +729,7 @@ impl ControllerLogic {
     /// session timeout from `now_ms` before it can be fenced.
     pub fn reset_liveness(&mut self, now_ms: i64) {
         self.liveness.reset(now_ms);
+        self.last_leader_rebalance_ms = now_ms;
     }
 
     /// Records the cluster id once, at first formation.
@@ -883,6 +913,12 @@ impl ControllerLogic {
         let fenced = self.fence_expired(&mut changes, now_ms)?;
         changes.reconcile(|p| !p.has_leader())?;
         reassignment::complete_ready_reassignments(&mut changes)?;
+        if let Some(rebalance) = self.config.leader_rebalance {
+            if now_ms.saturating_sub(self.last_leader_rebalance_ms) >= rebalance.interval_ms {
+                self.last_leader_rebalance_ms = now_ms;
+                self.rebalance_leaders(&mut changes, rebalance)?;
+            }
+        }
         let partitions_changed = changes
             .records
             .iter()
@@ -1277,6 +1313,55 @@ impl ControllerLogic {
             });
         }
         Ok((changes.records, results))
+    }
+
+    /// `auto.leader.rebalance.enable`: preferred elections for the
+    /// partitions of every broker whose share of preferred partitions it
+    /// does not lead is above the threshold (Kafka's
+    /// `checkAndTriggerAutoLeaderRebalance`).
+    fn rebalance_leaders(
+        &self,
+        changes: &mut Changes,
+        rebalance: LeaderRebalance,
+    ) -> Result<(), ControllerError> {
+        let mut preferred: BTreeMap<BrokerId, (u32, Vec<(String, i32)>)> = BTreeMap::new();
+        for topic in changes.scratch.topics() {
+            for (index, state) in topic.partitions.iter().enumerate() {
+                let Some(&first) = state.replicas.first() else {
+                    continue;
+                };
+                let entry = preferred.entry(first).or_default();
+                entry.0 += 1;
+                if state.leader != first && !state.is_reassigning() {
+                    entry.1.push((topic.name.clone(), to_partition_id(index)?));
+                }
+            }
+        }
+        for (broker, (total, misplaced)) in preferred {
+            let imbalance = misplaced.len() as u64 * 100;
+            if misplaced.is_empty()
+                || imbalance <= u64::from(rebalance.imbalance_percent) * u64::from(total)
+                || !changes.scratch.is_broker_active(broker)
+            {
+                continue;
+            }
+            let mut moved = 0;
+            for (topic, partition) in misplaced {
+                if self
+                    .elect_one(changes, &topic, partition, ElectionType::Preferred)
+                    .is_ok()
+                {
+                    moved += 1;
+                }
+            }
+            tracing::info!(
+                broker,
+                preferred_partitions = total,
+                moved,
+                "leader imbalance above the threshold: preferred leaders elected"
+            );
+        }
+        Ok(())
     }
 
     fn elect_one(

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use samsa_controller::client::ControllerClient;
-use samsa_controller::logic::LogicConfig;
+use samsa_controller::logic::{LeaderRebalance, LogicConfig};
 use samsa_controller::node::{ControllerConfig, ControllerNode, RaftTimings};
 use samsa_controller::NodeId;
 
@@ -64,6 +64,17 @@ pub(super) async fn start_controller(
         broker_session_timeout_ms: i64::try_from(config.broker_session_timeout_ms)
             .unwrap_or(i64::MAX),
         producer_id_block_size: config.producer_id_block_size,
+        leader_rebalance: config
+            .auto_leader_rebalance_enable
+            .then(|| LeaderRebalance {
+                interval_ms: i64::try_from(
+                    config
+                        .leader_imbalance_check_interval_seconds
+                        .saturating_mul(1000),
+                )
+                .unwrap_or(i64::MAX),
+                imbalance_percent: config.leader_imbalance_per_broker_percentage,
+            }),
         ..LogicConfig::default()
     };
     let election = config.controller_quorum_election_timeout_ms;

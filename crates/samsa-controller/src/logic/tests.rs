@@ -1040,3 +1040,51 @@ fn shrinking_to_in_sync_replicas_completes_at_once_and_a_fenced_target_waits() {
         "the adding replica must not lead: {u:?}"
     );
 }
+
+/// Broker 1 loses the leadership of `t` (replicas [1, 2, 3]) by fencing,
+/// comes back in sync, and the controller ticks at `at`; t's leader then.
+fn leader_after_failover_and_return(mut h: Harness, at: i64) -> BrokerId {
+    h.topic_on("t", vec![1, 2, 3]);
+    h.topic_on("u", vec![2, 3, 1]);
+    for id in [2, 3] {
+        h.heartbeat(id, TIMEOUT).unwrap();
+    }
+    let out = h.logic.tick(&h.image, TIMEOUT + 1);
+    h.commit(out).unwrap();
+    assert_eq!(h.partition("t", 0).leader, 2);
+    h.register(1, TIMEOUT + 2);
+    h.heartbeat(1, TIMEOUT + 3).unwrap();
+    h.alter_isr("t", 0, vec![2, 3, 1]).unwrap();
+    for id in 1..=3 {
+        h.heartbeat(id, at).unwrap();
+    }
+    let out = h.logic.tick(&h.image, at);
+    h.commit(out).unwrap();
+    assert_eq!(h.partition("u", 0).leader, 2, "u's preferred leader leads");
+    h.partition("t", 0).leader
+}
+
+#[test]
+fn leaders_go_back_to_preferred_replicas_after_the_imbalance_check_interval() {
+    let interval = LeaderRebalance::default().interval_ms;
+    // Not before the interval.
+    assert_eq!(
+        leader_after_failover_and_return(Harness::with_brokers(3), interval - 1),
+        2
+    );
+    // Broker 1 leads none of its one preferred partition: 100 % > 10 %.
+    assert_eq!(
+        leader_after_failover_and_return(Harness::with_brokers(3), interval + 10),
+        1
+    );
+    // Disabled: it stays where the failover put it.
+    let mut h = Harness::with_brokers(3);
+    h.logic = ControllerLogic::new(
+        LogicConfig {
+            leader_rebalance: None,
+            ..LogicConfig::default()
+        },
+        0,
+    );
+    assert_eq!(leader_after_failover_and_return(h, interval + 10), 2);
+}
