@@ -602,3 +602,123 @@ fn follower_truncates_an_unreplicated_suffix() {
     );
     println!("divergence: the new leader kept {kept} of {UNREPLICATED} unreplicated records; node {a} cut its unreplicated suffix and follows node {leader} at epoch {epoch}");
 }
+
+/// KIP-320 through librdkafka: consumers that read records an unclean
+/// election then drops notice it. Node 1 leads alone (node 2 stopped, out
+/// of the ISR) and its records are read by a librdkafka consumer; node
+/// 1 dies and node 2 is elected uncleanly with a shorter log and writes
+/// new records at those offsets. After the leader change librdkafka asks
+/// OffsetForLeaderEpoch where the epoch of its last record ends and seeks
+/// back to that end, reading the new records from there. Without
+/// OffsetForLeaderEpoch (or with a wrong answer) its fetch past the log
+/// end would be OFFSET_OUT_OF_RANGE and `auto.offset.reset=latest` would
+/// jump over the new records. (With `auto.offset.reset=error` librdkafka
+/// reports a truncation as AUTO_OFFSET_RESET, the code an out-of-range
+/// fetch gets too, so that case proves nothing and is not tested.)
+#[test]
+fn librdkafka_detects_the_truncation_of_an_unclean_election() {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+    use kafka_protocol::protocol::StrBytes;
+
+    let mut cluster = SamsaCluster::start(3, SETTINGS);
+    let topic = unique_topic("truncated");
+    create_assigned_topic(&mut cluster.client(1), &topic, &[1, 2], Some("1"));
+    let set_unclean = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_string(topic.clone()))
+            .with_configs(vec![AlterableConfig::default()
+                .with_name(StrBytes::from_static_str("unclean.leader.election.enable"))
+                .with_config_operation(0)
+                .with_value(Some(StrBytes::from_static_str("true")))]),
+    ]);
+    let answer = cluster.client(1).call(&set_unclean).unwrap();
+    assert_eq!(answer.responses[0].error_code, 0);
+    wait_until(
+        "node 1 leading both replicas in sync",
+        Duration::from_secs(30),
+        || states(&cluster, 1, &topic).filter(|s| s[0].leader == 1 && s[0].isr == [1, 2]),
+    );
+    let produce = |cluster: &SamsaCluster, leader: i32, value: String| {
+        wait_until(&format!("{value} written"), Duration::from_secs(30), || {
+            let mut c = quick_client(cluster, leader)?;
+            let batch = BatchBuilder::new().values([value.as_str()]).build();
+            let r = c.produce(&topic, 0, batch, ACKS_ALL).ok()?;
+            (r.error_code == 0).then_some(r.base_offset)
+        })
+    };
+    for i in 0..5 {
+        produce(&cluster, 1, format!("both-{i}"));
+    }
+    // Node 2 stops and leaves the ISR; node 1 alone takes five more.
+    signal(&cluster, 2, Signal::SIGSTOP);
+    wait_until("node 2 out of the ISR", Duration::from_secs(30), || {
+        states(&cluster, 1, &topic).filter(|s| s[0].isr == [1])
+    });
+    for i in 0..5 {
+        produce(&cluster, 1, format!("alone-{i}"));
+    }
+    let consumer = |reset: &str| -> BaseConsumer {
+        let mut config = rdk::assign_consumer_config(&cluster.bootstrap());
+        config.set("auto.offset.reset", reset);
+        let consumer: BaseConsumer = config.create().unwrap();
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&topic, 0, Offset::Beginning)
+            .unwrap();
+        consumer.assign(&tpl).unwrap();
+        consumer
+    };
+    let seeking = consumer("latest");
+    let mut read = 0;
+    wait_until("the ten records read", Duration::from_secs(30), || {
+        if let Some(Ok(m)) = seeking.poll(Duration::from_millis(100)) {
+            read += 1;
+            assert_eq!(m.offset(), read - 1);
+        }
+        (read == 10).then_some(())
+    });
+    // Paused until the new records are written: an out-of-range fetch
+    // would then reset to their end, so only the epoch check finds them.
+    let assignment = seeking.assignment().unwrap();
+    seeking.pause(&assignment).unwrap();
+
+    // Node 1 dies; node 2, out of sync, is elected uncleanly.
+    cluster.sigkill(1);
+    signal(&cluster, 2, Signal::SIGCONT);
+    wait_until("node 2 leading", Duration::from_secs(60), || {
+        states(&cluster, 2, &topic).filter(|s| s[0].leader == 2)
+    });
+    for i in 0..3 {
+        let offset = produce(&cluster, 2, format!("new-{i}"));
+        assert_eq!(offset, 5 + i64::from(i), "new-{i} goes where alone-{i} was");
+    }
+    seeking.resume(&assignment).unwrap();
+
+    let mut values = Vec::new();
+    wait_until(
+        "the new records read after a seek back",
+        Duration::from_secs(60),
+        || {
+            match seeking.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => values.push((
+                    m.offset(),
+                    String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+                )),
+                Some(Err(e)) => eprintln!("consumer (latest): {e}"),
+                None => {}
+            }
+            (values.len() == 3).then_some(())
+        },
+    );
+    assert_eq!(
+        values,
+        vec![
+            (5, "new-0".to_string()),
+            (6, "new-1".to_string()),
+            (7, "new-2".to_string())
+        ]
+    );
+}
