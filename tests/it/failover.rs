@@ -16,6 +16,10 @@
 //!   acks=1 while its followers are stopped and dies; the followers elect a
 //!   new leader that writes other records at those offsets, and the old
 //!   leader, restarted, cuts its divergent suffix and ends byte-identical.
+//! - `librdkafka_detects_the_truncation_of_an_unclean_election`: a
+//!   librdkafka consumer that read records an unclean election drops
+//!   resumes where the new leader's copy of that epoch ends (KIP-320,
+//!   OffsetForLeaderEpoch) and reads the records written there.
 //!
 //! Waits are polls with deadlines; every process is killed when the cluster
 //! is dropped.
