@@ -71,7 +71,9 @@ use crate::error::ControllerError;
 use crate::image::{
     MetadataImage, PartitionState, TopicImage, MIN_INSYNC_REPLICAS, UNCLEAN_LEADER_ELECTION_ENABLE,
 };
-use crate::records::{BrokerEndpoint, BrokerId, ConfigResource, MetadataRecord, NO_LEADER};
+use crate::records::{
+    BrokerEndpoint, BrokerId, ConfigResource, MetadataRecord, ReplicaAssignment, NO_LEADER,
+};
 
 mod reassignment;
 #[cfg(test)]
@@ -480,7 +482,22 @@ fn change_record(
         return None;
     }
     let partition = i32::try_from(index).ok()?;
-    Some(MetadataRecord::PartitionChanged {
+    Some(partition_changed(
+        topic_id, partition, state, leader, isr, None,
+    ))
+}
+
+/// The next `PartitionChanged` of `state`: partition epoch + 1, leader
+/// epoch + 1 when the leader changes, and the new replica set if any.
+fn partition_changed(
+    topic_id: Uuid,
+    partition: i32,
+    state: &PartitionState,
+    leader: BrokerId,
+    isr: Vec<BrokerId>,
+    assignment: Option<ReplicaAssignment>,
+) -> MetadataRecord {
+    MetadataRecord::PartitionChanged {
         topic_id,
         partition,
         isr,
@@ -491,8 +508,8 @@ fn change_record(
             state.leader_epoch
         },
         partition_epoch: state.partition_epoch.saturating_add(1),
-        assignment: None,
-    })
+        assignment,
+    }
 }
 
 /// Replica lists for partitions `first_partition .. first_partition + count`

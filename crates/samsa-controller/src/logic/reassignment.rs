@@ -28,10 +28,10 @@ use std::collections::BTreeSet;
 
 use uuid::Uuid;
 
-use super::{Changes, ControllerLogic, Outcome};
+use super::{partition_changed, Changes, ControllerLogic, Outcome};
 use crate::error::ControllerError;
-use crate::image::{MetadataImage, PartitionState};
-use crate::records::{BrokerId, MetadataRecord, ReplicaAssignment, NO_LEADER};
+use crate::image::MetadataImage;
+use crate::records::{BrokerId, ReplicaAssignment, NO_LEADER};
 
 /// One partition of an `AlterPartitionReassignments` request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,13 +147,13 @@ fn reassign_one(changes: &mut Changes, request: &Reassignment) -> Result<(), Con
         replicas = ?assignment.replicas, adding = ?assignment.adding_replicas,
         removing = ?assignment.removing_replicas, "reassignment {}",
         if request.target.is_some() { "started" } else { "cancelled" });
-    changes.push(changed(
+    changes.push(partition_changed(
         topic_id,
         request.partition,
         &state,
         leader,
         isr,
-        assignment,
+        Some(assignment),
     ))?;
     complete_reassignment(changes, topic_id, request.partition)
 }
@@ -186,30 +186,6 @@ fn first_electable(
         .iter()
         .copied()
         .find(|b| isr.contains(b) && image.is_broker_active(*b))
-}
-
-/// The record moving `state` to `(leader, isr)` over `assignment`.
-fn changed(
-    topic_id: Uuid,
-    partition: i32,
-    state: &PartitionState,
-    leader: BrokerId,
-    isr: Vec<BrokerId>,
-    assignment: ReplicaAssignment,
-) -> MetadataRecord {
-    MetadataRecord::PartitionChanged {
-        topic_id,
-        partition,
-        isr,
-        leader,
-        leader_epoch: if leader != state.leader {
-            state.leader_epoch.saturating_add(1)
-        } else {
-            state.leader_epoch
-        },
-        partition_epoch: state.partition_epoch.saturating_add(1),
-        assignment: Some(assignment),
-    }
 }
 
 /// Completes the reassignment of one partition if every target replica is
@@ -251,16 +227,16 @@ pub(super) fn complete_reassignment(
     };
     let state = state.clone();
     tracing::info!(%topic_id, partition, replicas = ?target, leader, "reassignment completed");
-    let record = changed(
+    let record = partition_changed(
         topic_id,
         partition,
         &state,
         leader,
         isr,
-        ReplicaAssignment {
+        Some(ReplicaAssignment {
             replicas: target,
             ..ReplicaAssignment::default()
-        },
+        }),
     );
     changes.push(record)
 }
