@@ -29,7 +29,6 @@ use std::time::Duration;
 use kafka_protocol::messages::alter_partition_reassignments_request::{
     ReassignablePartition, ReassignableTopic,
 };
-use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
@@ -38,8 +37,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
 };
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, BrokerId,
-    CreateTopicsRequest, IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest,
-    OffsetForLeaderEpochRequest,
+    IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest, OffsetForLeaderEpochRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 use samsa_tests::client::topic_name;
@@ -50,6 +48,8 @@ use samsa_tests::node::samsa_bin;
 use samsa_tests::verify_run::VerifyRun;
 use samsa_tests::{unique_topic, wait_until, BatchBuilder, KafkaClient};
 use samsa_verify::history::EventKind;
+
+use crate::replication::create_assigned_topic;
 
 const ACKS_ALL: i16 = -1;
 const MOVE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -249,27 +249,6 @@ fn a_cluster_grows_to_five_and_back_to_three_under_exactly_once_load() {
     }
 }
 
-/// Creates `topic` with one partition on exactly `replicas`.
-fn create_on(client: &mut KafkaClient, topic: &str, replicas: &[i32]) {
-    let req = CreateTopicsRequest::default()
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(topic_name(topic))
-            .with_num_partitions(-1)
-            .with_replication_factor(-1)
-            .with_assignments(vec![CreatableReplicaAssignment::default()
-                .with_partition_index(0)
-                .with_broker_ids(
-                    replicas.iter().copied().map(BrokerId).collect(),
-                )])])
-        .with_timeout_ms(30_000);
-    let resp = client.call(&req).unwrap();
-    assert_eq!(
-        resp.topics[0].error_code, 0,
-        "{:?}",
-        resp.topics[0].error_message
-    );
-}
-
 /// AlterPartitionReassignments of partition 0 of `topic` (`None` cancels).
 fn reassign(
     client: &mut KafkaClient,
@@ -364,7 +343,7 @@ fn a_move_to_a_stopped_node_waits_until_cancelled_and_a_replica_removed_while_do
     let mut c = SamsaCluster::start(4, SETTINGS);
     let topic = unique_topic("move");
     let mut client = c.client(2);
-    create_on(&mut client, &topic, &[1, 2, 3]);
+    create_assigned_topic(&mut client, &topic, &[1, 2, 3], None);
     produce_all(&c, 2, &topic, "before", 20);
 
     // Node 4 is down: it cannot catch up, so the move stays in progress.
@@ -465,8 +444,8 @@ fn a_throttled_move_survives_the_controller_and_the_leader_being_killed() {
     let bulk = unique_topic("throttled");
     let writes = unique_topic("writes");
     let mut client = c.client(2);
-    create_on(&mut client, &bulk, &[1, 2, 3]);
-    create_on(&mut client, &writes, &[1, 2, 3]);
+    create_assigned_topic(&mut client, &bulk, &[1, 2, 3], None);
+    create_assigned_topic(&mut client, &writes, &[1, 2, 3], None);
     // About 20 MB to copy at 500 kB/s: the move takes about 40 s unless
     // the throttle is lifted, far longer than the kills below.
     let payload = "x".repeat(100 * 1024);
@@ -556,7 +535,7 @@ fn preferred_leaders_come_back_by_election_and_offset_for_leader_epoch_answers_a
     let mut c = SamsaCluster::start(3, SETTINGS);
     let topic = unique_topic("elect");
     let mut client = c.client(2);
-    create_on(&mut client, &topic, &[1, 2, 3]);
+    create_assigned_topic(&mut client, &topic, &[1, 2, 3], None);
     produce_all(&c, 2, &topic, "epoch0", 10);
 
     c.sigkill(1);

@@ -30,9 +30,9 @@ use crate::client::BootstrapArgs;
 use crate::wire::{error_name, print_table, ClusterClient, Connection};
 
 const RESOURCE_TOPIC: i8 = 2;
-const RESOURCE_BROKER: i8 = 4;
-const OP_SET: i8 = 0;
-const OP_DELETE: i8 = 1;
+pub(crate) const RESOURCE_BROKER: i8 = 4;
+pub(crate) const OP_SET: i8 = 0;
+pub(crate) const OP_DELETE: i8 = 1;
 
 /// Which configs: one of `--topic`, `--broker`, `--broker-defaults`.
 #[derive(Debug, Clone, Args)]

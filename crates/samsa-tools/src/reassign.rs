@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_partition_reassignments_request::{
     ReassignablePartition, ReassignableTopic,
 };
@@ -41,6 +42,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::balance::{self, Placement};
 use crate::client::BootstrapArgs;
+use crate::config::{OP_DELETE, OP_SET, RESOURCE_BROKER};
 use crate::wire::{error_name, print_table, ClusterClient};
 
 /// The dynamic broker configs of the reassignment throttle.
@@ -58,7 +60,8 @@ pub struct ExecuteArgs {
     /// How long to wait for the moves to finish.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     timeout: u64,
-    /// Start the moves and return without waiting.
+    /// Start the moves and return without waiting (a `--throttle` then
+    /// stays set until removed with `samsa config delete --broker-defaults`).
     #[arg(long)]
     no_wait: bool,
 }
@@ -438,7 +441,7 @@ async fn send_election(
     election_type: i8,
     partitions: Option<Vec<TopicPartitions>>,
 ) -> Result<Vec<String>> {
-    const ELECTION_NOT_NEEDED: i16 = 84;
+    const ELECTION_NOT_NEEDED: i16 = ResponseError::ElectionNotNeeded.code();
     let request = ElectLeadersRequest::default()
         .with_election_type(election_type)
         .with_topic_partitions(partitions)
@@ -501,9 +504,6 @@ async fn elect(args: ElectArgs) -> Result<ExitCode> {
 
 /// Sets (or with `None` removes) the cluster-wide replication throttle.
 async fn set_throttle(cluster: &mut ClusterClient, rate: Option<u64>) -> Result<()> {
-    const RESOURCE_BROKER: i8 = 4;
-    const OP_SET: i8 = 0;
-    const OP_DELETE: i8 = 1;
     let configs = THROTTLE_KEYS
         .iter()
         .map(|key| {

@@ -147,7 +147,6 @@ async fn fetch_once(
         .effective_config()
         .follower_replication_throttled_rate;
     let throttle = &broker.replication_throttles.follower;
-    let mut throttled_bytes = 0;
     for (partition, epoch) in followed {
         // A partition this broker is being added to, over the follower
         // throttle, sits this round out.
@@ -175,7 +174,12 @@ async fn fetch_once(
             last_fetched_epoch: position.last_fetched_epoch,
             high_watermark: position.high_watermark,
         });
-        sent.push((Arc::clone(partition), *epoch, position.fetch_offset));
+        sent.push((
+            Arc::clone(partition),
+            *epoch,
+            position.fetch_offset,
+            reassigning,
+        ));
     }
     if partitions.is_empty() {
         tokio::time::sleep(RETRY).await;
@@ -190,24 +194,17 @@ async fn fetch_once(
     request.set_timeout(Duration::from_millis(max_wait_ms) + Duration::from_secs(5));
     let response = client.fetch(request).await?.into_inner();
     let bytes = response.partitions.iter().map(|p| p.records.len()).sum();
-    if throttle_rate.is_some() {
-        for data in &response.partitions {
-            if sent.iter().any(|(p, _, _)| {
-                p.topic == data.topic && p.index == data.partition && p.is_adding(me)
-            }) {
-                throttled_bytes += data.records.len();
-            }
-        }
-        throttle.spend(throttled_bytes);
-    }
     let mut all_failed = !response.partitions.is_empty();
     for data in response.partitions {
-        let Some((partition, epoch, fetch_offset)) = sent
+        let Some((partition, epoch, fetch_offset, reassigning)) = sent
             .iter()
-            .find(|(p, _, _)| p.topic == data.topic && p.index == data.partition)
+            .find(|(p, ..)| p.topic == data.topic && p.index == data.partition)
         else {
             continue;
         };
+        if *reassigning {
+            throttle.spend(data.records.len());
+        }
         // The answer belongs to the epoch it was asked under.
         if partition.followed_leader().map(|f| f.leader_epoch) != Some(*epoch) {
             continue;
