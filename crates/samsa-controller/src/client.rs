@@ -9,9 +9,17 @@
 //!   date from `SubscribeMetadata` on any controller, resuming from its offset
 //!   after a disconnect.
 //!
-//! Retries: NOT_CONTROLLER and transport failures before the request reached
-//! a controller are retried; a timeout (`REQUEST_TIMED_OUT`) is returned,
-//! because the write may still have been committed.
+//! Retries: NOT_CONTROLLER and transport failures are retried; a timeout
+//! (`REQUEST_TIMED_OUT`) is returned, because the write may still have been
+//! committed. A transport failure can also come after the request reached a
+//! controller that then failed, its write committed by the next leader: a
+//! resend of CreateTopics carries the topic id of the first send, so the
+//! controller recognises it and answers success (not TOPIC_ALREADY_EXISTS).
+//! Other resent writes repeat harmlessly (configs, ACLs, reassignments; a
+//! producer-id block is skipped) or are answered as a second request
+//! would be, as Kafka's are: DeleteTopics (UNKNOWN_TOPIC_OR_PARTITION),
+//! CreatePartitions (INVALID_PARTITIONS), ElectLeaders
+//! (ELECTION_NOT_NEEDED).
 //!
 //! Invariant: no call outlives its deadline. Every attempt is bounded by
 //! what is left of it, because a controller that is cut off (packets
@@ -35,6 +43,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 use tonic::{Response, Status};
+use uuid::Uuid;
 
 use crate::convert;
 use crate::error::ControllerError;
@@ -409,8 +418,12 @@ impl ControllerClient {
         req: &CreateTopic,
         validate_only: bool,
     ) -> Result<CreateTopicReply, ControllerError> {
+        // One id for every attempt: an attempt whose answer was lost with a
+        // failed controller may have created the topic, and the resend must
+        // be recognised as the same request rather than answered
+        // TOPIC_ALREADY_EXISTS.
         let msg = pb::CreateTopicsRequest {
-            topics: vec![convert::create_topic_to_pb(req)],
+            topics: vec![convert::create_topic_to_pb(req, Some(Uuid::new_v4()))],
             validate_only,
         };
         let resp = self

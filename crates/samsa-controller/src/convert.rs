@@ -120,8 +120,11 @@ fn default_if_negative(n: i32) -> Option<i32> {
     (n >= 0).then_some(n)
 }
 
-pub fn create_topic_to_pb(t: &CreateTopic) -> pb::CreatableTopic {
+/// `topic_id`: see `CreatableTopic.topic_id`; `None` leaves the choice to the
+/// controller.
+pub fn create_topic_to_pb(t: &CreateTopic, topic_id: Option<Uuid>) -> pb::CreatableTopic {
     pb::CreatableTopic {
+        topic_id: topic_id.map(|id| id.to_string()).unwrap_or_default(),
         name: t.name.clone(),
         num_partitions: t.num_partitions.unwrap_or(-1),
         replication_factor: t.replication_factor.unwrap_or(-1),
@@ -269,7 +272,7 @@ mod tests {
             configs: BTreeMap::from([("a".to_owned(), "b".to_owned())]),
         };
         assert_eq!(
-            create_topic_from_pb(create_topic_to_pb(&topic)).unwrap(),
+            create_topic_from_pb(create_topic_to_pb(&topic, None)).unwrap(),
             topic
         );
 

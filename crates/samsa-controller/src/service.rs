@@ -567,17 +567,21 @@ impl ControllerService for ControllerGrpc {
         let mut results = Vec::with_capacity(req.topics.len());
         for topic in req.topics {
             let name = topic.name.clone();
-            let result = match convert::create_topic_from_pb(topic) {
-                Ok(create) => {
-                    let topic_id = Uuid::new_v4();
-                    self.core
-                        .write(!req.validate_only, move |logic, image, now| {
-                            logic.create_topic(image, create, topic_id, now)
-                        })
-                        .await
-                }
-                Err(e) => Err(e),
-            };
+            let requested_id = (!topic.topic_id.is_empty())
+                .then(|| convert::parse_uuid(&topic.topic_id, "topic id"))
+                .transpose();
+            let result =
+                match requested_id.and_then(|id| Ok((id, convert::create_topic_from_pb(topic)?))) {
+                    Ok((requested_id, create)) => {
+                        let topic_id = requested_id.unwrap_or_else(Uuid::new_v4);
+                        self.core
+                            .write(!req.validate_only, move |logic, image, now| {
+                                logic.create_topic(image, create, topic_id, now)
+                            })
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
             results.push(match result {
                 Ok(reply) => pb::TopicResult {
                     name,

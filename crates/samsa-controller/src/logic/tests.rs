@@ -772,6 +772,24 @@ fn topic_validation_deletion_and_partition_growth() {
         .create_topic(&h.image, dup, Uuid::from_u128(11), 0)
         .unwrap_err();
     assert_eq!(err, ControllerError::TopicAlreadyExists("t".into()));
+    // The same request resent (its first answer lost with a controller) is
+    // answered as the first send was, and writes nothing.
+    let resent = CreateTopic {
+        name: "t".into(),
+        num_partitions: Some(2),
+        replication_factor: Some(2),
+        ..CreateTopic::default()
+    };
+    let (records, reply) = h.logic.create_topic(&h.image, resent, id, 0).unwrap();
+    assert!(records.is_empty());
+    assert_eq!(
+        reply,
+        CreateTopicReply {
+            topic_id: id,
+            num_partitions: 2,
+            replication_factor: 2,
+        }
+    );
 
     // Grow 2 -> 5 keeps the replication factor; shrinking is refused.
     let req = CreatePartitions {
