@@ -2,12 +2,15 @@
 //! (KIP-455 reassignment, ElectLeaders, the rebalance and decommission
 //! tools), with clients writing through every move:
 //!
-//! - a five-voter cluster serving on three nodes grows to five (`samsa
-//!   cluster rebalance`) and shrinks back to three (`samsa cluster
-//!   decommission 4,5`, then the emptied nodes are killed) while `samsa
-//!   verify` runs its idempotent, transactional, consume-transform-produce
-//!   and queue workloads: zero anomalies, replicas and leaders spread
-//!   evenly at five, the emptied nodes' copies deleted;
+//! - a three-node cluster grows to five when two broker-only nodes (not
+//!   voters) join it (`samsa cluster rebalance`) and shrinks back to three
+//!   (`samsa cluster decommission 4,5`, then the emptied nodes are killed)
+//!   while `samsa verify` runs its idempotent, transactional,
+//!   consume-transform-produce and queue workloads: zero anomalies,
+//!   replicas and leaders spread evenly at five, the emptied nodes' copies
+//!   deleted;
+//! - a broker-only node whose disk is replaced (same id, empty data
+//!   directory) copies its replicas back from the leaders;
 //! - a reassignment to a node that is down stays in progress (listed with
 //!   its adding and removing replicas) until cancelled; Kafka's errors for
 //!   bad targets; a replica removed while its node was down is deleted
@@ -133,13 +136,7 @@ fn more_acks(verify: &VerifyRun, n: usize) {
 
 #[test]
 fn a_cluster_grows_to_five_and_back_to_three_under_exactly_once_load() {
-    let mut c = SamsaCluster::new(5, SETTINGS);
-    for id in 1..=3 {
-        c.spawn(id);
-    }
-    for id in 1..=3 {
-        c.wait_ready(id);
-    }
+    let mut c = SamsaCluster::start(3, SETTINGS);
     let bootstrap = (1..=3)
         .map(|id| c.node(id).bootstrap())
         .collect::<Vec<_>>()
@@ -159,11 +156,14 @@ fn a_cluster_grows_to_five_and_back_to_three_under_exactly_once_load() {
     );
     verify.wait_producing(Duration::from_secs(120));
 
-    // Grow: two more brokers, then spread everything over five.
-    for id in [4, 5] {
+    // Grow: two brokers that are not voters join the running cluster,
+    // then everything is spread over five.
+    let joined = [c.add_broker_only(), c.add_broker_only()];
+    assert_eq!(joined, [4, 5]);
+    for id in joined {
         c.spawn(id);
     }
-    for id in [4, 5] {
+    for id in joined {
         c.wait_ready(id);
     }
     let out = cli(&["cluster", "rebalance", "-b", &bootstrap, "--timeout", "120"]);
@@ -606,4 +606,50 @@ fn preferred_leaders_come_back_by_election_and_offset_for_leader_epoch_answers_a
     });
     let values = read_all(&c, 2, &topic);
     assert_eq!(values.len(), 20, "{values:?}");
+}
+
+#[test]
+fn a_broker_only_node_with_a_replaced_disk_copies_its_replicas_back() {
+    let mut c = SamsaCluster::start(3, SETTINGS);
+    let joined = c.add_broker_only();
+    c.restart(joined);
+    let topic = unique_topic("replaced");
+    create_assigned_topic(&mut c.client(1), &topic, &[joined, 1, 2], None);
+    produce_all(&c, 1, &topic, "before", 50);
+
+    // The machine dies; its replacement has the same id and an empty disk.
+    c.sigkill(joined);
+    wait_until("a leader other than the lost node", MOVE_TIMEOUT, || {
+        let leader = placement(&c, 1).get(&(topic.clone(), 0))?.1;
+        (leader > 0 && leader != joined).then_some(())
+    });
+    produce_all(&c, 1, &topic, "while-down", 20);
+    let data = c.node(joined).data_dir();
+    std::fs::remove_dir_all(&data).expect("remove the lost node's data");
+    std::fs::create_dir_all(&data).expect("create an empty data directory");
+    c.restart(joined);
+    wait_until("the replaced node back in the ISR", MOVE_TIMEOUT, || {
+        let t = c.client(1).topic_metadata(&topic)?;
+        t.partitions[0]
+            .isr_nodes
+            .iter()
+            .any(|b| b.0 == joined)
+            .then_some(())
+    });
+
+    // It leads again (preferred election) and serves the whole log.
+    let out = cli(&["cluster", "elect-leaders", "-b", &c.node(1).bootstrap()]);
+    assert_cli_ok(&out, "samsa cluster elect-leaders");
+    wait_until("the replaced node to lead", MOVE_TIMEOUT, || {
+        (placement(&c, 1).get(&(topic.clone(), 0))?.1 == joined).then_some(())
+    });
+    let expected: Vec<String> = (0..50)
+        .map(|i| format!("before-{i}"))
+        .chain((0..20).map(|i| format!("while-down-{i}")))
+        .collect();
+    assert_eq!(read_all(&c, joined, &topic), expected);
+    assert_eq!(
+        partition_dirs(&data, &BTreeSet::from([topic.clone()])),
+        [format!("{topic}-0")]
+    );
 }

@@ -175,6 +175,29 @@ impl SamsaCluster {
         }
     }
 
+    /// Prepares a broker-only node (`process_roles = "broker"`, not in the
+    /// voter list) with the next free id, without starting it; returns its
+    /// id.
+    pub fn add_broker_only(&mut self) -> i32 {
+        let id = self.nodes.keys().max().map_or(1, |max| max + 1);
+        let node_dir = self.dir.path().join(format!("node-{id}"));
+        std::fs::create_dir_all(node_dir.join("data")).expect("create node dir");
+        self.nodes.insert(
+            id,
+            ClusterNode {
+                node_id: id,
+                kafka_port: free_port(),
+                controller_port: free_port(),
+                http_port: free_port(),
+                dir: node_dir,
+                child: None,
+                starts: 0,
+            },
+        );
+        self.set_for_node(id, "process_roles=broker");
+        id
+    }
+
     pub fn voters(&self) -> &str {
         &self.voters
     }

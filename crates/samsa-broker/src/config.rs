@@ -121,6 +121,17 @@ pub struct BrokerConfig {
     /// controllers, broker ⇄ controller). Must be reachable at this node's
     /// address in `controller_quorum_voters`.
     pub controller_listen: SocketAddr,
+    /// `process.roles`: `"broker,controller"` (combined: this node is one of
+    /// the voters) or `"broker"` (a broker only: its `node_id` is not a voter,
+    /// it reaches the quorum as a client and joins a running cluster by
+    /// registering; `controller_listen` then serves only replication and
+    /// transaction markers).
+    pub process_roles: String,
+    /// The `host:port` other nodes reach this node's gRPC server
+    /// (`controller_listen`) at, registered with the broker. Unset: the
+    /// node's voter address, or for a broker-only node `controller_listen`
+    /// (which must then not be a wildcard address).
+    pub inter_node_advertised_address: Option<String>,
     /// Mutual TLS on the gRPC port (`controller_listen`) and to every peer:
     /// this node's certificate chain (PEM, leaf first), valid for the host
     /// names or addresses of the voter list. All three `inter_node_tls_*`
@@ -304,6 +315,8 @@ impl Default for BrokerConfig {
             acls: Vec::new(),
             controller_quorum_voters: None,
             controller_listen: SocketAddr::from(([0, 0, 0, 0], 9093)),
+            process_roles: "broker,controller".into(),
+            inter_node_advertised_address: None,
             inter_node_tls_cert_file: None,
             inter_node_tls_key_file: None,
             inter_node_tls_ca_file: None,
@@ -419,6 +432,14 @@ impl BrokerConfig {
             {
                 return Err(format!(
                     "listeners.{key}: a listener name is letters, digits, '_' and '-'"
+                ));
+            }
+            // cluster::peers::INTER_NODE_LISTENER: the gRPC address every
+            // node registers beside its Kafka listeners.
+            if name == "INTER_NODE" {
+                return Err(format!(
+                    "listeners.{key}: the name INTER_NODE is reserved for the address of the \
+                     node's gRPC server (inter_node_advertised_address)"
                 ));
             }
             if let Some(other) = out.iter().find(|l| l.name == name) {

@@ -37,7 +37,6 @@ use super::view::metadata_view;
 use super::{ClusterSettings, PLAINTEXT};
 use crate::error::BrokerError;
 use crate::metadata::{MetadataStore, MetadataView};
-use crate::replication::fetcher::spawn_fetchers;
 use crate::replication::isr::{isr_loop, IsrProposal};
 use crate::replication::service::{ReplicationGrpc, ReplicationHub};
 use crate::{maintenance_loop, server, Broker, BrokerConfig};
@@ -104,7 +103,7 @@ pub(super) async fn serve(
     config: BrokerConfig,
     settings: ClusterSettings,
     mut identity: DataDirIdentity,
-    controller: &ControllerNode,
+    controller: Option<&ControllerNode>,
     services: BrokerServices,
     listener: server::BoundListeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -133,20 +132,23 @@ pub(super) async fn serve(
     // A controller on an empty store first learns whether the quorum is
     // new to it, by looking for this node's registration: the broker must
     // not register before that (samsa-controller's node.rs, step 4).
-    let mut participating = controller.participating();
+    let mut participating = controller.map(ControllerNode::participating);
     let startup = async {
         // Bounded like registration: too few voters answer, and the
-        // quorum is as unreachable as when registration fails.
-        let deciding = participating.wait_for(|taking_part| *taking_part);
-        match tokio::time::timeout(settings.startup_timeout, deciding).await {
-            Ok(Ok(_)) => {}
-            // The controller stopped deciding: it refused, and the node
-            // stops on that (cluster/node.rs).
-            Ok(Err(_)) => std::future::pending::<()>().await,
-            Err(_) => {
-                return Err(open.lifecycle.quorum_unreachable(
-                    "this node's controller, on an empty store, heard from too few voters",
-                ))
+        // quorum is as unreachable as when registration fails. A
+        // broker-only node has no controller to wait for.
+        if let Some(participating) = participating.as_mut() {
+            let deciding = participating.wait_for(|taking_part| *taking_part);
+            match tokio::time::timeout(settings.startup_timeout, deciding).await {
+                Ok(Ok(_)) => {}
+                // The controller stopped deciding: it refused, and the node
+                // stops on that (cluster/node.rs).
+                Ok(Err(_)) => std::future::pending::<()>().await,
+                Err(_) => {
+                    return Err(open.lifecycle.quorum_unreachable(
+                        "this node's controller, on an empty store, heard from too few voters",
+                    ))
+                }
             }
         }
         start_up(
@@ -171,7 +173,15 @@ pub(super) async fn serve(
             return Ok(());
         }
     }
-    start_replication(&mut tasks, &open, &settings, &services, isr, &stop_rx);
+    start_replication(
+        &mut tasks,
+        &open,
+        &settings,
+        &services,
+        isr,
+        views.clone(),
+        &stop_rx,
+    );
     tasks.spawn(apply_views(Arc::clone(&open.broker), views));
     let mut heartbeats = tokio::spawn(
         Arc::clone(&open.lifecycle)
@@ -219,30 +229,42 @@ pub(super) async fn serve(
 
 /// The broker's view of every controller image the follower receives, and
 /// again whenever the Raft leader changes (the view reports it as the Kafka
-/// controller), published on the returned watch.
+/// controller), published on the returned watch. A broker-only node does
+/// not see the Raft leader: its views name the lowest live broker, as a
+/// Kafka broker in KRaft mode names a broker, never a controller.
 fn follow_views(
     tasks: &mut Tasks,
     follower: &MetadataFollower,
-    controller: &ControllerNode,
+    controller: Option<&ControllerNode>,
     me: i32,
 ) -> watch::Receiver<Arc<MetadataView>> {
     let (views_tx, views_rx) = watch::channel(Arc::new(MetadataView::default()));
     let mut images = follower.watch();
-    let mut metrics = controller.raft().metrics();
+    let mut metrics = controller.map(|c| c.raft().metrics());
     tasks.spawn(async move {
-        let mut leader = metrics.borrow_and_update().current_leader;
+        let mut leader = metrics
+            .as_mut()
+            .and_then(|m| m.borrow_and_update().current_leader);
         loop {
             let image = Arc::clone(&images.borrow_and_update());
             views_tx.send_replace(Arc::new(metadata_view(&image, leader, me)));
             loop {
+                let leader_changed = async {
+                    match metrics.as_mut() {
+                        Some(m) => m
+                            .changed()
+                            .await
+                            .map(|()| m.borrow_and_update().current_leader),
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     changed = images.changed() => {
                         if changed.is_err() { return; }
                         break;
                     }
-                    changed = metrics.changed() => {
-                        if changed.is_err() { return; }
-                        let now = metrics.borrow_and_update().current_leader;
+                    now = leader_changed => {
+                        let Ok(now) = now else { return };
                         if now != leader {
                             leader = now;
                             break;
@@ -278,7 +300,11 @@ async fn open_broker(
         config.node_id,
         Arc::clone(&epoch),
     );
-    let endpoints = kafka_endpoints(&config)?;
+    let mut endpoints = kafka_endpoints(&config)?;
+    endpoints.extend(super::peers::inter_node_endpoint(
+        &settings.own_address,
+        settings.inter_node_tls.is_some(),
+    ));
     let broker =
         tokio::task::spawn_blocking(move || Broker::open_with(config, store, Box::new(ids)))
             .await
@@ -379,7 +405,8 @@ async fn start_up(
 }
 
 /// Replication and the coordinators: follow the leaders of the partitions
-/// this broker follows, keep the ISRs of those it leads, and start the
+/// this broker follows (one fetcher per other broker, as brokers join:
+/// [`super::peers`]), keep the ISRs of those it leads, and start the
 /// transaction and group coordinators (markers and verification reach other
 /// brokers at the same gRPC addresses).
 fn start_replication(
@@ -388,24 +415,21 @@ fn start_replication(
     settings: &ClusterSettings,
     services: &BrokerServices,
     isr: IsrChannel,
+    views: watch::Receiver<Arc<MetadataView>>,
     stop: &watch::Receiver<bool>,
 ) {
     let broker = &open.broker;
-    let peers: Vec<(i32, String)> = settings
-        .voters
-        .iter()
-        .filter_map(|(id, addr)| Some((i32::try_from(*id).ok()?, addr.clone())))
-        .collect();
-    for fetcher in spawn_fetchers(broker, &peers, settings.inter_node_tls.as_ref(), stop) {
-        tasks.push(fetcher);
-    }
     services.txn.attach(Arc::clone(broker));
     tasks.push(crate::coordinator::txn::TxnRuntime::start_with_peers(
         broker,
-        Some((
-            peers.iter().cloned().collect(),
-            settings.inter_node_tls.clone(),
-        )),
+        Some(settings.inter_node_tls.clone()),
+        stop.clone(),
+    ));
+    tasks.spawn(super::peers::follow_peers(
+        Arc::clone(broker),
+        views,
+        settings.voters.clone(),
+        settings.inter_node_tls.clone(),
         stop.clone(),
     ));
     tasks.push(crate::coordinator::group::GroupRuntime::start(

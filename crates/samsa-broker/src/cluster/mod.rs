@@ -1,11 +1,13 @@
 //! Cluster mode: one process runs a controller of the metadata quorum and a
-//! broker (combined mode), and the broker follows the quorum's metadata.
+//! broker (combined mode), or a broker only (`process_roles = "broker"`, a
+//! node that is not a voter and joins by registering), and the broker
+//! follows the quorum's metadata.
 //!
 //! # What this module owns, file by file
 //!
 //! | file | holds |
 //! |---|---|
-//! | `settings.rs` | [`ClusterSettings`]: the validated cluster part of [`BrokerConfig`](crate::BrokerConfig) (static voters, this node among them, timings) |
+//! | `settings.rs` | [`ClusterSettings`]: the validated cluster part of [`BrokerConfig`](crate::BrokerConfig) (static voters, this node among them or a broker only, timings) |
 //! | `identity.rs` | the data directory's identity (`meta/cluster.json`, [`CLUSTER_FILE`]: cluster id and node id), which makes a node with another cluster's or node's data refuse to start |
 //! | `view.rs` | [`metadata_view`]: the broker's view built from the controller's image |
 //! | `store.rs` | [`QuorumMetadataStore`]: the [`MetadataStore`](crate::metadata::MetadataStore) whose image follows the committed metadata log and whose changes go through the active controller |
@@ -15,6 +17,7 @@
 //! | `grpc.rs` | the node's gRPC port: controller, replication and transaction services |
 //! | `node.rs` | [`run`]: the node from checks to shutdown (controller, gRPC, HTTP around the broker) |
 //! | `broker.rs` | the broker's life as named steps: open, start up, replicate, get unfenced, serve, stop |
+//! | `peers.rs` | the other brokers' gRPC addresses (the static voters, then each registration's `INTER_NODE` endpoint) and one replica fetcher per other broker, as brokers join |
 //!
 //! # Metadata flow
 //!
@@ -38,11 +41,14 @@
 //!
 //! # Start-up, in order
 //!
-//! 1. validate the settings (this node must be a voter) and the data
-//!    directory (no single-node data, no other node's or cluster's data);
+//! 1. validate the settings (a combined node must be a voter, a broker-only
+//!    node must not) and the data directory (no single-node data, no other
+//!    node's or cluster's data);
 //! 2. refuse to start if something already answers at this node's own
-//!    controller address (the same `node_id` configured twice);
-//! 3. bind the Kafka port (so a conflict fails fast), start the controller;
+//!    controller address (the same `node_id` configured twice; a
+//!    broker-only node's duplicate is refused at registration);
+//! 3. bind the Kafka port (so a conflict fails fast), start the controller
+//!    (a voter's);
 //! 4. register with the active controller, retrying until
 //!    `controller_startup_timeout_ms` (logging why it waits);
 //! 5. wait until the local image contains the registration and the cluster
@@ -73,6 +79,7 @@ mod grpc;
 mod identity;
 mod lifecycle;
 mod node;
+pub mod peers;
 mod producer_ids;
 mod settings;
 mod store;

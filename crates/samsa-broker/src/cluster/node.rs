@@ -1,6 +1,7 @@
 //! [`run`]: one cluster node from start to stop — the checks before anything
-//! starts, the embedded controller, the gRPC and HTTP servers around the
-//! broker, and their shutdown in order once the broker stops.
+//! starts, the embedded controller (a voter's; a broker-only node has none),
+//! the gRPC and HTTP servers around the broker, and their shutdown in order
+//! once the broker stops.
 //!
 //! Invariants: nothing is bound or started before the settings and the data
 //! directory are checked; a controller that cannot go on (its store was lost,
@@ -24,6 +25,7 @@ use super::ClusterSettings;
 use crate::error::BrokerError;
 use crate::replication::service::ReplicationGrpc;
 use crate::{server, BrokerConfig};
+use samsa_controller::node::ControllerNode;
 
 /// Runs a cluster node (controller + broker) until `shutdown` resolves or a
 /// fatal error; see the module docs for the start-up sequence.
@@ -44,13 +46,22 @@ async fn run_node(
     let settings = ClusterSettings::from_config(&config)?;
     let identity = DataDirIdentity::load(&config.data_dir, config.node_id)?;
     identity.check_configured(config.cluster_id.as_deref(), &config.data_dir)?;
-    probe_duplicate(&settings).await?;
+    if settings.controller {
+        probe_duplicate(&settings).await?;
+    }
     let listener = server::bind_listeners(&config).await?;
     let http_listener = crate::http::bind(config.http_listen).await?;
     let http_state = Arc::new(crate::http::HttpState::default());
     let cluster_id = config.cluster_id.clone().or(identity.cluster_id.clone());
-    let (controller, routes) = start_controller(&config, &settings, cluster_id).await?;
-    http_state.attach_controller(crate::metrics::ControllerView::follow(&controller));
+    // A broker-only node runs no controller: its gRPC port serves only
+    // replication and the transaction service.
+    let (controller, routes) = if settings.controller {
+        let (controller, routes) = start_controller(&config, &settings, cluster_id).await?;
+        http_state.attach_controller(crate::metrics::ControllerView::follow(&controller));
+        (Some(controller), routes)
+    } else {
+        (None, tonic::service::Routes::default())
+    };
     let replication = ReplicationGrpc::new();
     let txn_grpc = crate::coordinator::txn::grpc::TxnGrpc::new();
     let (grpc_stop_tx, grpc_stop_rx) = watch::channel(false);
@@ -66,28 +77,42 @@ async fn run_node(
     {
         Ok(grpc) => grpc,
         Err(e) => {
-            let _ = controller.shutdown().await;
+            if let Some(controller) = controller {
+                let _ = controller.shutdown().await;
+            }
             return Err(e);
         }
     };
-    info!(
-        voters = %settings.voters_text(),
-        controller_listen = %config.controller_listen,
-        "controller started"
-    );
+    if controller.is_some() {
+        info!(
+            voters = %settings.voters_text(),
+            controller_listen = %config.controller_listen,
+            "controller started"
+        );
+    } else {
+        info!(
+            voters = %settings.voters_text(),
+            inter_node_address = %settings.own_address,
+            "broker-only node: no controller here"
+        );
+    }
     let http = tokio::spawn(
         crate::http::serve(http_listener, Arc::clone(&http_state), grpc_stop_rx.clone())
             .in_current_span(),
     );
     // A controller that must not run (its store was lost, see
     // samsa-controller's node.rs) stops the node with its reason.
-    let mut refusal = controller.refusal();
+    let mut refusal = controller.as_ref().map(ControllerNode::refusal);
     let refused = {
-        let mut refusal = refusal.clone();
+        let refusal = refusal.clone();
         async move {
             // The sender goes away once the controller takes part: then
             // there is nothing to wait for.
-            if refusal.wait_for(Option::is_some).await.is_err() {
+            let refused = match refusal {
+                Some(mut refusal) => refusal.wait_for(Option::is_some).await.is_ok(),
+                None => false,
+            };
+            if !refused {
                 std::future::pending::<()>().await;
             }
         }
@@ -99,9 +124,12 @@ async fn run_node(
     // supervisor to restart it) beats a node whose metadata silently stops.
     let raft_failure: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
     let raft_failed = {
-        let mut metrics = controller.raft().metrics();
+        let metrics = controller.as_ref().map(|c| c.raft().metrics());
         let raft_failure = Arc::clone(&raft_failure);
         async move {
+            let Some(mut metrics) = metrics else {
+                return std::future::pending::<()>().await;
+            };
             loop {
                 let fatal = match &metrics.borrow_and_update().running_state {
                     Err(fatal) => Some(fatal.to_string()),
@@ -128,7 +156,7 @@ async fn run_node(
         config,
         settings,
         identity,
-        &controller,
+        controller.as_ref(),
         BrokerServices {
             replication,
             txn: txn_grpc,
@@ -142,7 +170,8 @@ async fn run_node(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .take();
-    let result = match (refusal.borrow_and_update().clone(), raft_failure) {
+    let refused = refusal.as_mut().and_then(|r| r.borrow_and_update().clone());
+    let result = match (refused, raft_failure) {
         (Some(reason), _) => Err(BrokerError::Cluster(reason)),
         (None, Some(fatal)) => Err(BrokerError::Cluster(format!(
             "this node's controller stopped: {fatal}. The node stops so that it can be \
@@ -150,8 +179,10 @@ async fn run_node(
         ))),
         (None, None) => result,
     };
-    if let Err(e) = controller.shutdown().await {
-        warn!(error = %e, "controller did not stop cleanly");
+    if let Some(controller) = controller {
+        if let Err(e) = controller.shutdown().await {
+            warn!(error = %e, "controller did not stop cleanly");
+        }
     }
     let _ = grpc_stop_tx.send(true);
     let _ = grpc.await;

@@ -2,11 +2,14 @@
 //! once at start-up.
 //!
 //! Invariants a `ClusterSettings` keeps (so later code never checks them
-//! again): this node is one of the static voters and its `controller_listen`
-//! uses the port of its voter address; every timing is positive; the broker
+//! again): a combined node (`process_roles = "broker,controller"`) is one of
+//! the static voters and its `controller_listen` uses the port of its voter
+//! address; a broker-only node is not a voter and has an address other nodes
+//! can reach its gRPC server at; every timing is positive; the broker
 //! session outlives several heartbeats and the Raft election timeout several
 //! Raft heartbeats. Every refusal names the key and what would fix it.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use samsa_controller::node::parse_voters;
@@ -22,7 +25,11 @@ pub struct ClusterSettings {
     pub node_id: i32,
     /// Static voter set, by node id.
     pub voters: Vec<(NodeId, String)>,
-    /// This node's controller address in the voter set.
+    /// This node is one of the voters and runs a controller (`process_roles`
+    /// `broker,controller`); otherwise it is a broker only.
+    pub controller: bool,
+    /// The gRPC address other nodes reach this node at: its voter address,
+    /// or `inter_node_advertised_address`.
     pub own_address: String,
     pub heartbeat_interval: Duration,
     pub session_timeout: Duration,
@@ -52,7 +59,11 @@ impl ClusterSettings {
     /// Validates the cluster settings of `config`; every error names the key
     /// and what would fix it.
     pub fn from_config(config: &BrokerConfig) -> Result<Self, BrokerError> {
-        let (voters, own_address) = own_voter(config)?;
+        let OwnRole {
+            voters,
+            controller,
+            own_address,
+        } = own_role(config)?;
         let timings = timings(config)?;
         if config.producer_id_block_size <= 0 {
             return Err(config_error(
@@ -86,6 +97,7 @@ impl ClusterSettings {
         Ok(Self {
             node_id: config.node_id,
             voters,
+            controller,
             own_address,
             inter_node_tls,
             heartbeat_interval: timings.heartbeat_interval,
@@ -95,17 +107,27 @@ impl ClusterSettings {
         })
     }
 
-    /// Controller addresses, this node's own first (it is always up to date
-    /// with what this node committed, and local).
+    /// Controller addresses, this node's own first when it is a voter (it is
+    /// always up to date with what this node committed, and local).
     pub fn endpoints(&self) -> Vec<String> {
-        let mut endpoints = vec![self.own_address.clone()];
+        let own = self.own_voter_address();
+        let mut endpoints: Vec<String> = own.iter().cloned().collect();
         endpoints.extend(
             self.voters
                 .iter()
-                .filter(|(_, addr)| *addr != self.own_address)
+                .filter(|(_, addr)| Some(addr) != own.as_ref())
                 .map(|(_, addr)| addr.clone()),
         );
         endpoints
+    }
+
+    /// This node's address in the voter list, if it is a voter.
+    pub fn own_voter_address(&self) -> Option<String> {
+        let me = NodeId::try_from(self.node_id).ok()?;
+        self.voters
+            .iter()
+            .find(|(id, _)| *id == me)
+            .map(|(_, addr)| addr.clone())
     }
 
     pub(super) fn voters_text(&self) -> String {
@@ -121,9 +143,11 @@ impl ClusterSettings {
     }
 }
 
-/// The voter set and this node's address in it: this node must be a voter
-/// (combined mode) and listen on its voter address's port.
-fn own_voter(config: &BrokerConfig) -> Result<(Vec<(NodeId, String)>, String), BrokerError> {
+/// The voter set, whether this node is one of them, and the gRPC address
+/// other nodes reach it at. A combined node must be a voter and listen on
+/// its voter address's port; a broker-only node must not be a voter, and
+/// needs an address it can be reached at.
+fn own_role(config: &BrokerConfig) -> Result<OwnRole, BrokerError> {
     let text = config
         .controller_quorum_voters
         .as_deref()
@@ -132,26 +156,88 @@ fn own_voter(config: &BrokerConfig) -> Result<(Vec<(NodeId, String)>, String), B
         parse_voters(text).map_err(|e| config_error(format!("controller_quorum_voters: {e}")))?;
     let node = NodeId::try_from(config.node_id)
         .map_err(|_| config_error(format!("node_id {} is negative", config.node_id)))?;
-    let own_address = voters
+    let voter_address = voters
         .iter()
         .find(|(id, _)| *id == node)
-        .map(|(_, addr)| addr.clone())
-        .ok_or_else(|| {
-            config_error(format!(
-                "node_id {} is not in controller_quorum_voters {text:?}: every cluster node \
-                 runs a controller (combined mode), so its node_id must be one of the voters",
+        .map(|(_, addr)| addr.clone());
+    let controller = parse_roles(&config.process_roles)?;
+    let own_address = match (controller, voter_address) {
+        (true, None) => {
+            return Err(config_error(format!(
+                "node_id {} is not in controller_quorum_voters {text:?}: a node with \
+                 process_roles \"broker,controller\" runs a controller, so its node_id must be \
+                 one of the voters (a node that is only a broker sets process_roles = \"broker\")",
                 config.node_id
-            ))
-        })?;
-    if port_of(&own_address) != Some(config.controller_listen.port()) {
+            )))
+        }
+        (false, Some(_)) => {
+            return Err(config_error(format!(
+                "node_id {} is a voter in controller_quorum_voters {text:?} but process_roles is \
+                 \"broker\": a voter runs its controller (process_roles = \"broker,controller\"), \
+                 and a broker-only node needs a node_id of its own",
+                config.node_id
+            )))
+        }
+        (true, Some(own)) => {
+            if port_of(&own) != Some(config.controller_listen.port()) {
+                return Err(config_error(format!(
+                    "controller_listen {} does not use the port of this node's voter address \
+                     {own}; other controllers reach node {} there, so set controller_listen \
+                     to that port",
+                    config.controller_listen, config.node_id
+                )));
+            }
+            config.inter_node_advertised_address.clone().unwrap_or(own)
+        }
+        (false, None) => match &config.inter_node_advertised_address {
+            Some(addr) => addr.clone(),
+            None if config.controller_listen.ip().is_unspecified() => {
+                return Err(config_error(format!(
+                    "inter_node_advertised_address is not set and controller_listen {} is a \
+                     wildcard address: other nodes need an address to replicate from this \
+                     broker-only node; set inter_node_advertised_address = \"HOST:{}\"",
+                    config.controller_listen,
+                    config.controller_listen.port()
+                )))
+            }
+            None => config.controller_listen.to_string(),
+        },
+    };
+    if port_of(&own_address).is_none() {
         return Err(config_error(format!(
-            "controller_listen {} does not use the port of this node's voter address \
-             {own_address}; other controllers reach node {} there, so set controller_listen \
-             to that port",
-            config.controller_listen, config.node_id
+            "inter_node_advertised_address {own_address:?} is not HOST:PORT"
         )));
     }
-    Ok((voters, own_address))
+    Ok(OwnRole {
+        voters,
+        controller,
+        own_address,
+    })
+}
+
+/// What [`own_role`] finds: the fields of [`ClusterSettings`] of the same
+/// names.
+struct OwnRole {
+    voters: Vec<(NodeId, String)>,
+    controller: bool,
+    own_address: String,
+}
+
+/// `process_roles`: whether this node runs a controller.
+fn parse_roles(text: &str) -> Result<bool, BrokerError> {
+    let roles: BTreeSet<&str> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .collect();
+    match roles.into_iter().collect::<Vec<_>>().as_slice() {
+        ["broker", "controller"] => Ok(true),
+        ["broker"] => Ok(false),
+        _ => Err(config_error(format!(
+            "process_roles {text:?}: samsa runs \"broker,controller\" (a voter, the default) or \
+             \"broker\" (a broker only); a controller-only node is not supported"
+        ))),
+    }
 }
 
 /// The broker and Raft timings: all positive, a session longer than a
@@ -255,6 +341,36 @@ mod tests {
             wrong_port.to_string().contains("controller_listen"),
             "{wrong_port}"
         );
+        let roles = |voters: &str, node_id: i32, roles: &str, advertised: Option<&str>| {
+            let mut c = config(voters, node_id, 9393);
+            c.process_roles = roles.into();
+            c.inter_node_advertised_address = advertised.map(str::to_owned);
+            ClusterSettings::from_config(&c)
+        };
+        let broker_only = roles("1@h:9093,2@h:9193", 4, "broker", None).unwrap();
+        assert!(!broker_only.controller);
+        assert_eq!(broker_only.own_address, "127.0.0.1:9393");
+        assert_eq!(broker_only.endpoints(), ["h:9093", "h:9193"]);
+        let advertised = roles("1@h:9093", 4, " broker ", Some("b4:9393")).unwrap();
+        assert_eq!(advertised.own_address, "b4:9393");
+        let voter_as_broker = roles("1@h:9093,2@h:9193", 2, "broker", None).unwrap_err();
+        assert!(
+            voter_as_broker.to_string().contains("is a voter"),
+            "{voter_as_broker}"
+        );
+        assert!(roles("1@h:9093", 4, "controller", None).is_err());
+        assert!(roles("1@h:9093", 4, "broker", Some("no-port")).is_err());
+        let mut wildcard = config("1@h:9093", 4, 9393);
+        wildcard.process_roles = "broker".into();
+        wildcard.controller_listen = std::net::SocketAddr::from(([0, 0, 0, 0], 9393));
+        let wildcard = ClusterSettings::from_config(&wildcard).unwrap_err();
+        assert!(
+            wildcard
+                .to_string()
+                .contains("inter_node_advertised_address"),
+            "{wildcard}"
+        );
+
         let mut bad_timing = config("1@h:9093", 1, 9093);
         bad_timing.broker_session_timeout_ms = 1_000;
         bad_timing.broker_heartbeat_interval_ms = 2_000;

@@ -48,12 +48,24 @@ use samsa_controller::tls::{peer_endpoint, InterNodeTls};
 pub type TxnRuntime = Runtime<TxnCoordinator>;
 
 /// Cluster mode: how this broker reaches the others (markers, verification).
+/// The addresses follow the registered brokers (`cluster::peers`): a broker
+/// that joins is reachable once its registration is applied here.
 #[derive(Default)]
 pub struct PeerClients {
-    /// Node id → internal gRPC address of every broker, and the mutual
-    /// TLS they speak (if any).
-    peers: OnceLock<(HashMap<i32, String>, Option<InterNodeTls>)>,
-    clients: Mutex<HashMap<i32, TxnServiceClient<Channel>>>,
+    /// The mutual TLS the nodes speak (if any); set once, in cluster mode.
+    tls: OnceLock<Option<InterNodeTls>>,
+    /// Node id → internal gRPC address of every broker.
+    addresses: Mutex<HashMap<i32, String>>,
+    /// Clients by node id, with the address each was made for.
+    clients: Mutex<HashMap<i32, (String, TxnServiceClient<Channel>)>>,
+}
+
+impl PeerClients {
+    /// The brokers' current addresses; a node whose address changed gets a
+    /// new client at its next use.
+    pub fn set_addresses(&self, addresses: HashMap<i32, String>) {
+        *self.addresses.lock().unwrap_or_else(|p| p.into_inner()) = addresses;
+    }
 }
 
 pub(crate) fn txn_config(config: &BrokerConfig) -> TxnConfig {
@@ -108,15 +120,17 @@ impl Runtime<TxnCoordinator> {
         )
     }
 
-    /// In cluster mode, the gRPC address of every broker and the
-    /// inter-node TLS; then starts the runtime's loop until `stop`.
+    /// In cluster mode, the inter-node TLS (`Some`, its content `None` for
+    /// plaintext; the addresses come with each metadata view, see
+    /// [`PeerClients::set_addresses`]); then starts the runtime's loop until
+    /// `stop`.
     pub fn start_with_peers(
         broker: &Arc<Broker>,
-        peers: Option<(HashMap<i32, String>, Option<InterNodeTls>)>,
+        cluster_tls: Option<Option<InterNodeTls>>,
         stop: watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<()> {
-        if let Some(peers) = peers {
-            let _ = broker.txn.service.peers.set(peers);
+        if let Some(tls) = cluster_tls {
+            let _ = broker.txn.service.tls.set(tls);
         }
         Runtime::<TxnCoordinator>::start(broker, stop)
     }
@@ -156,19 +170,27 @@ impl Runtime<TxnCoordinator> {
 
     /// A gRPC client for broker `node` (cluster mode).
     pub(crate) fn client(&self, node: i32) -> Option<TxnServiceClient<Channel>> {
-        let (peers, tls) = self.service.peers.get()?;
-        let addr = peers.get(&node)?;
+        let tls = self.service.tls.get()?;
+        let addr = self
+            .service
+            .addresses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&node)?
+            .clone();
         let mut clients = self
             .service
             .clients
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = clients.get(&node) {
-            return Some(c.clone());
+        if let Some((made_for, c)) = clients.get(&node) {
+            if *made_for == addr {
+                return Some(c.clone());
+            }
         }
-        let channel = peer_endpoint(addr, tls.as_ref()).ok()?.connect_lazy();
+        let channel = peer_endpoint(&addr, tls.as_ref()).ok()?.connect_lazy();
         let client = TxnServiceClient::new(channel);
-        clients.insert(node, client.clone());
+        clients.insert(node, (addr, client.clone()));
         Some(client)
     }
 }
