@@ -16,7 +16,8 @@
 #      (librdkafka's own suite, allowlisted tests) and the deploy tests —
 #      the container image built (deploy/build-image.sh), the compose
 #      cluster's Prometheus (tests/deploy/monitoring.sh), the Helm chart
-#      rendered and validated (tests/deploy/helm.sh), the compose cluster's
+#      rendered, validated and its pods run as containers, a broker-only pod
+#      joining (tests/deploy/helm.sh), the compose cluster's
 #      container fault tests (tests/containers)
 #
 # Every step after the build runs even if an earlier one failed; the script
@@ -202,7 +203,7 @@ deploy_tests() {
     echo "== the compose cluster's monitoring profile (tests/deploy/monitoring.sh)"
     SAMSA_IMAGE=$image bash tests/deploy/monitoring.sh || rc=1
     echo "== helm chart"
-    bash tests/deploy/helm.sh || rc=1
+    SAMSA_HELM_IMAGE=$image bash tests/deploy/helm.sh || rc=1
     echo "== container tests (the fault tests of docs/RELIABILITY.md included)"
     SAMSA_IMAGE=$image cargo nextest run --release -p samsa-tests --test containers \
         --profile containers --no-fail-fast || rc=1

@@ -9,7 +9,7 @@ errors); the ServiceMonitor, a prometheus-operator CRD that those schemas
 lack, against the pydantic models cloudcoil generates from the
 prometheus-operator CRDs, with every field of the object required to be
 one the model knows. Then the structure is checked: CASE (default,
-replicas-5, external-nodeport, external-loadbalancer, custom, secure) says what
+replicas-5, broker-only, external-nodeport, external-loadbalancer, custom, secure) says what
 the values were. Run by tests/deploy/helm.sh; exits 1 on the first
 failed check with a message naming it.
 """
@@ -138,7 +138,8 @@ def one(docs, kind, name=None):
     return found[0]
 
 
-def check_common(docs, notes, n, meta):
+def check_common(docs, notes, n, meta, voters_n=None):
+    voters_n = n if voters_n is None else voters_n
     chart_label = f"{meta['name']}-{meta['version']}"
     for source, _, obj in docs:
         md = obj["metadata"]
@@ -200,8 +201,8 @@ def check_common(docs, notes, n, meta):
     eq(conf["http_listen"], "0.0.0.0:9644", "http_listen")
     eq(conf["advertised_listener"], f"{{hostname}}.{DOMAIN}:9092", "advertised_listener")
     voters = conf["controller_quorum_voters"].split(",")
-    eq(len(voters), n, "number of quorum voters")
-    eq(voters, [f"{i + 1}@{FULL}-{i}.{DOMAIN}:9093" for i in range(n)], "quorum voters")
+    eq(len(voters), voters_n, "number of quorum voters")
+    eq(voters, [f"{i + 1}@{FULL}-{i}.{DOMAIN}:9093" for i in range(voters_n)], "quorum voters")
     keys, log_keys = samsa_keys()
     for k in conf:
         if k == "listeners" and "listeners" not in keys:
@@ -267,8 +268,8 @@ def main():
     meta = chart_meta()
     validated = validate_objects(docs, kube_version)
 
-    n = 5 if case == "replicas-5" else 3
-    sts, conf = check_common(docs, notes, n, meta)
+    n = {"replicas-5": 5, "broker-only": 4}.get(case, 3)
+    sts, conf = check_common(docs, notes, n, meta, voters_n=3 if case == "broker-only" else None)
     c = sts["spec"]["template"]["spec"]["containers"][0]
     vct = sts["spec"]["volumeClaimTemplates"][0]["spec"]
 
@@ -279,6 +280,7 @@ def main():
         eq(vct["resources"]["requests"]["storage"], "20Gi", "volume size")
         eq(conf["default_replication_factor"], 3, "default_replication_factor = min(3, replicas)")
         check("listeners" not in conf, "no extra listener")
+        check("process_roles" not in conf, "every pod a voter: no process_roles")
         for key in ("security_protocol", "ssl_cert_file", "authorizer_enable", "super_users", "sasl_enabled_mechanisms", "inter_node_tls_cert_file"):
             check(key not in conf, f"no security key by default ({key})")
         check(all(v["name"] != "tls" for v in sts["spec"]["template"]["spec"]["volumes"]), "no TLS volume by default")
@@ -292,6 +294,12 @@ def main():
            {"matchLabels": SELECTOR}, "soft pod anti-affinity")
         eq(sts["spec"]["template"]["spec"]["terminationGracePeriodSeconds"], 60, "terminationGracePeriodSeconds")
         check("lifecycle" not in c, "no preStop by default")
+    elif case == "broker-only":
+        eq(conf["process_roles"], "from-voters", "process_roles: pods past the voters are brokers only")
+        eq(conf["inter_node_advertised_address"], f"{{hostname}}.{DOMAIN}:9093", "inter_node_advertised_address")
+        eq(conf["default_replication_factor"], 3, "default_replication_factor = min(3, replicas)")
+        check("Pods 0-2 are controller quorum voters and brokers, the other 1 brokers" in notes, "NOTES names the voters")
+        check("fixed by controllers=3" in notes, "NOTES says how to scale")
     elif case == "external-nodeport":
         ports = [31090, 31091, 31092]
         check_external(docs, conf, sts, 3, "NodePort", [f"203.0.113.5:{p}" for p in ports], ports)

@@ -18,15 +18,17 @@
 #     refused, by values.schema.json or by the chart's own `fail`s, with the
 #     expected message;
 #  6. only with SAMSA_HELM_IMAGE=<image> (one built by deploy/build-image.sh)
-#     and Docker: runs the rendered pods of the external-nodeport values as
-#     three containers the way the StatefulSet would (the ConfigMap mounted
-#     read-only at /etc/samsa, the container's args, host name = pod name,
-#     the pod DNS name as network alias, read-only root file system, uid
-#     10001, no capabilities) and checks that all become ready (/readyz),
-#     form the quorum and replicate a topic of replication factor 3.
+#     and Docker: runs the rendered pods of the broker-only values (three
+#     voters, then a broker-only pod, as after a scale-up) as containers the
+#     way the StatefulSet would (the ConfigMap mounted read-only at
+#     /etc/samsa, the container's args, host name = pod name, the pod DNS
+#     name as network alias, read-only root file system, uid 10001, no
+#     capabilities) and checks that they become ready (/readyz), form the
+#     quorum, replicate a topic of replication factor 3, and that the
+#     broker-only pod joins and takes replicas in `samsa cluster rebalance`.
 #
 # Exits non-zero on the first failure. Needs root only when packages are
-# missing. Not part of tests/run-all.sh.
+# missing. tests/run-all.sh runs it with its image.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -74,7 +76,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/samsa-helm.XXXXXX")
 PREFIX=samsa-helmtest-$$
 cleanup() {
   if [ -n "${SAMSA_HELM_IMAGE:-}" ]; then
-    docker rm -f "$PREFIX-0" "$PREFIX-1" "$PREFIX-2" >/dev/null 2>&1 || true
+    docker rm -f "$PREFIX-0" "$PREFIX-1" "$PREFIX-2" "$PREFIX-3" >/dev/null 2>&1 || true
     docker network rm "$PREFIX" >/dev/null 2>&1 || true
   fi
   rm -rf "$WORK"
@@ -152,7 +154,7 @@ render() { # case values-file(or "") → $WORK/$case.yaml, $WORK/$case-notes.txt
   "$RENDER" "${args[@]}" "$CHART" >"$WORK/$1.yaml"
 }
 
-for c in default replicas-5 external-nodeport external-loadbalancer custom secure; do
+for c in default replicas-5 broker-only external-nodeport external-loadbalancer custom secure; do
   file=""
   [ "$c" = default ] || file=$HERE/helm-values/$c.yaml
   render "$c" "$file" || fail "$c: rendering failed"
@@ -174,6 +176,7 @@ declare -A REFUSED=(
   [wrong-type]="replicas: Invalid type. Expected: integer, given: string"
   [replicas-0]="replicas: Must be greater than or equal to 1"
   [replicas-even]="replicas is 2: a controller quorum of 2 nodes"
+  [controllers-over-replicas]="controllers is 5 but replicas is 3"
   [external-no-host]="externalAccess.enabled with type NodePort needs externalAccess.host"
   [external-lb-no-addresses]="externalAccess.enabled needs one advertised address per broker: 3 replicas but 0 addresses"
   [external-count-mismatch]="externalAccess.enabled needs one advertised address per broker: 3 replicas but 2 addresses"
@@ -197,7 +200,7 @@ phase "invalid values"
 if [ -n "${SAMSA_HELM_IMAGE:-}" ]; then
   mkdir -p "$WORK/pod"
   # The ConfigMap's samsa.toml and the container's args, from the rendering.
-  "$PY" - "$WORK/external-nodeport.yaml" "$WORK/pod" <<'PYEOF' >"$WORK/pod/args"
+  "$PY" - "$WORK/broker-only.yaml" "$WORK/pod" <<'PYEOF' >"$WORK/pod/args"
 import sys, yaml
 for d in yaml.safe_load_all(open(sys.argv[1])):
     if d["kind"] == "ConfigMap":
@@ -208,21 +211,25 @@ PYEOF
   chmod -R a+rX "$WORK"
   mapfile -t ARGS <"$WORK/pod/args"
   docker network create "$PREFIX" >/dev/null
-  for i in 0 1 2; do
-    docker run -d --name "$PREFIX-$i" --network "$PREFIX" --hostname "samsa-$i" \
-      --network-alias "samsa-$i.samsa-headless.samsa-ns.svc.cluster.local" \
+  start_pod() {
+    docker run -d --name "$PREFIX-$1" --network "$PREFIX" --hostname "samsa-$1" \
+      --network-alias "samsa-$1.samsa-headless.samsa-ns.svc.cluster.local" \
       --read-only --tmpfs /tmp --tmpfs /var/lib/samsa:uid=10001,gid=10001 \
       --user 10001:10001 --cap-drop ALL --security-opt no-new-privileges \
       -v "$WORK/pod:/etc/samsa:ro" "$SAMSA_HELM_IMAGE" "${ARGS[@]}" >/dev/null
-  done
-  deadline=$(($(date +%s) + 120))
-  for i in 0 1 2; do
-    until docker exec "$PREFIX-$i" samsa health --url http://127.0.0.1:9644/readyz >/dev/null 2>&1; do
-      [ "$(date +%s)" -lt "$deadline" ] || { docker logs "$PREFIX-$i" 2>&1 | tail -20 >&2; fail "pod samsa-$i not ready within 120 s"; }
+  }
+  wait_ready() {
+    local deadline=$(($(date +%s) + 120))
+    until docker exec "$PREFIX-$1" samsa health --url http://127.0.0.1:9644/readyz >/dev/null 2>&1; do
+      [ "$(date +%s)" -lt "$deadline" ] || { docker logs "$PREFIX-$1" 2>&1 | tail -20 >&2; fail "pod samsa-$1 not ready within 120 s"; }
       sleep 0.5
     done
-  done
-  pass "containers: the three rendered pods are ready (/readyz)"
+  }
+  # The three voters first; the broker-only pod joins later, as after
+  # `kubectl scale --replicas 4`.
+  for i in 0 1 2; do start_pod $i; done
+  for i in 0 1 2; do wait_ready $i; done
+  pass "containers: the three rendered voter pods are ready (/readyz)"
   docker exec "$PREFIX-0" samsa cluster status --controller 127.0.0.1:9093 >"$WORK/status" 2>&1 || fail "cluster status: $(cat "$WORK/status")"
   [ "$(grep -cE '^ +[123] +samsa-[012]\.samsa-headless\.samsa-ns\.svc\.cluster\.local:9093 +(leader|follower)' "$WORK/status")" = 3 ] ||
     fail "three voters under their pod DNS names: $(cat "$WORK/status")"
@@ -233,6 +240,19 @@ PYEOF
   got=$(docker exec "$PREFIX-2" timeout 60 samsa consume helmcheck -b samsa-1.samsa-headless.samsa-ns.svc.cluster.local:9092 --from-beginning --max-messages 100 2>/dev/null | wc -l)
   [ "$got" = 100 ] || fail "consumed $got of 100 records"
   pass "containers: 100 records through a topic of replication factor 3"
+  docker exec "$PREFIX-0" samsa topic create spread --partitions 4 -b 127.0.0.1:9092 >/dev/null 2>&1 || fail "create topic spread"
+  seq 200 | docker exec -i "$PREFIX-0" samsa produce spread -b 127.0.0.1:9092 >/dev/null 2>&1 || fail "produce to spread"
+  start_pod 3
+  wait_ready 3
+  docker exec "$PREFIX-0" samsa cluster rebalance -b 127.0.0.1:9092 --timeout 120 >"$WORK/rebalance" 2>&1 || fail "rebalance: $(cat "$WORK/rebalance")"
+  docker exec "$PREFIX-0" samsa topic describe spread -b 127.0.0.1:9092 >"$WORK/describe" 2>&1 || fail "describe: $(cat "$WORK/describe")"
+  grep -qE 'Replicas: ([0-9]+,)*4(,[0-9]+)*' "$WORK/describe" || fail "no replica of spread on the new broker 4 after the rebalance: $(cat "$WORK/describe")"
+  docker exec "$PREFIX-0" samsa cluster status --controller 127.0.0.1:9093 >"$WORK/status" 2>&1 || fail "cluster status: $(cat "$WORK/status")"
+  [ "$(grep -cE '^ +[1234] +samsa-[0123]\.samsa-headless\.samsa-ns\.svc\.cluster\.local:9093 +(leader|follower)' "$WORK/status")" = 3 ] ||
+    fail "still three voters after the broker-only pod joined: $(cat "$WORK/status")"
+  got=$(docker exec "$PREFIX-3" timeout 60 samsa consume spread -b samsa-3.samsa-headless.samsa-ns.svc.cluster.local:9092 --from-beginning --max-messages 200 2>/dev/null | wc -l)
+  [ "$got" = 200 ] || fail "consumed $got of 200 records after the rebalance"
+  pass "containers: a broker-only pod joins, takes replicas in a rebalance, and all 200 records are read"
   phase "containers"
 fi
 

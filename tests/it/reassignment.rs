@@ -8,7 +8,7 @@
 //!   while `samsa verify` runs its idempotent, transactional,
 //!   consume-transform-produce and queue workloads: zero anomalies,
 //!   replicas and leaders spread evenly at five, the emptied nodes' copies
-//!   deleted;
+//!   deleted, their registrations removed (`samsa cluster unregister`);
 //! - a broker-only node whose disk is replaced (same id, empty data
 //!   directory) copies its replicas back from the leaders;
 //! - a reassignment to a node that is down stays in progress (listed with
@@ -40,7 +40,8 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
 };
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, BrokerId,
-    IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest, OffsetForLeaderEpochRequest,
+    DescribeClusterRequest, IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest,
+    OffsetForLeaderEpochRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 use samsa_tests::client::topic_name;
@@ -233,6 +234,28 @@ fn a_cluster_grows_to_five_and_back_to_three_under_exactly_once_load() {
         );
         c.sigkill(id);
     }
+    // Taken away for good: their registrations go (UnregisterBroker), so
+    // even DescribeCluster's fenced brokers no longer list them.
+    let out = cli(&["cluster", "unregister", "4,5", "-b", &bootstrap]);
+    assert_cli_ok(&out, "samsa cluster unregister 4,5");
+    let again = cli(&["cluster", "unregister", "4", "-b", &bootstrap]);
+    assert!(
+        !again.status.success() && again.stderr.contains("BrokerIdNotRegistered (102)"),
+        "a second unregister: {:?} {}",
+        again.status,
+        again.stderr
+    );
+    let described = wait_until(
+        "brokers 4 and 5 unregistered on node 1",
+        MOVE_TIMEOUT,
+        || {
+            let req = DescribeClusterRequest::default().with_include_fenced_brokers(true);
+            let resp = c.client(1).send(&req, 2).ok()?;
+            let ids: BTreeSet<i32> = resp.brokers.iter().map(|b| b.broker_id.0).collect();
+            (ids == BTreeSet::from([1, 2, 3])).then_some(ids)
+        },
+    );
+    eprintln!("brokers after unregister: {described:?}");
 
     let done = verify.finish(Duration::from_secs(300));
     let report = &done.report;

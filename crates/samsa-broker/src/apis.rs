@@ -67,6 +67,7 @@ pub const SUPPORTED_APIS: &[Api] = &[
     api(ApiKey::AlterPartitionReassignments, 0, 1, Concurrent),
     api(ApiKey::ListPartitionReassignments, 0, 0, Concurrent),
     api(ApiKey::DescribeCluster, 0, 2, Concurrent),
+    api(ApiKey::UnregisterBroker, 0, 0, Concurrent),
     api(ApiKey::FindCoordinator, 0, 6, Concurrent),
     api(ApiKey::AddPartitionsToTxn, 0, 5, Concurrent),
     api(ApiKey::AddOffsetsToTxn, 0, 4, Concurrent),

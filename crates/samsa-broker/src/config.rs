@@ -125,7 +125,9 @@ pub struct BrokerConfig {
     /// the voters) or `"broker"` (a broker only: its `node_id` is not a voter,
     /// it reaches the quorum as a client and joins a running cluster by
     /// registering; `controller_listen` then serves only replication and
-    /// transaction markers).
+    /// transaction markers), or `"from-voters"`: whichever of the two the
+    /// voter list makes `node_id` (pods of one StatefulSet share a
+    /// configuration).
     pub process_roles: String,
     /// The `host:port` other nodes reach this node's gRPC server
     /// (`controller_listen`) at, registered with the broker. Unset: the

@@ -393,6 +393,10 @@ async fn handle(
                 handlers::alter_configs::incremental_alter_configs(broker, access, request).await
             )
         }
+        ApiKey::UnregisterBroker => {
+            let request = decode(api_key, &mut body, v)?;
+            respond!(handlers::admin::unregister_broker(broker, access, request).await)
+        }
         ApiKey::DescribeCluster => {
             let request = decode(api_key, &mut body, v)?;
             respond!(handlers::admin::describe_cluster(

@@ -310,6 +310,9 @@ pub trait MetadataStore: Send + Sync {
         &self,
         requests: Vec<Reassignment>,
     ) -> BoxFuture<'_, Result<Vec<ReassignmentResult>, MetadataError>>;
+    /// UnregisterBroker: removes broker `broker_id`'s registration (answered
+    /// once committed).
+    fn unregister_broker(&self, broker_id: i32) -> BoxFuture<'_, Result<(), MetadataError>>;
 }
 
 #[derive(Serialize, Deserialize)]
@@ -578,6 +581,25 @@ impl MetadataStore for LocalMetadataStore {
             })
             .collect();
         Box::pin(async move { Ok(results) })
+    }
+
+    /// The one node cannot take itself away, and knows no other broker.
+    fn unregister_broker(&self, broker_id: i32) -> BoxFuture<'_, Result<(), MetadataError>> {
+        let refusal = if broker_id == self.local.node_id {
+            MetadataError::Rejected {
+                error: kafka_protocol::error::ResponseError::InvalidRequest,
+                message: format!(
+                    "broker {broker_id} is this single node: it cannot be unregistered"
+                ),
+            }
+        } else {
+            let e = ControllerError::BrokerIdNotRegistered(broker_id);
+            MetadataError::Rejected {
+                error: e.kafka_error(),
+                message: e.to_string(),
+            }
+        };
+        Box::pin(async move { Err(refusal) })
     }
 
     /// The only replica a partition can have is this node: a target of

@@ -161,6 +161,7 @@ top_level!(
     ListGroupsResponse,
     DescribeAclsResponse,
     ListPartitionReassignmentsResponse,
+    UnregisterBrokerResponse,
 );
 
 per_result!(CreateTopicsResponse, topics);

@@ -76,6 +76,7 @@ has_error!(
     pb::RegisterBrokerResponse,
     pb::BrokerHeartbeatResponse,
     pb::ControlledShutdownResponse,
+    pb::UnregisterBrokerResponse,
     pb::AllocateProducerIdsResponse,
     pb::CreateTopicsResponse,
     pb::DeleteTopicsResponse,
@@ -391,6 +392,14 @@ impl ControllerClient {
                 .collect(),
             shutdown_ready: resp.shutdown_ready,
         })
+    }
+
+    /// Removes broker `broker_id`'s registration (Kafka's UnregisterBroker).
+    pub async fn unregister_broker(&self, broker_id: BrokerId) -> Result<(), ControllerError> {
+        let msg = pb::UnregisterBrokerRequest { broker_id };
+        self.call(|mut c| async move { c.unregister_broker(msg).await })
+            .await?;
+        Ok(())
     }
 
     /// (d) The next block of producer ids for this broker.

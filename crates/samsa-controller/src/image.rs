@@ -192,6 +192,8 @@ pub enum ApplyError {
     },
     #[error("broker {0} is in controlled shutdown")]
     BrokerShuttingDown(BrokerId),
+    #[error("broker {0} is not fenced")]
+    BrokerNotFenced(BrokerId),
     #[error("topic {0} already exists")]
     TopicExists(String),
     #[error("topic id {0} already exists")]
@@ -400,6 +402,10 @@ impl MetadataImage {
                 broker_id,
                 broker_epoch,
             } => self.unfence_broker(*broker_id, *broker_epoch),
+            MetadataRecord::BrokerUnregistered {
+                broker_id,
+                broker_epoch,
+            } => self.unregister_broker(*broker_id, *broker_epoch),
             MetadataRecord::TopicCreated {
                 name,
                 topic_id,
@@ -537,6 +543,19 @@ impl MetadataImage {
             return Err(ApplyError::BrokerShuttingDown(broker_id));
         }
         broker.fenced = false;
+        Ok(())
+    }
+
+    /// `BrokerUnregistered`, of the fenced registration with that epoch.
+    fn unregister_broker(
+        &mut self,
+        broker_id: BrokerId,
+        broker_epoch: i64,
+    ) -> Result<(), ApplyError> {
+        if !self.broker_with_epoch(broker_id, broker_epoch)?.fenced {
+            return Err(ApplyError::BrokerNotFenced(broker_id));
+        }
+        self.brokers.remove(&broker_id);
         Ok(())
     }
 

@@ -34,6 +34,7 @@
 //! | active | no heartbeat for `broker.session.timeout.ms` (`fence_expired_brokers`) | fenced | `BrokerFenced` + partition moves |
 //! | registered | `controlled_shutdown` | fenced, in controlled shutdown | `BrokerFenced{controlled_shutdown}` + partition moves |
 //! | in controlled shutdown | `heartbeat` | unchanged | — (`should_shut_down = true`) |
+//! | registered | `unregister_broker` (UnregisterBroker) | (none) | `BrokerFenced` + partition moves if it was active, `BrokerUnregistered`; a heartbeat then gets BROKER_ID_NOT_REGISTERED and a running broker registers again |
 //!
 //! # Partition moves (leader election)
 //!
@@ -1266,6 +1267,38 @@ impl ControllerLogic {
             }],
             ProducerIdBlock { first, size },
         ))
+    }
+
+    /// UnregisterBroker (Kafka's KIP-631 API, for a broker taken away for
+    /// good): removes the registration, fencing the broker first if it is
+    /// active (its leaderships move, it leaves the ISRs, in the same batch).
+    /// Partitions keep naming it as a replica until they are moved
+    /// (`samsa cluster decommission`). A broker that is still running
+    /// registers again, as Kafka's does.
+    pub fn unregister_broker(
+        &mut self,
+        image: &MetadataImage,
+        broker_id: BrokerId,
+        _now_ms: i64,
+    ) -> Outcome<()> {
+        let Some(broker) = image.broker(broker_id) else {
+            return Err(ControllerError::BrokerIdNotRegistered(broker_id));
+        };
+        let broker_epoch = broker.broker_epoch;
+        let mut changes = Changes::new(image);
+        if !broker.fenced {
+            changes.push(MetadataRecord::BrokerFenced {
+                broker_id,
+                broker_epoch,
+                controlled_shutdown: false,
+            })?;
+            changes.reconcile(touches(broker_id))?;
+        }
+        changes.push(MetadataRecord::BrokerUnregistered {
+            broker_id,
+            broker_epoch,
+        })?;
+        Ok((changes.records, ()))
     }
 
     /// A broker about to stop: move its leaderships to other in-sync

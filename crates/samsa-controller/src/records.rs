@@ -19,6 +19,7 @@
 //! | [`BrokerRegistered`](MetadataRecord::BrokerRegistered) | (re)places the broker's registration: new incarnation, new epoch, endpoints, rack; starts **fenced** | `broker_epoch == next_broker_epoch` |
 //! | [`BrokerFenced`](MetadataRecord::BrokerFenced) | broker fenced (missed heartbeats, asked to, or controlled shutdown) | registered with that epoch |
 //! | [`BrokerUnfenced`](MetadataRecord::BrokerUnfenced) | broker unfenced (caught up and heartbeating) | registered with that epoch, not in controlled shutdown |
+//! | [`BrokerUnregistered`](MetadataRecord::BrokerUnregistered) | the broker's registration removed (UnregisterBroker); partitions keep naming it until moved | registered with that epoch, fenced |
 //! | [`TopicCreated`](MetadataRecord::TopicCreated) | new topic: name, UUID, configs | name and UUID unused |
 //! | [`PartitionCreated`](MetadataRecord::PartitionCreated) | new partition with replicas, ISR, leader, epochs | topic exists, partition id == current count, ISR ⊆ replicas |
 //! | [`PartitionChanged`](MetadataRecord::PartitionChanged) | new leader / ISR / leader epoch of one partition, and with `assignment` its replicas and the adding / removing replicas of a reassignment | `partition_epoch == current + 1`, leader epoch not lower, ISR ⊆ replicas, adding and removing ⊆ replicas and disjoint |
@@ -157,6 +158,10 @@ pub enum MetadataRecord {
         broker_id: BrokerId,
         broker_epoch: i64,
     },
+    BrokerUnregistered {
+        broker_id: BrokerId,
+        broker_epoch: i64,
+    },
     TopicCreated {
         name: String,
         topic_id: Uuid,
@@ -232,6 +237,9 @@ impl fmt::Display for MetadataRecord {
                 "BrokerFenced({broker_id}, controlled_shutdown={controlled_shutdown})"
             ),
             Self::BrokerUnfenced { broker_id, .. } => write!(f, "BrokerUnfenced({broker_id})"),
+            Self::BrokerUnregistered { broker_id, .. } => {
+                write!(f, "BrokerUnregistered({broker_id})")
+            }
             Self::TopicCreated { name, topic_id, .. } => {
                 write!(f, "TopicCreated({name}, {topic_id})")
             }

@@ -505,6 +505,25 @@ impl ControllerService for ControllerGrpc {
         }))
     }
 
+    async fn unregister_broker(
+        &self,
+        request: Request<pb::UnregisterBrokerRequest>,
+    ) -> Result<Response<pb::UnregisterBrokerResponse>, Status> {
+        let broker_id = request.into_inner().broker_id;
+        let result = self
+            .core
+            .write(true, move |logic, image, now| {
+                logic.unregister_broker(image, broker_id, now)
+            })
+            .await;
+        Ok(Response::new(match result {
+            Ok(()) => pb::UnregisterBrokerResponse { error: None },
+            Err(e) => err(&e, |r: &mut pb::UnregisterBrokerResponse, e| {
+                r.error = Some(e)
+            }),
+        }))
+    }
+
     type SubscribeMetadataStream = UpdateStream;
 
     async fn subscribe_metadata(

@@ -1,5 +1,5 @@
 //! `samsa cluster status` (the partition moves, `reassign`, `rebalance`,
-//! `decommission`, `elect-leaders`, are [`crate::reassign`]'s): the controller quorum as its voters see it (the
+//! `decommission`, `elect-leaders`, `unregister`, are [`crate::reassign`]'s): the controller quorum as its voters see it (the
 //! leader, each voter's applied metadata offset and lag), and the committed
 //! metadata (brokers with their fenced state, partition leaders). It talks
 //! gRPC to the controllers, not Kafka to the brokers, so it also works while

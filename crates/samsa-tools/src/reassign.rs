@@ -11,7 +11,9 @@
 //! - `samsa cluster decommission ID[,ID…]` plans and executes moving
 //!   every replica off those brokers, after which they can be stopped;
 //! - `samsa cluster elect-leaders` runs PREFERRED (or `--unclean`)
-//!   elections.
+//!   elections;
+//! - `samsa cluster unregister ID[,ID…]` removes stopped brokers'
+//!   registrations (UnregisterBroker).
 //!
 //! Executing = AlterPartitionReassignments, then ListPartitionReassignments
 //! until none of the plan's partitions is moving (at most `--timeout`),
@@ -37,6 +39,7 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, BrokerId, ElectLeadersRequest,
     IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest, TopicName,
+    UnregisterBrokerRequest,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -142,6 +145,18 @@ pub enum PlacementCommand {
     Decommission(DecommissionArgs),
     /// Elect preferred (or unclean) leaders.
     ElectLeaders(ElectArgs),
+    /// Remove stopped brokers' registrations (Kafka's UnregisterBroker),
+    /// after `decommission` emptied them.
+    Unregister(UnregisterArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UnregisterArgs {
+    #[command(flatten)]
+    bootstrap: BootstrapArgs,
+    /// The broker(s) to unregister, comma-separated.
+    #[arg(value_delimiter = ',', required = true)]
+    ids: Vec<i32>,
 }
 
 pub async fn run(command: PlacementCommand) -> Result<ExitCode> {
@@ -210,7 +225,34 @@ pub async fn run(command: PlacementCommand) -> Result<ExitCode> {
             Ok(code)
         }
         PlacementCommand::ElectLeaders(args) => elect(args).await,
+        PlacementCommand::Unregister(args) => unregister(args).await,
     }
+}
+
+/// UnregisterBroker for each id; a broker that still runs registers again
+/// at once, so stop it first.
+async fn unregister(args: UnregisterArgs) -> Result<ExitCode> {
+    let mut cluster = ClusterClient::connect(&args.bootstrap.bootstrap_server).await?;
+    let mut failed = false;
+    for id in args.ids {
+        let request = UnregisterBrokerRequest::default().with_broker_id(BrokerId(id));
+        let (answer, _) = cluster.bootstrap().send(&request, 0).await?;
+        if answer.error_code == 0 {
+            println!("broker {id} unregistered");
+        } else {
+            failed = true;
+            let message = answer
+                .error_message
+                .map(|m| m.to_string())
+                .unwrap_or_default();
+            eprintln!("broker {id}: {} {message}", error_name(answer.error_code));
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// The rebalance plan for the cluster's current placement, with the

@@ -325,7 +325,7 @@ fn node_id_flag_on(arg: &str, hostname: HostName) -> Result<i32, String> {
 pub const HOSTNAME_PLACEHOLDER: &str = "{hostname}";
 
 /// Replaces `{hostname}` in `advertised_listener` (and in those of
-/// `[listeners.*]`) by the host name, so that
+/// `[listeners.*]`, and in `inter_node_advertised_address`) by the host name, so that
 /// `advertised_listener = "{hostname}.samsa-headless:9092"` is the same for
 /// every pod.
 pub fn expand_hostname(config: BrokerConfig) -> Result<BrokerConfig> {
@@ -342,6 +342,9 @@ fn expand_hostname_on(mut config: BrokerConfig, hostname: HostName) -> Result<Br
     };
     if let Some(adv) = &mut config.advertised_listener {
         expand("advertised_listener", adv)?;
+    }
+    if let Some(adv) = &mut config.inter_node_advertised_address {
+        expand("inter_node_advertised_address", adv)?;
     }
     for (name, listener) in &mut config.listeners {
         let key = format!("listeners.{name}.advertised_listener");
@@ -732,12 +735,17 @@ mod tests {
     fn advertised_listener_hostname_placeholder() {
         let config = BrokerConfig {
             advertised_listener: Some("{hostname}.samsa-headless:9092".into()),
+            inter_node_advertised_address: Some("{hostname}.samsa-headless:9093".into()),
             ..BrokerConfig::default()
         };
         let config = expand_hostname_on(config, &host("samsa-1")).unwrap();
         assert_eq!(
             config.advertised_listener.as_deref(),
             Some("samsa-1.samsa-headless:9092")
+        );
+        assert_eq!(
+            config.inter_node_advertised_address.as_deref(),
+            Some("samsa-1.samsa-headless:9093")
         );
         let plain = expand_hostname_on(BrokerConfig::default(), &|| Err("no host".into())).unwrap();
         assert_eq!(plain.advertised_listener, None);

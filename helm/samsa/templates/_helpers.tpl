@@ -79,14 +79,30 @@ annotations:
 {{- end -}}
 {{- end -}}
 
-{{/* The replica count, checked: an integer >= 1, odd unless allowed. */}}
+{{/* The replica count, checked: an integer >= 1, at least the voters. */}}
 {{- define "samsa.replicas" -}}
 {{- $n := int .Values.replicas -}}
 {{- if lt $n 1 -}}
 {{- fail (printf "replicas must be at least 1 (got %v)" .Values.replicas) -}}
 {{- end -}}
+{{- $_ := include "samsa.controllers" . -}}
+{{- $n -}}
+{{- end -}}
+
+{{/* The voter count (controllers, else replicas), checked: odd unless
+allowed, and no more than replicas. */}}
+{{- define "samsa.controllers" -}}
+{{- $key := "replicas" -}}
+{{- $n := int .Values.replicas -}}
+{{- if not (kindIs "invalid" .Values.controllers) -}}
+{{- $key = "controllers" -}}
+{{- $n = int .Values.controllers -}}
+{{- if gt $n (int .Values.replicas) -}}
+{{- fail (printf "controllers is %d but replicas is %d: the voters are pods 0 to controllers-1, so replicas must be at least controllers" $n (int .Values.replicas)) -}}
+{{- end -}}
+{{- end -}}
 {{- if and (eq (mod $n 2) 0) (not .Values.allowEvenReplicas) -}}
-{{- fail (printf "replicas is %d: a controller quorum of %d nodes tolerates no more failures than one of %d; use an odd count or set allowEvenReplicas=true" $n $n (sub $n 1)) -}}
+{{- fail (printf "%s is %d: a controller quorum of %d nodes tolerates no more failures than one of %d; use an odd count or set allowEvenReplicas=true" $key $n $n (sub $n 1)) -}}
 {{- end -}}
 {{- $n -}}
 {{- end -}}
@@ -100,7 +116,7 @@ annotations:
 {{- $fullname := include "samsa.fullname" . -}}
 {{- $domain := include "samsa.podDomain" . -}}
 {{- $voters := list -}}
-{{- range $i := until (int (include "samsa.replicas" .)) -}}
+{{- range $i := until (int (include "samsa.controllers" .)) -}}
 {{- $voters = append $voters (printf "%d@%s-%d.%s:%d" (add1 $i) $fullname $i $domain (int $.Values.containerPorts.controller)) -}}
 {{- end -}}
 {{- join "," $voters -}}
@@ -203,6 +219,13 @@ numbers are printed as integers (samsa's integer keys refuse 3.0).
     "controller_quorum_voters" (include "samsa.quorumVoters" .)
     "default_replication_factor" (min 3 $n)
 -}}
+{{- if not (kindIs "invalid" .Values.controllers) -}}
+{{- /* pods past the voters are broker-only nodes, reached at their pod
+names; generated whenever controllers is set, so that scaling replicas
+leaves the ConfigMap (and the running pods) alone */ -}}
+{{- $_ := set $gen "process_roles" "from-voters" -}}
+{{- $_ := set $gen "inter_node_advertised_address" (printf "{hostname}.%s:%d" (include "samsa.podDomain" .) (int $p.controller)) -}}
+{{- end -}}
 {{- if .Values.externalAccess.enabled -}}
 {{- $name := .Values.externalAccess.listenerName -}}
 {{- $_ := set $gen (printf "listeners.%s.listen" $name) (printf "0.0.0.0:%d" (int .Values.externalAccess.containerPort)) -}}

@@ -160,7 +160,7 @@ fn own_role(config: &BrokerConfig) -> Result<OwnRole, BrokerError> {
         .iter()
         .find(|(id, _)| *id == node)
         .map(|(_, addr)| addr.clone());
-    let controller = parse_roles(&config.process_roles)?;
+    let controller = parse_roles(&config.process_roles, voter_address.is_some())?;
     let own_address = match (controller, voter_address) {
         (true, None) => {
             return Err(config_error(format!(
@@ -215,6 +215,9 @@ fn own_role(config: &BrokerConfig) -> Result<OwnRole, BrokerError> {
     })
 }
 
+/// The `process_roles` value that takes the role from the voter list.
+pub const ROLES_FROM_VOTERS: &str = "from-voters";
+
 /// What [`own_role`] finds: the fields of [`ClusterSettings`] of the same
 /// names.
 struct OwnRole {
@@ -223,8 +226,13 @@ struct OwnRole {
     own_address: String,
 }
 
-/// `process_roles`: whether this node runs a controller.
-fn parse_roles(text: &str) -> Result<bool, BrokerError> {
+/// `process_roles`: whether this node runs a controller. `from-voters`
+/// (for a StatefulSet whose pods share one configuration): a voter runs
+/// its controller, any other node is a broker only.
+fn parse_roles(text: &str, is_voter: bool) -> Result<bool, BrokerError> {
+    if text.trim() == ROLES_FROM_VOTERS {
+        return Ok(is_voter);
+    }
     let roles: BTreeSet<&str> = text
         .split(',')
         .map(str::trim)
@@ -234,8 +242,9 @@ fn parse_roles(text: &str) -> Result<bool, BrokerError> {
         ["broker", "controller"] => Ok(true),
         ["broker"] => Ok(false),
         _ => Err(config_error(format!(
-            "process_roles {text:?}: samsa runs \"broker,controller\" (a voter, the default) or \
-             \"broker\" (a broker only); a controller-only node is not supported"
+            "process_roles {text:?}: samsa runs \"broker,controller\" (a voter, the default), \
+             \"broker\" (a broker only) or \"{ROLES_FROM_VOTERS}\" (whichever of the two the \
+             voter list makes this node); a controller-only node is not supported"
         ))),
     }
 }
@@ -359,6 +368,16 @@ mod tests {
             "{voter_as_broker}"
         );
         assert!(roles("1@h:9093", 4, "controller", None).is_err());
+        assert!(
+            !roles("1@h:9093", 4, "from-voters", None)
+                .unwrap()
+                .controller
+        );
+        assert!(
+            roles("1@h:9093,4@h:9393", 4, "from-voters", None)
+                .unwrap()
+                .controller
+        );
         assert!(roles("1@h:9093", 4, "broker", Some("no-port")).is_err());
         let mut wildcard = config("1@h:9093", 4, 9393);
         wildcard.process_roles = "broker".into();

@@ -140,6 +140,17 @@ impl MetadataStore for QuorumMetadataStore {
         })
     }
 
+    /// Answered once committed, without waiting to see it here: a broker
+    /// that is still running registers again at once.
+    fn unregister_broker(&self, broker_id: i32) -> BoxFuture<'_, Result<(), MetadataError>> {
+        Box::pin(async move {
+            self.client
+                .unregister_broker(broker_id)
+                .await
+                .map_err(|e| self.error(e, "(unregister broker)"))
+        })
+    }
+
     fn alter_reassignments(
         &self,
         requests: Vec<Reassignment>,

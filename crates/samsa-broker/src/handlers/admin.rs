@@ -1,5 +1,5 @@
-//! Topic administration (CreateTopics, DeleteTopics, CreatePartitions) and
-//! DescribeCluster. Every change goes through [`Broker`] and its metadata
+//! Topic administration (CreateTopics, DeleteTopics, CreatePartitions),
+//! DescribeCluster and UnregisterBroker. Every change goes through [`Broker`] and its metadata
 //! store (the local file, or the controller quorum in cluster mode), which
 //! makes the change durable before logs are opened or removed. Replica counts
 //! and assignments are checked against the brokers in the metadata image.
@@ -17,7 +17,7 @@ use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{
     BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
     CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest,
-    DescribeClusterResponse,
+    DescribeClusterResponse, UnregisterBrokerRequest, UnregisterBrokerResponse,
 };
 use uuid::Uuid;
 
@@ -416,4 +416,31 @@ pub fn describe_cluster(
         .with_cluster_id(str_bytes(image.cluster_id.clone()))
         .with_controller_id(BrokerId(image.controller_id))
         .with_brokers(brokers)
+}
+
+/// UnregisterBroker (v0): ALTER on the cluster, as Kafka checks it; the
+/// controller fences the broker if it is active and removes its
+/// registration (BROKER_ID_NOT_REGISTERED for an unknown id).
+pub async fn unregister_broker(
+    broker: &Broker,
+    access: &Access,
+    request: UnregisterBrokerRequest,
+) -> UnregisterBrokerResponse {
+    if !access.allows_cluster(AclOperation::Alter) {
+        return UnregisterBrokerResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
+    let broker_id = request.broker_id.0;
+    match broker.metadata.unregister_broker(broker_id).await {
+        Ok(()) => {
+            tracing::info!(broker_id, "broker unregistered");
+            UnregisterBrokerResponse::default()
+        }
+        Err(e) => {
+            tracing::info!(broker_id, error = %e, "UnregisterBroker refused");
+            UnregisterBrokerResponse::default()
+                .with_error_code(metadata_error_code(&e).code())
+                .with_error_message(Some(str_bytes(e.to_string())))
+        }
+    }
 }

@@ -896,6 +896,42 @@ fn controlled_shutdown_hands_over_leaderships_before_exit() {
 }
 
 #[test]
+fn unregistering_an_active_broker_moves_its_leaderships_and_removes_it() {
+    let mut h = Harness::with_brokers(3);
+    h.create_topic("t", 6, Some(3));
+    let leaving = 2;
+    let out = h.logic.unregister_broker(&h.image, leaving, 100);
+    let (records, ()) = out.clone().unwrap();
+    assert!(matches!(
+        records.first(),
+        Some(MetadataRecord::BrokerFenced { broker_id: 2, .. })
+    ));
+    assert!(matches!(
+        records.last(),
+        Some(MetadataRecord::BrokerUnregistered { broker_id: 2, .. })
+    ));
+    h.commit(out).unwrap();
+    assert!(h.image.broker(leaving).is_none());
+    for p in &h.image.topic("t").unwrap().partitions {
+        assert_ne!(p.leader, leaving);
+        assert!(!p.isr.contains(&leaving));
+    }
+    assert_eq!(
+        h.logic
+            .unregister_broker(&h.image, leaving, 200)
+            .unwrap_err(),
+        ControllerError::BrokerIdNotRegistered(leaving)
+    );
+    // Its next heartbeat is told so (and a running broker registers again).
+    assert_eq!(
+        h.heartbeat(leaving, 300).unwrap_err(),
+        ControllerError::BrokerIdNotRegistered(leaving)
+    );
+    h.register(leaving, 400);
+    assert!(h.image.broker(leaving).is_some());
+}
+
+#[test]
 fn controlled_shutdown_of_the_only_in_sync_replica_leaves_the_partition_offline() {
     let mut h = Harness::with_brokers(2);
     h.create_topic("t", 1, Some(2));
