@@ -56,6 +56,22 @@ pub struct ClusterNode {
 }
 
 impl ClusterNode {
+    /// Node `id` under `cluster_dir`: its directory (with an empty data
+    /// directory) and free ports; not started.
+    fn prepare(cluster_dir: &Path, id: i32) -> ClusterNode {
+        let dir = cluster_dir.join(format!("node-{id}"));
+        std::fs::create_dir_all(dir.join("data")).expect("create node dir");
+        ClusterNode {
+            node_id: id,
+            kafka_port: free_port(),
+            controller_port: free_port(),
+            http_port: free_port(),
+            dir,
+            child: None,
+            starts: 0,
+        }
+    }
+
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.kafka_port))
     }
@@ -133,23 +149,9 @@ impl SamsaCluster {
             .prefix("samsa-cluster-")
             .tempdir()
             .expect("create temp dir");
-        let mut nodes = BTreeMap::new();
-        for id in 1..=n {
-            let node_dir = dir.path().join(format!("node-{id}"));
-            std::fs::create_dir_all(node_dir.join("data")).expect("create node dir");
-            nodes.insert(
-                id,
-                ClusterNode {
-                    node_id: id,
-                    kafka_port: free_port(),
-                    controller_port: free_port(),
-                    http_port: free_port(),
-                    dir: node_dir,
-                    child: None,
-                    starts: 0,
-                },
-            );
-        }
+        let nodes: BTreeMap<i32, ClusterNode> = (1..=n)
+            .map(|id| (id, ClusterNode::prepare(dir.path(), id)))
+            .collect();
         let voters = nodes
             .values()
             .map(|n| format!("{}@{}", n.node_id, n.controller_addr()))
@@ -180,20 +182,8 @@ impl SamsaCluster {
     /// id.
     pub fn add_broker_only(&mut self) -> i32 {
         let id = self.nodes.keys().max().map_or(1, |max| max + 1);
-        let node_dir = self.dir.path().join(format!("node-{id}"));
-        std::fs::create_dir_all(node_dir.join("data")).expect("create node dir");
-        self.nodes.insert(
-            id,
-            ClusterNode {
-                node_id: id,
-                kafka_port: free_port(),
-                controller_port: free_port(),
-                http_port: free_port(),
-                dir: node_dir,
-                child: None,
-                starts: 0,
-            },
-        );
+        self.nodes
+            .insert(id, ClusterNode::prepare(self.dir.path(), id));
         self.set_for_node(id, "process_roles=broker");
         id
     }

@@ -372,6 +372,23 @@ impl Changes {
         Ok(())
     }
 
+    /// Fences broker `broker_id` (registered with `broker_epoch`) and moves
+    /// what it leads or is in the ISR of: its leaderships go to other
+    /// in-sync replicas, it leaves the ISRs.
+    fn fence(
+        &mut self,
+        broker_id: BrokerId,
+        broker_epoch: i64,
+        controlled_shutdown: bool,
+    ) -> Result<Vec<PartitionMove>, ControllerError> {
+        self.push(MetadataRecord::BrokerFenced {
+            broker_id,
+            broker_epoch,
+            controlled_shutdown,
+        })?;
+        self.reconcile(touches(broker_id))
+    }
+
     /// Re-decides leader and ISR of every partition `select` picks, against
     /// the scratch image. Returns `(topic, partition, old, new)` per change.
     fn reconcile(
@@ -860,12 +877,7 @@ impl ControllerLogic {
                 false
             }
             (false, true) => {
-                changes.push(MetadataRecord::BrokerFenced {
-                    broker_id: req.broker_id,
-                    broker_epoch: req.broker_epoch,
-                    controlled_shutdown: false,
-                })?;
-                changes.reconcile(touches(req.broker_id))?;
+                changes.fence(req.broker_id, req.broker_epoch, false)?;
                 true
             }
             (fenced, _) => fenced,
@@ -914,12 +926,7 @@ impl ControllerLogic {
                 now_ms,
                 "fencing broker: session expired"
             );
-            changes.push(MetadataRecord::BrokerFenced {
-                broker_id,
-                broker_epoch,
-                controlled_shutdown: false,
-            })?;
-            changes.reconcile(touches(broker_id))?;
+            changes.fence(broker_id, broker_epoch, false)?;
         }
         Ok(expired.into_iter().map(|(b, _)| b).collect())
     }
@@ -1287,12 +1294,7 @@ impl ControllerLogic {
         let broker_epoch = broker.broker_epoch;
         let mut changes = Changes::new(image);
         if !broker.fenced {
-            changes.push(MetadataRecord::BrokerFenced {
-                broker_id,
-                broker_epoch,
-                controlled_shutdown: false,
-            })?;
-            changes.reconcile(touches(broker_id))?;
+            changes.fence(broker_id, broker_epoch, false)?;
         }
         changes.push(MetadataRecord::BrokerUnregistered {
             broker_id,
@@ -1320,12 +1322,7 @@ impl ControllerLogic {
         let moves = if already {
             Vec::new()
         } else {
-            changes.push(MetadataRecord::BrokerFenced {
-                broker_id: id,
-                broker_epoch: req.broker_epoch,
-                controlled_shutdown: true,
-            })?;
-            changes.reconcile(touches(id))?
+            changes.fence(id, req.broker_epoch, true)?
         };
         let leaderships_moved = moves
             .iter()
