@@ -256,6 +256,23 @@ fn a_cluster_grows_to_five_and_back_to_three_under_exactly_once_load() {
         },
     );
     eprintln!("brokers after unregister: {described:?}");
+    // And the remaining brokers stop following them.
+    wait_until(
+        "node 1 to stop its fetchers of 4 and 5",
+        MOVE_TIMEOUT,
+        || {
+            let log = c.log_tail(1, 5_000);
+            [4, 5]
+                .iter()
+                .all(|id| {
+                    log.lines().any(|l| {
+                        l.contains("broker unregistered: no longer following it")
+                            && l.contains(&format!("peer={id}"))
+                    })
+                })
+                .then_some(())
+        },
+    );
 
     let done = verify.finish(Duration::from_secs(300));
     let report = &done.report;

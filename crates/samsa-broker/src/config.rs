@@ -436,11 +436,11 @@ impl BrokerConfig {
                     "listeners.{key}: a listener name is letters, digits, '_' and '-'"
                 ));
             }
-            // cluster::peers::INTER_NODE_LISTENER: the gRPC address every
-            // node registers beside its Kafka listeners.
-            if name == "INTER_NODE" {
+            // The gRPC address every node registers beside its Kafka
+            // listeners takes this name.
+            if name == crate::cluster::peers::INTER_NODE_LISTENER {
                 return Err(format!(
-                    "listeners.{key}: the name INTER_NODE is reserved for the address of the \
+                    "listeners.{key}: the name {name} is reserved for the address of the \
                      node's gRPC server (inter_node_advertised_address)"
                 ));
             }

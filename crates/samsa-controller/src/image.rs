@@ -167,6 +167,12 @@ pub struct TopicImage {
 }
 
 impl TopicImage {
+    /// Replicas per partition, as Kafka reports a topic's replication
+    /// factor: partition 0's count (0 for a topic without partitions).
+    pub fn replication_factor(&self) -> usize {
+        self.partitions.first().map_or(0, |p| p.replicas.len())
+    }
+
     pub fn partition(&self, partition: i32) -> Option<&PartitionState> {
         usize::try_from(partition)
             .ok()

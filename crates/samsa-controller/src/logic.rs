@@ -975,16 +975,13 @@ impl ControllerLogic {
             if existing.topic_id != topic_id {
                 return Err(ControllerError::TopicAlreadyExists(req.name));
             }
-            let replication_factor = existing
-                .partitions
-                .first()
-                .map_or(0, |p| i32::try_from(p.replicas.len()).unwrap_or(i32::MAX));
             return Ok((
                 Vec::new(),
                 CreateTopicReply {
                     topic_id,
                     num_partitions: to_partition_id(existing.partitions.len())?,
-                    replication_factor,
+                    replication_factor: i32::try_from(existing.replication_factor())
+                        .unwrap_or(i32::MAX),
                 },
             ));
         }

@@ -53,8 +53,8 @@ use crate::convert::{self, error_to_pb};
 use crate::error::{ControllerError, LeaderHint};
 use crate::image::MetadataImage;
 use crate::logic::{
-    AllocateProducerIds, AlterConfigs, ControlledShutdown, ControllerLogic, ElectLeaders, Outcome,
-    Reassignment, TopicRef,
+    AllocateProducerIds, AlterConfigs, ControlledShutdown, ControllerLogic, CreateTopic,
+    ElectLeaders, Outcome, Reassignment, TopicRef,
 };
 use crate::quorum::ReplicationClock;
 use crate::records::{ConfigResource, MetadataBatch, MetadataRecord};
@@ -277,6 +277,18 @@ fn err<T: Default>(e: &ControllerError, set: impl FnOnce(&mut T, pb::ControllerE
     let mut resp = T::default();
     set(&mut resp, error_to_pb(e));
     resp
+}
+
+/// One CreateTopics entry: the topic id it asks for (a resend carries its
+/// first send's, see `CreatableTopic.topic_id`), else a new one, and the
+/// request.
+fn topic_to_create(topic: pb::CreatableTopic) -> Result<(Uuid, CreateTopic), ControllerError> {
+    let topic_id = if topic.topic_id.is_empty() {
+        Uuid::new_v4()
+    } else {
+        convert::parse_uuid(&topic.topic_id, "topic id")?
+    };
+    Ok((topic_id, convert::create_topic_from_pb(topic)?))
 }
 
 fn topic_error(name: String, e: &ControllerError) -> pb::TopicResult {
@@ -586,21 +598,16 @@ impl ControllerService for ControllerGrpc {
         let mut results = Vec::with_capacity(req.topics.len());
         for topic in req.topics {
             let name = topic.name.clone();
-            let requested_id = (!topic.topic_id.is_empty())
-                .then(|| convert::parse_uuid(&topic.topic_id, "topic id"))
-                .transpose();
-            let result =
-                match requested_id.and_then(|id| Ok((id, convert::create_topic_from_pb(topic)?))) {
-                    Ok((requested_id, create)) => {
-                        let topic_id = requested_id.unwrap_or_else(Uuid::new_v4);
-                        self.core
-                            .write(!req.validate_only, move |logic, image, now| {
-                                logic.create_topic(image, create, topic_id, now)
-                            })
-                            .await
-                    }
-                    Err(e) => Err(e),
-                };
+            let result = match topic_to_create(topic) {
+                Ok((topic_id, create)) => {
+                    self.core
+                        .write(!req.validate_only, move |logic, image, now| {
+                            logic.create_topic(image, create, topic_id, now)
+                        })
+                        .await
+                }
+                Err(e) => Err(e),
+            };
             results.push(match result {
                 Ok(reply) => pb::TopicResult {
                     name,

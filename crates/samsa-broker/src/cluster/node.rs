@@ -46,7 +46,7 @@ async fn run_node(
     let settings = ClusterSettings::from_config(&config)?;
     let identity = DataDirIdentity::load(&config.data_dir, config.node_id)?;
     identity.check_configured(config.cluster_id.as_deref(), &config.data_dir)?;
-    if settings.controller {
+    if settings.is_controller() {
         probe_duplicate(&settings).await?;
     }
     let listener = server::bind_listeners(&config).await?;
@@ -55,7 +55,7 @@ async fn run_node(
     let cluster_id = config.cluster_id.clone().or(identity.cluster_id.clone());
     // A broker-only node runs no controller: its gRPC port serves only
     // replication and the transaction service.
-    let (controller, routes) = if settings.controller {
+    let (controller, routes) = if settings.is_controller() {
         let (controller, routes) = start_controller(&config, &settings, cluster_id).await?;
         http_state.attach_controller(crate::metrics::ControllerView::follow(&controller));
         (Some(controller), routes)

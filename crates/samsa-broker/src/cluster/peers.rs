@@ -10,9 +10,9 @@
 //!
 //! Invariants: every voter has an address from the start (the static voter
 //! list), so a cluster of voters replicates before any registration is
-//! applied; a registered address replaces the voter list's; a node has at
-//! most one fetcher per other broker, restarted only when that broker's
-//! address changes.
+//! applied; a registered address replaces the voter list's; a node has
+//! exactly one fetcher per other known broker, restarted only when that
+//! broker's address changes and stopped when it is unregistered.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,8 +23,9 @@ use samsa_controller::NodeId;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::PLAINTEXT;
 use crate::metadata::MetadataView;
-use crate::replication::fetcher::spawn_fetchers;
+use crate::replication::fetcher::spawn_fetcher;
 use crate::Broker;
 
 /// The registered endpoint that carries a broker's gRPC address.
@@ -38,7 +39,7 @@ pub(super) fn inter_node_endpoint(address: &str, tls: bool) -> Option<BrokerEndp
         name: INTER_NODE_LISTENER.to_owned(),
         host: host.to_owned(),
         port: port.parse().ok()?,
-        security_protocol: if tls { "SSL" } else { "PLAINTEXT" }.to_owned(),
+        security_protocol: if tls { "SSL" } else { PLAINTEXT }.to_owned(),
     })
 }
 
@@ -70,16 +71,22 @@ pub(super) async fn follow_peers(
     let mut fetchers = Fetchers::default();
     loop {
         let addresses = peer_addresses(&views.borrow_and_update(), &voters);
+        fetchers.0.retain(|id, (_, task)| {
+            let known = addresses.contains_key(id);
+            if !known {
+                tracing::info!(peer = *id, "broker unregistered: no longer following it");
+                task.abort();
+            }
+            known
+        });
         for (id, addr) in &addresses {
             if *id == me || fetchers.0.get(id).is_some_and(|(a, _)| a == addr) {
                 continue;
             }
             tracing::info!(peer = *id, %addr, "following the partitions this broker leads");
-            let spawned = spawn_fetchers(&broker, &[(*id, addr.clone())], tls.as_ref(), &stop);
-            for task in spawned {
-                if let Some((_, old)) = fetchers.0.insert(*id, (addr.clone(), task)) {
-                    old.abort();
-                }
+            let task = spawn_fetcher(&broker, *id, addr.clone(), tls.as_ref(), &stop);
+            if let Some((_, old)) = fetchers.0.insert(*id, (addr.clone(), task)) {
+                old.abort();
             }
         }
         broker.txn.service.set_addresses(addresses);

@@ -25,9 +25,6 @@ pub struct ClusterSettings {
     pub node_id: i32,
     /// Static voter set, by node id.
     pub voters: Vec<(NodeId, String)>,
-    /// This node is one of the voters and runs a controller (`process_roles`
-    /// `broker,controller`); otherwise it is a broker only.
-    pub controller: bool,
     /// The gRPC address other nodes reach this node at: its voter address,
     /// or `inter_node_advertised_address`.
     pub own_address: String,
@@ -59,11 +56,7 @@ impl ClusterSettings {
     /// Validates the cluster settings of `config`; every error names the key
     /// and what would fix it.
     pub fn from_config(config: &BrokerConfig) -> Result<Self, BrokerError> {
-        let OwnRole {
-            voters,
-            controller,
-            own_address,
-        } = own_role(config)?;
+        let (voters, own_address) = own_role(config)?;
         let timings = timings(config)?;
         if config.producer_id_block_size <= 0 {
             return Err(config_error(
@@ -97,7 +90,6 @@ impl ClusterSettings {
         Ok(Self {
             node_id: config.node_id,
             voters,
-            controller,
             own_address,
             inter_node_tls,
             heartbeat_interval: timings.heartbeat_interval,
@@ -119,6 +111,13 @@ impl ClusterSettings {
                 .map(|(_, addr)| addr.clone()),
         );
         endpoints
+    }
+
+    /// Whether this node is one of the voters and runs a controller
+    /// (`process_roles` `broker,controller`, validated against the voter
+    /// list); otherwise it is a broker only.
+    pub fn is_controller(&self) -> bool {
+        self.own_voter_address().is_some()
     }
 
     /// This node's address in the voter list, if it is a voter.
@@ -143,11 +142,10 @@ impl ClusterSettings {
     }
 }
 
-/// The voter set, whether this node is one of them, and the gRPC address
-/// other nodes reach it at. A combined node must be a voter and listen on
+/// The voter set and the gRPC address other nodes reach this node at. A combined node must be a voter and listen on
 /// its voter address's port; a broker-only node must not be a voter, and
 /// needs an address it can be reached at.
-fn own_role(config: &BrokerConfig) -> Result<OwnRole, BrokerError> {
+fn own_role(config: &BrokerConfig) -> Result<(Vec<(NodeId, String)>, String), BrokerError> {
     let text = config
         .controller_quorum_voters
         .as_deref()
@@ -208,23 +206,11 @@ fn own_role(config: &BrokerConfig) -> Result<OwnRole, BrokerError> {
             "inter_node_advertised_address {own_address:?} is not HOST:PORT"
         )));
     }
-    Ok(OwnRole {
-        voters,
-        controller,
-        own_address,
-    })
+    Ok((voters, own_address))
 }
 
 /// The `process_roles` value that takes the role from the voter list.
 pub const ROLES_FROM_VOTERS: &str = "from-voters";
-
-/// What [`own_role`] finds: the fields of [`ClusterSettings`] of the same
-/// names.
-struct OwnRole {
-    voters: Vec<(NodeId, String)>,
-    controller: bool,
-    own_address: String,
-}
 
 /// `process_roles`: whether this node runs a controller. `from-voters`
 /// (for a StatefulSet whose pods share one configuration): a voter runs
@@ -357,7 +343,7 @@ mod tests {
             ClusterSettings::from_config(&c)
         };
         let broker_only = roles("1@h:9093,2@h:9193", 4, "broker", None).unwrap();
-        assert!(!broker_only.controller);
+        assert!(!broker_only.is_controller());
         assert_eq!(broker_only.own_address, "127.0.0.1:9393");
         assert_eq!(broker_only.endpoints(), ["h:9093", "h:9193"]);
         let advertised = roles("1@h:9093", 4, " broker ", Some("b4:9393")).unwrap();
@@ -368,16 +354,12 @@ mod tests {
             "{voter_as_broker}"
         );
         assert!(roles("1@h:9093", 4, "controller", None).is_err());
-        assert!(
-            !roles("1@h:9093", 4, "from-voters", None)
-                .unwrap()
-                .controller
-        );
-        assert!(
-            roles("1@h:9093,4@h:9393", 4, "from-voters", None)
-                .unwrap()
-                .controller
-        );
+        assert!(!roles("1@h:9093", 4, "from-voters", None)
+            .unwrap()
+            .is_controller());
+        assert!(roles("1@h:9093,4@h:9393", 4, "from-voters", None)
+            .unwrap()
+            .is_controller());
         assert!(roles("1@h:9093", 4, "broker", Some("no-port")).is_err());
         let mut wildcard = config("1@h:9093", 4, 9393);
         wildcard.process_roles = "broker".into();

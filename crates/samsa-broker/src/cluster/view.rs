@@ -43,10 +43,7 @@ pub fn metadata_view(image: &MetadataImage, raft_leader: Option<NodeId>, me: i32
         name: t.name.clone(),
         topic_id: t.topic_id,
         partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
-        replication_factor: t
-            .partitions
-            .first()
-            .map_or(0, |p| i16::try_from(p.replicas.len()).unwrap_or(i16::MAX)),
+        replication_factor: i16::try_from(t.replication_factor()).unwrap_or(i16::MAX),
         configs: t.configs.clone(),
         partition_states: t.partitions.clone(),
     });

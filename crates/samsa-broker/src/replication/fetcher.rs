@@ -48,30 +48,19 @@ fn channel(addr: &str, tls: Option<&InterNodeTls>) -> Result<Channel, tonic::tra
         .connect_lazy())
 }
 
-/// Spawns one fetch loop per peer `(node id, replication gRPC address)`.
-pub fn spawn_fetchers(
+/// Spawns the fetch loop that follows the partitions broker `leader` (at
+/// replication gRPC address `addr`) leads.
+pub fn spawn_fetcher(
     broker: &Arc<Broker>,
-    peers: &[(i32, String)],
+    leader: i32,
+    addr: String,
     tls: Option<&InterNodeTls>,
     stop: &watch::Receiver<bool>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    peers
-        .iter()
-        .filter(|(id, _)| *id != broker.config.node_id)
-        .map(|(id, addr)| {
-            let span = tracing::info_span!("replica_fetcher", leader = *id);
-            tokio::spawn(
-                fetch_loop(
-                    Arc::clone(broker),
-                    *id,
-                    addr.clone(),
-                    tls.cloned(),
-                    stop.clone(),
-                )
-                .instrument(span),
-            )
-        })
-        .collect()
+) -> tokio::task::JoinHandle<()> {
+    let span = tracing::info_span!("replica_fetcher", leader);
+    tokio::spawn(
+        fetch_loop(Arc::clone(broker), leader, addr, tls.cloned(), stop.clone()).instrument(span),
+    )
 }
 
 async fn fetch_loop(
