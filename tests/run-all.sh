@@ -8,12 +8,14 @@
 #   2. builds the workspace once, in release (all targets): the suites and
 #      the container image use that one build; meanwhile the offline base
 #      image of the container image is made from Debian packages
-#   3. cargo fmt --check, cargo clippy -D warnings, the code map of
-#      docs/ARCHITECTURE.md checked against the tree
+#   3. cargo fmt --check, the code map of docs/ARCHITECTURE.md checked
+#      against the tree; cargo clippy -D warnings starts in the background at
+#      the lowest CPU priority (its own target dir), so it uses only the CPU
+#      the suites leave idle while they wait
 #   4. cargo nextest (unit tests of every crate + tests/it integration tests)
-#   5. pytest tests/compat (confluent-kafka, kafka-python, kcat)
-#   6. side by side, as both mostly wait: tests/librdkafka/run.sh
-#      (librdkafka's own suite, allowlisted tests) and the deploy tests —
+#   5. side by side, as they mostly wait: pytest tests/compat
+#      (confluent-kafka, kafka-python, kcat) then tests/librdkafka/run.sh
+#      (librdkafka's own suite, allowlisted tests); and the deploy tests —
 #      the container image built (deploy/build-image.sh), the compose
 #      cluster's Prometheus (tests/deploy/monitoring.sh), the Helm chart
 #      rendered, validated and its pods run as containers, a broker-only pod
@@ -143,22 +145,6 @@ fi
 summary+=("ok      $((SECONDS - build_start))s  cargo build --workspace --all-targets --release")
 export SAMSA_BIN=${SAMSA_BIN:-$target/release/samsa}
 
-# ---------------------------------------------------------- 3. lint -------
-run_step "cargo fmt --check" cargo fmt --all -- --check
-run_step "cargo clippy -D warnings" cargo clippy --workspace --all-targets -- -D warnings
-run_step "code map (docs/ARCHITECTURE.md names what exists)" python3 tests/check-code-map.py
-
-# ---------------------------------------------------------- 4. nextest ----
-run_step "cargo nextest (unit + integration)" \
-    cargo nextest run --workspace --release --profile ci --no-fail-fast
-
-# ---------------------------------------------------------- 5. pytest -----
-if [ "${SKIP_COMPAT:-}" = "" ]; then
-    run_step "pytest tests/compat (Python clients, kcat)" \
-        "$venv/bin/python" -m pytest tests/compat
-fi
-
-# ------------------------------------- 6. librdkafka and deploy, side by side
 # start_bg NAME COMMAND...: runs a step in the background, its output in a
 # log file; finish_bg prints the log and records the step like run_step.
 declare -a bg_names=() bg_pids=() bg_logs=() bg_starts=()
@@ -211,9 +197,37 @@ deploy_tests() {
     return "$rc"
 }
 
-if [ "${SKIP_LIBRDKAFKA:-}" = "" ]; then
-    start_bg "librdkafka test suite (tests/librdkafka/allowlist.txt)" \
-        bash tests/librdkafka/run.sh
+# ---------------------------------------------------------- 3. lint -------
+run_step "cargo fmt --check" cargo fmt --all -- --check
+run_step "code map (docs/ARCHITECTURE.md names what exists)" python3 tests/check-code-map.py
+# Its own target dir: it never waits on a lock the suites' cargo holds.
+start_bg "cargo clippy -D warnings (nice 19)" \
+    env CARGO_TARGET_DIR="$target/clippy" \
+    nice -n 19 cargo clippy --workspace --all-targets -- -D warnings
+
+# ---------------------------------------------------------- 4. nextest ----
+run_step "cargo nextest (unit + integration)" \
+    cargo nextest run --workspace --release --profile ci --no-fail-fast
+
+# ------------------------- 5. Python clients, librdkafka, deploy side by side
+# The Python clients' and librdkafka's suites one after the other, beside
+# the deploy tests: each mostly waits on its brokers.
+client_suites() {
+    local rc=0
+    if [ "${SKIP_COMPAT:-}" = "" ]; then
+        echo "== pytest tests/compat (Python clients, kcat)"
+        local start=$SECONDS
+        "$venv/bin/python" -m pytest tests/compat || rc=1
+        echo "== pytest tests/compat: exit $rc, $((SECONDS - start))s"
+    fi
+    if [ "${SKIP_LIBRDKAFKA:-}" = "" ]; then
+        echo "== librdkafka test suite (tests/librdkafka/allowlist.txt)"
+        bash tests/librdkafka/run.sh || rc=1
+    fi
+    return "$rc"
+}
+if [ -z "${SKIP_COMPAT:-}" ] || [ -z "${SKIP_LIBRDKAFKA:-}" ]; then
+    start_bg "client suites: pytest tests/compat, then librdkafka's" client_suites
 fi
 if [ -z "$deploy" ]; then
     # Waited for here: a background step cannot wait for a sibling.

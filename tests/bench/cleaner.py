@@ -30,12 +30,7 @@ import socket
 import subprocess
 import sys
 import time
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from procs import free_port  # noqa: E402
 
 
 class Broker:

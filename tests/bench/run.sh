@@ -74,6 +74,41 @@
 #                                  the compat venv's python; REASSIGN_ARGS
 #                                  passes flags to it: --bulk-mb, --throttle,
 #                                  --rate)
+#   tests/bench/run.sh scale       a single node's cost by partitions hosted
+#                                  (SCALE_PARTITIONS, default 10,1000,10000):
+#                                  CreateTopics time, produce records/s and
+#                                  p50/p99, RSS, open descriptors, idle CPU,
+#                                  restart after SIGKILL (tests/bench/scale.py,
+#                                  the compat venv's python; SCALE_ARGS passes
+#                                  flags to it)
+#   tests/bench/run.sh groups      a single node's cost by consumer groups
+#                                  with committed offsets (GROUPS_COUNTS,
+#                                  default 10,1000): commits/s,
+#                                  __consumer_offsets bytes, RSS, idle CPU,
+#                                  restart until every offset is read back
+#                                  (tests/bench/groups.py; GROUPS_ARGS)
+#   tests/bench/run.sh producers   a single node's cost by idempotent
+#                                  producer ids (PRODUCERS_COUNTS, default
+#                                  1000,10000,100000): ids taken/s, first
+#                                  batches/s, RSS, idle CPU, snapshot bytes,
+#                                  restart after a clean stop and after
+#                                  SIGKILL until every batch sent again is
+#                                  recognised (tests/bench/producers.py;
+#                                  PRODUCERS_ARGS)
+#   tests/bench/run.sh failover    controller failover as a client sees it:
+#                                  three nodes, the controller leader
+#                                  SIGKILLed, CreateTopics from kafka-python
+#                                  retried until it succeeds; election and
+#                                  first success times per round
+#                                  (tests/bench/failover.py; FAILOVER_ARGS)
+#   tests/bench/run.sh cluster-scale   three nodes by partitions (RF 3;
+#                                  CLUSTER_SCALE_PARTITIONS, default
+#                                  300,3000,9000): CreateTopics until every
+#                                  node lists all, quorum store size, a
+#                                  broker's leaderships moved after SIGKILL
+#                                  and after SIGTERM, its restart
+#                                  (tests/bench/cluster_scale.py;
+#                                  CLUSTER_SCALE_ARGS)
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
 #   SINGLE_QUICK=1 tests/bench/run.sh   (a)-(c) only: no dd, no 5 GiB (d)
 #                                  (for before/after pairs of one run)
@@ -118,6 +153,17 @@ build_perf_tool() {
         make -C "$target/librdkafka-suite/librdkafka/examples" rdkafka_performance >/dev/null
     fi
     export LD_LIBRARY_PATH=$target/librdkafka-suite/librdkafka/src
+}
+
+# The Python with confluent-kafka and kafka-python (the compat venv) the
+# Python benchmarks run on; exits when there is none.
+compat_python() {
+    local python=${SAMSA_COMPAT_PYTHON:-$target/compat-venv/bin/python}
+    if [ ! -x "$python" ]; then
+        log "no python with confluent-kafka and kafka-python at $python: bash tests/run-all.sh creates the compat venv, or set SAMSA_COMPAT_PYTHON"
+        exit 1
+    fi
+    echo "$python"
 }
 
 broker_pid=
@@ -261,11 +307,7 @@ if [ "$mode" = compression ]; then
 fi
 
 if [ "$mode" = compaction ]; then
-    python=${SAMSA_COMPAT_PYTHON:-$target/compat-venv/bin/python}
-    if [ ! -x "$python" ]; then
-        log "no python with confluent-kafka at $python: bash tests/run-all.sh creates the compat venv, or set SAMSA_COMPAT_PYTHON"
-        exit 1
-    fi
+    python=$(compat_python)
     echo "load before: $(uptime | sed 's/.*load average: //')"
     "$python" "$here/compaction.py" --samsa "$server" --dir "$bench_dir/compaction" \
         --commits "${COMPACTION_COMMITS:-1000000}" --segment-bytes "${COMPACTION_SEGMENT_BYTES:-16777216}"
@@ -282,13 +324,50 @@ if [ "$mode" = security ]; then
 fi
 
 if [ "$mode" = reassign ]; then
-    python=${SAMSA_COMPAT_PYTHON:-$target/compat-venv/bin/python}
-    if [ ! -x "$python" ]; then
-        log "no python with confluent-kafka at $python: bash tests/run-all.sh creates the compat venv, or set SAMSA_COMPAT_PYTHON"
-        exit 1
-    fi
+    python=$(compat_python)
     # shellcheck disable=SC2086
     "$python" "$here/reassign.py" --samsa "$server" --dir "$bench_dir/reassign" ${REASSIGN_ARGS:-}
+    exit 0
+fi
+
+if [ "$mode" = scale ]; then
+    python=$(compat_python)
+    echo "load before: $(uptime | sed 's/.*load average: //'); open-file limit $(ulimit -n)"
+    # shellcheck disable=SC2086
+    "$python" "$here/scale.py" --samsa "$server" --dir "$bench_dir/scale" \
+        --partitions "${SCALE_PARTITIONS:-10,1000,10000}" ${SCALE_ARGS:-}
+    echo "load after: $(uptime | sed 's/.*load average: //')"
+    exit 0
+fi
+
+if [ "$mode" = groups ]; then
+    python=$(compat_python)
+    # shellcheck disable=SC2086
+    "$python" "$here/groups.py" --samsa "$server" --dir "$bench_dir/groups" \
+        --groups "${GROUPS_COUNTS:-10,1000}" ${GROUPS_ARGS:-}
+    exit 0
+fi
+
+if [ "$mode" = producers ]; then
+    python=$(compat_python)
+    # shellcheck disable=SC2086
+    "$python" "$here/producers.py" --samsa "$server" --dir "$bench_dir/producers" \
+        --producers "${PRODUCERS_COUNTS:-1000,10000,100000}" ${PRODUCERS_ARGS:-}
+    exit 0
+fi
+
+if [ "$mode" = cluster-scale ]; then
+    python=$(compat_python)
+    # shellcheck disable=SC2086
+    "$python" "$here/cluster_scale.py" --samsa "$server" --dir "$bench_dir/cluster-scale" \
+        --partitions "${CLUSTER_SCALE_PARTITIONS:-300,3000,9000}" ${CLUSTER_SCALE_ARGS:-}
+    exit 0
+fi
+
+if [ "$mode" = failover ]; then
+    python=$(compat_python)
+    # shellcheck disable=SC2086
+    "$python" "$here/failover.py" --samsa "$server" --dir "$bench_dir/failover" ${FAILOVER_ARGS:-}
     exit 0
 fi
 
@@ -309,11 +388,7 @@ if [ "$mode" = pipelining ]; then
     # producer); transactional (transactions of 10,000 records) as shipped
     # and pipelined. PIPELINING_SETUPS: "single" (one node, RF=1) and/or
     # "cluster" (samsa dev --nodes 3, RF=3); PIPELINING_RUNS repetitions.
-    python=${SAMSA_COMPAT_PYTHON:-$target/compat-venv/bin/python}
-    if [ ! -x "$python" ]; then
-        log "no python with kafka-python at $python: bash tests/run-all.sh creates the compat venv, or set SAMSA_COMPAT_PYTHON"
-        exit 1
-    fi
+    python=$(compat_python)
     precords=${PIPELINING_RECORDS:-200000}
     psize=${PIPELINING_RECORD_SIZE:-100}
     per_txn=10000

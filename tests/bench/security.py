@@ -36,19 +36,9 @@ from confluent_kafka.admin import (  # noqa: E402
     UserScramCredentialUpsertion,
 )
 from pki import make_pki, server_settings  # noqa: E402
+from procs import cpu_seconds, free_port  # noqa: E402
 
 PASSWORD = "bench-secret"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid):
-    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_broker(binary, directory, pki):

@@ -9,6 +9,7 @@
 //! The nemesis is declared after the cluster in every test, so it is
 //! dropped first: a failing test heals before the cluster goes.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::Producer;
@@ -596,6 +597,45 @@ fn full_disk_on_follower_then_leader_loses_nothing_and_recovers_once_space_is_fr
     );
 }
 
+/// For every duplicate anomaly of `report`, the stored batches holding its
+/// copies on every node: their producer epoch and sequence say whether a
+/// broker stored a retried batch twice or a client sent it again as a new
+/// one (before, a failing run kept only the values and offsets).
+fn print_duplicates_as_stored(c: &ComposeCluster, report: &serde_json::Value) {
+    let Some(anomalies) = report["anomalies"].as_array() else {
+        return;
+    };
+    let examples = anomalies
+        .iter()
+        .filter(|a| a["kind"] == "duplicate")
+        .filter_map(|a| a["examples"].as_array())
+        .flatten()
+        .filter_map(|e| e.as_str());
+    for example in examples {
+        // "<workload>: <value> at <topic>[<partition>]@<offset>, …"
+        let mut at: BTreeMap<(String, i32), Vec<i64>> = BTreeMap::new();
+        for place in example.split([' ', ',']) {
+            let parsed = place.split_once('[').and_then(|(topic, rest)| {
+                let (partition, offset) = rest.split_once("]@")?;
+                Some((
+                    topic.to_string(),
+                    partition.parse().ok()?,
+                    offset.parse().ok()?,
+                ))
+            });
+            if let Some((topic, partition, offset)) = parsed {
+                at.entry((topic, partition)).or_default().push(offset);
+            }
+        }
+        for ((topic, partition), offsets) in at {
+            eprintln!(
+                "containers: duplicate {example}; stored as:\n{}",
+                samsa_tests::nemesis::describe_stored_batches(c, &topic, partition, &offsets)
+            );
+        }
+    }
+}
+
 /// The short random schedule: every fault kind at least once in about three
 /// minutes while `samsa verify` runs all four workloads (idempotent,
 /// transactional, consume-transform-produce, queue) against the cluster
@@ -681,6 +721,7 @@ fn random_schedule_of_every_fault_kind_under_samsa_verify_has_no_anomaly() {
     // The fault-free tail, the drain and the final reads (`--settle` 60 s each).
     let done = verify.finish(Duration::from_secs(300));
     let report = &done.report;
+    print_duplicates_as_stored(&c, report);
     assert_eq!(
         done.status.code(),
         Some(0),

@@ -1079,6 +1079,34 @@ fn dev_three_nodes_and_cluster_status() {
     assert!(text.contains("samsa dev cluster stopped cleanly"), "{text}");
 }
 
+/// A connection to the inter-node gRPC port whose peer never sends the
+/// HTTP/2 preface (a client that gave up on it, its FIN lost in a partition)
+/// does not keep a stopping node alive: the node exits on SIGTERM, and
+/// cleanly, while the connection is still open.
+#[test]
+fn a_peer_connection_that_never_finished_its_handshake_does_not_hold_a_stopping_node() {
+    let mut cluster = SamsaCluster::start(1, &[]);
+    let mut silent = std::net::TcpStream::connect(cluster.node(1).controller_addr())
+        .expect("connect to the gRPC port");
+    // The server's HTTP/2 SETTINGS: the connection is accepted and served,
+    // not still in the listen backlog when the stop comes.
+    silent
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("set a read timeout");
+    let mut settings = [0u8; 9];
+    std::io::Read::read_exact(&mut silent, &mut settings).expect("the server's first HTTP/2 frame");
+    assert_eq!(settings[3], 0x4, "an HTTP/2 SETTINGS frame: {settings:?}");
+    let status = cluster.sigterm(1, Duration::from_secs(30));
+    let log = cluster.log_tail(1, 40);
+    let status = status.unwrap_or_else(|| panic!("node 1 did not exit within 30 s:\n{log}"));
+    assert!(status.success(), "node 1 exited with {status}:\n{log}");
+    assert!(
+        log.contains("gRPC requests still in flight after the grace period"),
+        "the stop waited for the silent connection, then dropped it:\n{log}"
+    );
+    drop(silent);
+}
+
 fn nix_sigterm(pid: u32) {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;

@@ -10,6 +10,7 @@ mod compacted_state;
 mod compression;
 mod coordinator_loss;
 mod declared_security;
+mod descriptors;
 mod dev;
 mod disk_full;
 mod dynamic_configs;

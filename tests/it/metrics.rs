@@ -270,8 +270,10 @@ fn replica_fetches_and_the_raft_snapshot_age_on_a_cluster() {
         .record_kv("k", "fetched by the followers")
         .build();
     let mut leader_client = cluster.client(leader);
-    // The leader may not have taken its leadership from the metadata yet:
-    // NOT_LEADER_OR_FOLLOWER is retried, as clients do (nothing was appended).
+    // The leader may not have taken its leadership from the metadata yet
+    // (NOT_LEADER_OR_FOLLOWER), or not even the topic, when another node's
+    // Metadata named it first (UNKNOWN_TOPIC_OR_PARTITION): both are
+    // retried, as clients do (nothing was appended).
     wait_until(
         "an acks=all write on the leader",
         Duration::from_secs(30),
@@ -281,7 +283,8 @@ fn replica_fetches_and_the_raft_snapshot_age_on_a_cluster() {
                 .unwrap();
             match answer.error_code {
                 0 => Some(()),
-                samsa_tests::codes::NOT_LEADER_OR_FOLLOWER => None,
+                samsa_tests::codes::NOT_LEADER_OR_FOLLOWER
+                | samsa_tests::codes::UNKNOWN_TOPIC_OR_PARTITION => None,
                 code => panic!("produce answered {code}: {answer:?}"),
             }
         },

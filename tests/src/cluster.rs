@@ -355,6 +355,13 @@ impl SamsaCluster {
         }
     }
 
+    /// SIGTERMs node `id` and waits up to `timeout` for it to exit: its
+    /// exit status, or `None` if it still ran (it is then SIGKILLed).
+    pub fn sigterm(&mut self, id: i32, timeout: Duration) -> Option<ExitStatus> {
+        let mut child = self.node_mut(id).child.take()?;
+        crate::node::sigterm_and_reap(&mut child, timeout)
+    }
+
     /// DescribeQuorum answered by node `id`'s controller (`None` if it does
     /// not answer within a second).
     pub fn describe_quorum(&self, id: i32) -> Option<DescribeQuorumResponse> {

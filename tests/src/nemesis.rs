@@ -254,6 +254,34 @@ type BatchId = (i64, i64, u32);
 /// below `below`, in offset order. A torn tail (a batch longer than the
 /// file) ends the list.
 fn replica_batches(dir: &Path, below: i64) -> Vec<BatchId> {
+    let mut out = Vec::new();
+    for_each_batch_header(dir, |h| {
+        if h.base_offset >= below {
+            return false;
+        }
+        out.push((h.base_offset, h.last_offset, h.crc));
+        true
+    });
+    out
+}
+
+/// What the v2 batch header of a stored batch says (the fields a
+/// duplicate's diagnosis needs).
+struct StoredBatch {
+    base_offset: i64,
+    last_offset: i64,
+    partition_leader_epoch: i32,
+    crc: u32,
+    attributes: i16,
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+}
+
+/// Walks the batch headers of a partition directory's segment files in
+/// offset order, until `visit` returns false or a torn tail (a batch longer
+/// than the file).
+fn for_each_batch_header(dir: &Path, mut visit: impl FnMut(&StoredBatch) -> bool) {
     let mut segments: Vec<_> = std::fs::read_dir(dir)
         .map(|d| {
             d.filter_map(|e| e.ok().map(|e| e.path()))
@@ -262,29 +290,82 @@ fn replica_batches(dir: &Path, below: i64) -> Vec<BatchId> {
         })
         .unwrap_or_default();
     segments.sort();
-    let mut out = Vec::new();
     for seg in segments {
         let Ok(data) = std::fs::read(&seg) else {
             continue;
         };
         let mut pos = 0usize;
         while pos + 61 <= data.len() {
-            let base = i64::from_be_bytes(data[pos..pos + 8].try_into().unwrap());
-            let len = i32::from_be_bytes(data[pos + 8..pos + 12].try_into().unwrap());
-            let Ok(len) = usize::try_from(len) else { break };
+            let h = &data[pos..pos + 61];
+            let be = |at: usize, n: usize| -> i64 {
+                h[at..at + n]
+                    .iter()
+                    .fold(0i64, |v, b| (v << 8) | i64::from(*b))
+            };
+            let Ok(len) = usize::try_from(be(8, 4) as i32) else {
+                break;
+            };
             if len < 49 || pos + 12 + len > data.len() {
                 break;
             }
-            let crc = u32::from_be_bytes(data[pos + 17..pos + 21].try_into().unwrap());
-            let delta = i32::from_be_bytes(data[pos + 23..pos + 27].try_into().unwrap());
-            if base >= below {
-                return out;
+            let base_offset = be(0, 8);
+            let batch = StoredBatch {
+                base_offset,
+                last_offset: base_offset + be(23, 4) as i32 as i64,
+                partition_leader_epoch: be(12, 4) as i32,
+                crc: be(17, 4) as u32,
+                attributes: be(21, 2) as i16,
+                producer_id: be(43, 8),
+                producer_epoch: be(51, 2) as i16,
+                base_sequence: be(53, 4) as i32,
+            };
+            if !visit(&batch) {
+                return;
             }
-            out.push((base, base + i64::from(delta), crc));
             pos += 12 + len;
         }
     }
-    out
+}
+
+/// Every node's stored batches of `topic`-`partition` that hold one of
+/// `offsets`, one line each: what tells a duplicate a broker failed to
+/// recognise (the same producer epoch and sequence stored twice) from one
+/// a client sent again under a new epoch or sequence.
+pub fn describe_stored_batches(
+    c: &ComposeCluster,
+    topic: &str,
+    partition: i32,
+    offsets: &[i64],
+) -> String {
+    let project = ComposeProject::new(c.project(), 3);
+    let mut lines = Vec::new();
+    for node in 1..=3 {
+        let Ok(dir) = project.data_dir(node) else {
+            lines.push(format!("node {node}: no data directory"));
+            continue;
+        };
+        for_each_batch_header(&dir.join(format!("{topic}-{partition}")), |b| {
+            if offsets
+                .iter()
+                .any(|o| (b.base_offset..=b.last_offset).contains(o))
+            {
+                lines.push(format!(
+                    "node {node}: {topic}-{partition} offsets {}..={} leader epoch {} crc {:#010x} \
+                     attributes {:#06x} producer {} epoch {} base sequence {}",
+                    b.base_offset,
+                    b.last_offset,
+                    b.partition_leader_epoch,
+                    b.crc,
+                    b.attributes,
+                    b.producer_id,
+                    b.producer_epoch,
+                    b.base_sequence
+                ));
+            }
+            true
+        });
+    }
+    lines.join("\n")
 }
 
 /// Waits until every node's copy of each partition of `topic` holds the
@@ -361,4 +442,39 @@ fn leader_hw(
         .0;
     let mut k = c.quick_client(usize::try_from(leader - 1).ok()?)?;
     k.log_end_offset(topic, partition).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_batch_headers_are_read_back_with_their_producer_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut segment = Vec::new();
+        for (base, sequence) in [(0i64, 7), (2, 9)] {
+            let mut batch = BatchBuilder::idempotent(42, 3, sequence)
+                .values(["a", "b"])
+                .build()
+                .to_vec();
+            batch[..8].copy_from_slice(&base.to_be_bytes());
+            segment.extend_from_slice(&batch);
+        }
+        // A torn tail: a header whose batch runs past the file's end.
+        segment.extend_from_within(..61);
+        std::fs::write(dir.path().join("00000000000000000000.log"), &segment).unwrap();
+        let mut seen = Vec::new();
+        for_each_batch_header(dir.path(), |b| {
+            seen.push((
+                b.base_offset,
+                b.last_offset,
+                b.producer_id,
+                b.producer_epoch,
+                b.base_sequence,
+            ));
+            true
+        });
+        assert_eq!(seen, [(0, 1, 42, 3, 7), (2, 3, 42, 3, 9)]);
+        assert_eq!(replica_batches(dir.path(), 2).len(), 1);
+    }
 }

@@ -36,6 +36,19 @@ pub fn samsa_bin() -> PathBuf {
     target.join("debug").join("samsa")
 }
 
+/// Sends SIGTERM to `child` and waits up to `timeout` for it to exit: its
+/// exit status, or `None` if it still ran (it is then SIGKILLed and reaped).
+pub fn sigterm_and_reap(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid fits i32"));
+    signal::kill(pid, Signal::SIGTERM).expect("kill(SIGTERM)");
+    let status = try_wait_until(timeout, || child.try_wait().ok().flatten());
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    status
+}
+
 /// A free TCP port on 127.0.0.1 for a node to listen on.
 ///
 /// Chosen below the kernel's ephemeral range (32768–60999 here): a port the
@@ -121,6 +134,9 @@ pub struct SamsaNode {
     child: Option<Child>,
     /// Number of times the process was started (1 after `start`).
     starts: u32,
+    /// The open-file limit (soft and hard) the process starts with, if
+    /// not inherited.
+    open_file_limit: Option<u64>,
 }
 
 impl SamsaNode {
@@ -151,11 +167,27 @@ impl SamsaNode {
         Self::start_mode_in(Mode::Server, &settings, Some(data_dir.to_path_buf()))
     }
 
+    /// [`SamsaNode::start_with`] under an open-file limit of `limit`
+    /// descriptors, soft and hard (`prlimit`, util-linux).
+    pub fn start_with_open_file_limit(limit: u64, settings: &[&str]) -> SamsaNode {
+        let settings: Vec<&str> = TEST_NODE_SETTINGS.iter().chain(settings).copied().collect();
+        Self::start_mode_limited(Mode::Server, &settings, None, Some(limit))
+    }
+
     fn start_mode(mode: Mode, settings: &[&str]) -> SamsaNode {
         Self::start_mode_in(mode, settings, None)
     }
 
     fn start_mode_in(mode: Mode, settings: &[&str], data_dir: Option<PathBuf>) -> SamsaNode {
+        Self::start_mode_limited(mode, settings, data_dir, None)
+    }
+
+    fn start_mode_limited(
+        mode: Mode,
+        settings: &[&str],
+        data_dir: Option<PathBuf>,
+        open_file_limit: Option<u64>,
+    ) -> SamsaNode {
         let bin = samsa_bin();
         assert!(
             bin.is_file(),
@@ -179,6 +211,7 @@ impl SamsaNode {
             data_dir,
             child: None,
             starts: 0,
+            open_file_limit,
         };
         node.spawn_and_wait();
         node
@@ -251,19 +284,12 @@ impl SamsaNode {
             .child
             .take()
             .expect("sigterm_and_wait: node is not running");
-        let pid = Pid::from_raw(i32::try_from(c.id()).expect("pid fits i32"));
-        signal::kill(pid, Signal::SIGTERM).expect("kill(SIGTERM)");
-        let status = try_wait_until(STOP_TIMEOUT, || c.try_wait().ok().flatten());
-        match status {
+        match sigterm_and_reap(&mut c, STOP_TIMEOUT) {
             Some(s) => s,
-            None => {
-                let _ = c.kill();
-                let _ = c.wait();
-                panic!(
-                    "samsa did not exit within {STOP_TIMEOUT:?} after SIGTERM\n{}",
-                    self.log_tail(200)
-                );
-            }
+            None => panic!(
+                "samsa did not exit within {STOP_TIMEOUT:?} after SIGTERM\n{}",
+                self.log_tail(200)
+            ),
         }
     }
 
@@ -295,13 +321,17 @@ impl SamsaNode {
         // timeout), the kernel kills the broker too: `setpriv --pdeathsig`
         // sets PR_SET_PDEATHSIG and execs samsa in the same process (so the
         // pid we signal is samsa's). Without setpriv, spawn samsa directly.
-        let mut cmd = if has_setpriv() {
-            let mut c = Command::new("setpriv");
-            c.arg("--pdeathsig").arg("KILL").arg(&self.bin);
-            c
-        } else {
-            Command::new(&self.bin)
-        };
+        // `prlimit` (util-linux) also execs in place: the pid stays samsa's.
+        let mut argv: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(limit) = self.open_file_limit {
+            argv.extend(["prlimit".into(), format!("--nofile={limit}:{limit}").into()]);
+        }
+        if has_setpriv() {
+            argv.extend(["setpriv".into(), "--pdeathsig".into(), "KILL".into()]);
+        }
+        argv.push(self.bin.clone().into_os_string());
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
         match self.mode {
             Mode::Server => cmd
                 .arg("server")

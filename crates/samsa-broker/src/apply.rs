@@ -9,6 +9,8 @@
 //! - every partition whose replica set includes this broker is opened (or
 //!   created) and given its [`Leadership`]: leader at the image's leader
 //!   epoch if the image names this broker as leader, otherwise not serving;
+//!   those not hosted yet are opened `log_open_threads` at a time, each
+//!   serving as soon as it is open;
 //! - a partition this broker hosts but no longer replicates (a
 //!   reassignment moved it away) is closed and its directory deleted, and
 //!   so is a directory of such a partition found at the first apply after
@@ -31,7 +33,9 @@
 //!   topic of the same name and is removed first, so data never resurfaces
 //!   under a new topic;
 //! - a partition that fails to open is not hosted (requests for it get
-//!   NOT_LEADER_OR_FOLLOWER) and is retried by the next apply; applying the
+//!   KAFKA_STORAGE_ERROR, as from a Kafka broker whose log directory
+//!   failed; `ReplicaManager::failed_to_open`; the log says why) and is retried by the
+//!   next apply; applying the
 //!   same image again is such an apply (the cluster applier does it after a
 //!   back-off, so a partition that could not be created on a full disk opens
 //!   once space is freed).
@@ -40,13 +44,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use tracing::{info, warn};
+use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
 use crate::dynamic_config::{effective_broker_config, min_insync_replicas, topic_log_config};
 use crate::error::BrokerError;
 use crate::fsutil::write_atomic;
-use crate::metadata::MetadataView;
+use crate::metadata::{MetadataView, PartitionState, TopicMetadata};
+use crate::parallel::for_each_in_parallel;
 use crate::replica::{partition_dir, Leadership};
 use crate::{now_ms, Broker};
 
@@ -118,6 +123,7 @@ impl Broker {
         }
 
         let mut first_error = None;
+        let mut to_open = Vec::new();
         for topic in image.topics.values() {
             for index in 0..topic.partitions {
                 let Some(state) = topic.partition(index) else {
@@ -172,37 +178,24 @@ impl Broker {
                     }
                     continue;
                 }
-                let dir = partition_dir(&self.config.data_dir, &topic.name, index);
-                if let Some(recorded) = recorded_topic_id(&dir) {
-                    if recorded != topic.topic_id {
-                        warn!(dir = %dir.display(), %recorded, current = %topic.topic_id,
-                            "removing the directory of an earlier topic with the same name");
-                        if let Err(e) = std::fs::remove_dir_all(&dir) {
-                            warn!(dir = %dir.display(), error = %e, "cannot remove stale partition directory");
-                        }
-                    }
-                }
-                // Opened not serving; it serves only once its replica set is known.
-                let opening = Leadership {
-                    is_leader: false,
-                    leader_epoch: state.leader_epoch,
-                };
-                match self.replicas.ensure_partition(topic, index, opening, now) {
-                    Ok(partition) => {
-                        partition.set_replica_set(me, topic.topic_id, state, min_isr, now);
-                        partition.set_leadership(leadership);
-                        if recorded_topic_id(&dir) != Some(topic.topic_id) {
-                            if let Err(e) = record_topic_id(&dir, topic.topic_id) {
-                                warn!(dir = %dir.display(), error = %e, "cannot record the topic id of a partition");
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        warn!(partition = %format!("{}-{index}", topic.name), error = %e, "cannot open partition; will retry");
-                        first_error.get_or_insert(e);
-                    }
-                }
+                to_open.push(Opening {
+                    topic,
+                    index,
+                    state,
+                    leadership,
+                    min_isr,
+                });
             }
+        }
+        // Partitions not hosted yet open several at a time: opening one is
+        // mostly fsyncs (creating) or reads (recovering), and a broker
+        // restarting with thousands of partitions serves none until all
+        // are open.
+        let threads = self.config.log_open_threads.max(1);
+        if let Some(e) = for_each_in_parallel(&to_open, threads, |opening| {
+            self.open_replica(opening, me, now)
+        }) {
+            first_error.get_or_insert(e);
         }
         *applied = Arc::clone(image);
         // Leadership of __transaction_state partitions may have moved.
@@ -213,6 +206,68 @@ impl Broker {
             None => Ok(()),
         }
     }
+
+    /// Opens (or creates) a partition this broker replicates but does not
+    /// host yet, and gives it its replica set and leadership. A failure is
+    /// counted and logged here, once per partition until it opens.
+    fn open_replica(&self, opening: &Opening<'_>, me: i32, now: i64) -> Result<(), BrokerError> {
+        let Opening {
+            topic,
+            index,
+            state,
+            leadership,
+            min_isr,
+        } = *opening;
+        let dir = partition_dir(&self.config.data_dir, &topic.name, index);
+        if let Some(recorded) = recorded_topic_id(&dir) {
+            if recorded != topic.topic_id {
+                warn!(dir = %dir.display(), %recorded, current = %topic.topic_id,
+                    "removing the directory of an earlier topic with the same name");
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    warn!(dir = %dir.display(), error = %e, "cannot remove stale partition directory");
+                }
+            }
+        }
+        // Opened not serving; it serves only once its replica set is known.
+        let not_serving = Leadership {
+            is_leader: false,
+            leader_epoch: state.leader_epoch,
+        };
+        match self
+            .replicas
+            .ensure_partition(topic, index, not_serving, now)
+        {
+            Ok(partition) => {
+                partition.set_replica_set(me, topic.topic_id, state, min_isr, now);
+                partition.set_leadership(leadership);
+                if recorded_topic_id(&dir) != Some(topic.topic_id) {
+                    if let Err(e) = record_topic_id(&dir, topic.topic_id) {
+                        warn!(dir = %dir.display(), error = %e, "cannot record the topic id of a partition");
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let partition = format!("{}-{index}", topic.name);
+                if self.replicas.record_open_failure(&topic.name, index, &e) {
+                    error!(%partition, error = %e, "cannot open partition: its clients get KAFKA_STORAGE_ERROR until it opens (tried again at each metadata apply)");
+                } else {
+                    debug!(%partition, error = %e, "partition still cannot open");
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A partition of the image this broker replicates and does not host yet.
+#[derive(Clone, Copy)]
+struct Opening<'a> {
+    topic: &'a TopicMetadata,
+    index: i32,
+    state: &'a PartitionState,
+    leadership: Leadership,
+    min_isr: usize,
 }
 
 #[cfg(test)]
@@ -348,9 +403,76 @@ mod tests {
         let view = image(1, Uuid::from_u128(1), vec![state(1, 1, 0)]);
         assert!(broker.apply_image(&view).is_err());
         assert!(broker.replicas.get("t", 0).is_none());
+        // Its clients are told the storage failed, not sent looking for
+        // another leader.
+        assert_eq!(
+            broker.leader_partition("t", 0).err(),
+            Some(ResponseError::KafkaStorageError)
+        );
+        assert_eq!(broker.replicas.unopened_count(), 1);
+        assert!(broker.replicas.failed_to_open("t", 0));
         std::fs::remove_file(&blocked).unwrap();
         broker.apply_image(&view).unwrap();
         assert_eq!(broker.leader_partition("t", 0).unwrap().leader_epoch(), 0);
+        assert_eq!(broker.replicas.unopened_count(), 0);
+    }
+
+    #[test]
+    fn partitions_opened_on_several_threads_all_open_and_one_that_cannot_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = broker(dir.path());
+        assert!(broker.config.log_open_threads > 1);
+        let blocked = partition_dir(dir.path(), "t", 17);
+        std::fs::write(&blocked, b"in the way").unwrap();
+        let view = image(
+            1,
+            Uuid::from_u128(1),
+            (0..40).map(|_| state(1, 1, 3)).collect(),
+        );
+        assert!(matches!(
+            broker.apply_image(&view),
+            Err(BrokerError::OpenPartition { partition, .. }) if partition == "t-17"
+        ));
+        for index in (0..40).filter(|&i| i != 17) {
+            let partition = broker.leader_partition("t", index).unwrap();
+            assert_eq!(partition.leader_epoch(), 3);
+            assert_eq!(
+                recorded_topic_id(&partition_dir(dir.path(), "t", index)),
+                Some(Uuid::from_u128(1))
+            );
+        }
+        assert!(broker.replicas.failed_to_open("t", 17));
+        assert_eq!(broker.replicas.unopened_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_acks_all_produce_parked_on_a_deleted_topic_is_answered_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = broker(dir.path());
+        // Replicas 1 and 2, both in sync; follower 2 never fetches, as
+        // when it deleted the topic first.
+        let replicated = PartitionState::new(vec![1, 2], vec![1, 2], 1, 0, 0);
+        broker
+            .apply_image(&image(1, Uuid::from_u128(1), vec![replicated]))
+            .unwrap();
+        let partition = broker.leader_partition("t", 0).unwrap();
+        let appended = partition
+            .append(&samsa_storage::testing::simple_batch(1, 0), crate::now_ms())
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        let waiting = tokio::spawn(async move {
+            partition
+                .wait_replicated(appended.info.last_offset + 1, 0, deadline)
+                .await
+        });
+        let mut deleted = (*image(2, Uuid::from_u128(1), vec![])).clone();
+        deleted.topics.clear();
+        broker.apply_image(&Arc::new(deleted)).unwrap();
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+            .await
+            .expect("answered long before the request's 30 s timeout")
+            .unwrap();
+        assert_eq!(answer, Err(ResponseError::NotLeaderOrFollower));
     }
 
     #[test]

@@ -65,6 +65,19 @@ pub struct BrokerConfig {
     /// `log.cleaner.backoff.ms`: how long the cleaner sleeps when no log
     /// needs cleaning.
     pub log_cleaner_backoff_ms: u64,
+    /// How many log files of inactive segments (all but each partition's
+    /// last) stay open for reads, least recently used closed first
+    /// (`samsa_storage::open_files`); unset, a quarter of the open-file
+    /// limit, between 64 and 8192. No Kafka equivalent: Kafka keeps every
+    /// segment's files open.
+    #[serde(default)]
+    pub log_inactive_segment_files_max: Option<usize>,
+    /// `num.recovery.threads.per.data.dir` (Kafka's default is 1): how many
+    /// partitions an apply opens at once, recovering them at start-up or
+    /// creating them for CreateTopics, and how many a clean stop closes at
+    /// once. Both are mostly waiting on fsyncs and reads, which a disk
+    /// serves several at a time.
+    pub log_open_threads: usize,
     /// `min.insync.replicas`: the default of topics that do not set their
     /// own. Unset (the default): 2 for topics of three or more replicas,
     /// else 1 (Kafka's default is 1).
@@ -297,6 +310,8 @@ impl Default for BrokerConfig {
             leader_replication_throttled_rate: None,
             follower_replication_throttled_rate: None,
             log_cleaner_backoff_ms: 15_000,
+            log_inactive_segment_files_max: None,
+            log_open_threads: 8,
             min_insync_replicas: None,
             security_protocol: SecurityProtocol::Plaintext,
             ssl_cert_file: None,

@@ -45,6 +45,7 @@ mod codec;
 pub mod config;
 pub mod controller_contact;
 pub mod coordinator;
+pub mod descriptors;
 pub mod dispatch;
 pub mod dynamic_config;
 pub mod error;
@@ -54,6 +55,7 @@ pub mod http;
 mod log_cleaner;
 pub mod metadata;
 pub mod metrics;
+mod parallel;
 pub mod produce_order;
 pub mod producer_ids;
 pub mod replica;
@@ -176,6 +178,18 @@ pub fn local_broker_info(config: &BrokerConfig) -> BrokerInfo {
     }
 }
 
+/// Where a topic's new replicas go, for the descriptor headroom check.
+enum Placement<'a> {
+    /// Replica lists given by the request.
+    Assigned(&'a [Vec<i32>]),
+    /// Placed by the controller (or the single node): `replication_factor`
+    /// of 0 or less means the default.
+    Spread {
+        partitions: i32,
+        replication_factor: i16,
+    },
+}
+
 impl Broker {
     /// Opens a single-node data directory: metadata, producer-id store, and
     /// every partition log (recovering any that were not closed cleanly).
@@ -212,6 +226,10 @@ impl Broker {
         metadata: Arc<dyn MetadataStore>,
         id_source: Box<dyn ProducerIdBlockSource>,
     ) -> Result<Broker, BrokerError> {
+        samsa_storage::open_files::set_inactive_capacity(descriptors::inactive_budget(
+            config.log_inactive_segment_files_max,
+            descriptors::limit(),
+        ));
         let metrics = samsa_metrics::Metrics::new();
         let replicas = ReplicaManager::new(
             config.data_dir.clone(),
@@ -351,8 +369,9 @@ impl Broker {
     /// The partition `topic`-`index` if this broker leads it; otherwise the
     /// error Kafka answers: NOT_LEADER_OR_FOLLOWER for a partition that
     /// exists (led elsewhere, by no one, or by this broker while its
-    /// leadership is in doubt), UNKNOWN_TOPIC_OR_PARTITION for one the
-    /// metadata does not know.
+    /// leadership is in doubt), KAFKA_STORAGE_ERROR for one this broker
+    /// should host but could not open, UNKNOWN_TOPIC_OR_PARTITION for one
+    /// the metadata does not know.
     pub fn leader_partition(
         &self,
         topic: &str,
@@ -363,6 +382,9 @@ impl Broker {
                 Ok(partition)
             }
             Some(_) => Err(ResponseError::NotLeaderOrFollower),
+            None if self.replicas.failed_to_open(topic, index) => {
+                Err(ResponseError::KafkaStorageError)
+            }
             None if self.metadata.image().partition(topic, index).is_some() => {
                 Err(ResponseError::NotLeaderOrFollower)
             }
@@ -373,6 +395,14 @@ impl Broker {
     /// Creates a topic: metadata first (durable), then its partition logs.
     pub async fn create_topic(&self, topic: NewTopic) -> Result<Arc<TopicMetadata>, MetadataError> {
         let _admin = self.admin_lock.lock().await;
+        let replicas = match &topic.assignments {
+            Some(assignments) => Placement::Assigned(assignments),
+            None => Placement::Spread {
+                partitions: topic.partitions,
+                replication_factor: topic.replication_factor,
+            },
+        };
+        self.check_descriptor_headroom(replicas)?;
         let created = self.metadata.create_topic(topic).await?;
         if self.single_node {
             // A brand-new topic on the only node: whatever sits in its
@@ -400,12 +430,60 @@ impl Broker {
         assignments: Option<Vec<Vec<i32>>>,
     ) -> Result<Arc<TopicMetadata>, MetadataError> {
         let _admin = self.admin_lock.lock().await;
+        if let Some(existing) = self.metadata.image().topic(&name) {
+            let replicas = match &assignments {
+                Some(assignments) => Placement::Assigned(assignments),
+                None => Placement::Spread {
+                    partitions: count.saturating_sub(existing.partitions),
+                    replication_factor: existing.replication_factor,
+                },
+            };
+            self.check_descriptor_headroom(replicas)?;
+        }
         let topic = self
             .metadata
             .create_partitions(name, count, assignments)
             .await?;
         self.apply_current();
         Ok(topic)
+    }
+
+    /// Refuses new partitions this broker could not open for want of file
+    /// descriptors (`descriptors`), before the topic exists: KAFKA_STORAGE_ERROR
+    /// with what to raise. Where the controller places replicas, this
+    /// broker's share is estimated as an even spread over the live brokers.
+    fn check_descriptor_headroom(&self, replicas: Placement<'_>) -> Result<(), MetadataError> {
+        let me = self.config.node_id;
+        let here = match replicas {
+            Placement::Assigned(assignments) => assignments
+                .iter()
+                .filter(|replicas| replicas.contains(&me))
+                .count() as u64,
+            Placement::Spread {
+                partitions,
+                replication_factor,
+            } => {
+                let replication_factor = if replication_factor > 0 {
+                    replication_factor
+                } else {
+                    self.default_replication_factor()
+                };
+                let replicas = u64::try_from(partitions).unwrap_or(0)
+                    * u64::try_from(replication_factor).unwrap_or(1);
+                let brokers = self.metadata.image().live_brokers().count().max(1) as u64;
+                replicas.div_ceil(brokers)
+            }
+        };
+        match descriptors::refuse_new_partitions(here) {
+            None => Ok(()),
+            Some(message) => {
+                warn!(partitions = here, "refusing new partitions: {message}");
+                Err(MetadataError::Rejected {
+                    error: ResponseError::KafkaStorageError,
+                    message,
+                })
+            }
+        }
     }
 
     /// Applies the store's current image right away, so the change a request
@@ -504,7 +582,10 @@ pub async fn run(
     let _ = coordinator.await;
     let _ = group_coordinator.await;
     let closing = broker.clone();
-    let _ = tokio::task::spawn_blocking(move || closing.replicas.close_all()).await;
+    let _ = tokio::task::spawn_blocking(move || {
+        closing.replicas.close_all(closing.config.log_open_threads)
+    })
+    .await;
     info!("shutdown complete");
     Ok(())
 }

@@ -618,6 +618,14 @@ impl Partition {
 
     /// Takes the log out and closes it cleanly; later calls see `Closed`.
     fn close(&self) -> Result<(), StorageError> {
+        // A closed partition leads nothing: an acks=all produce parked on
+        // it (its topic deleted, or the partition moved away, so the
+        // followers stopped fetching it) is answered NOT_LEADER_OR_FOLLOWER
+        // at its next look instead of waiting out the request's timeout.
+        self.set_leadership(Leadership {
+            is_leader: false,
+            leader_epoch: self.leader_epoch(),
+        });
         let log = self.log.lock().unwrap_or_else(|p| p.into_inner()).take();
         match log {
             Some(log) => log.close(),
@@ -641,6 +649,10 @@ pub struct ReplicaManager {
     /// `log` settings (static, overlaid with dynamic ones by `apply`).
     defaults: RwLock<LogConfig>,
     partitions: RwLock<HashMap<(String, i32), Arc<Partition>>>,
+    /// Partitions this broker should host but could not open at the last
+    /// try, with why: their clients get KAFKA_STORAGE_ERROR, not a silent
+    /// NOT_LEADER_OR_FOLLOWER, until a later apply opens them.
+    unopened: Mutex<HashMap<(String, i32), String>>,
     controller_contact: Arc<ControllerContact>,
     /// The per-topic traffic counters, each partition holding its topic's.
     topic_metrics: samsa_metrics::topics::TopicMetrics,
@@ -662,6 +674,7 @@ impl ReplicaManager {
             data_dir,
             defaults: RwLock::new(defaults),
             partitions: RwLock::new(HashMap::new()),
+            unopened: Mutex::new(HashMap::new()),
             controller_contact: Arc::new(ControllerContact::standalone()),
             topic_metrics,
             partition_metrics,
@@ -693,6 +706,40 @@ impl ReplicaManager {
             .unwrap_or_else(|p| p.into_inner())
             .get(&(topic.to_string(), partition))
             .cloned()
+    }
+
+    /// Records that `topic`-`index` failed to open; true if it was not
+    /// failing already (the caller logs the first failure loudly).
+    pub fn record_open_failure(&self, topic: &str, index: i32, error: &BrokerError) -> bool {
+        self.unopened
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((topic.to_string(), index), error.to_string())
+            .is_none()
+    }
+
+    /// Whether `topic`-`index` could not open at the last try (the log
+    /// says why).
+    pub fn failed_to_open(&self, topic: &str, index: i32) -> bool {
+        self.unopened
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&(topic.to_string(), index))
+    }
+
+    /// How many partitions this broker should host but could not open.
+    pub fn unopened_count(&self) -> usize {
+        self.unopened
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    fn forget_open_failure(&self, topic: &str, index: i32) -> Option<String> {
+        self.unopened
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(topic.to_string(), index))
     }
 
     pub fn all(&self) -> Vec<Arc<Partition>> {
@@ -748,7 +795,15 @@ impl ReplicaManager {
                 }
             })?;
         }
-        info!(partition = %name, log_end_offset, ?leadership, recovery = ?report, "partition opened");
+        match self.forget_open_failure(&topic.name, index) {
+            Some(failed) => {
+                info!(partition = %name, log_end_offset, ?leadership, recovery = ?report,
+                earlier_failure = %failed, "partition opened after failing to")
+            }
+            None => {
+                info!(partition = %name, log_end_offset, ?leadership, recovery = ?report, "partition opened")
+            }
+        }
         let partition = Arc::new(Partition::new(
             topic.name.clone(),
             index,
@@ -779,6 +834,7 @@ impl ReplicaManager {
     /// the data under a recreated topic of the same name or a later
     /// reassignment back to this broker.
     pub fn remove_partition(&self, topic: &str, index: i32, topic_id: uuid::Uuid) {
+        self.forget_open_failure(topic, index);
         let removed = self
             .partitions
             .write()
@@ -895,8 +951,10 @@ impl ReplicaManager {
         }
     }
 
-    /// Clean shutdown of every log: flush, producer-state snapshot, checkpoint.
-    pub fn close_all(&self) {
+    /// Clean shutdown of every log: flush, producer-state snapshot,
+    /// checkpoint; `threads` partitions at a time (mostly fsyncs: thousands
+    /// one after another kept a stopping broker for tens of seconds).
+    pub fn close_all(&self, threads: usize) {
         let partitions: Vec<Arc<Partition>> = self
             .partitions
             .write()
@@ -904,11 +962,12 @@ impl ReplicaManager {
             .drain()
             .map(|(_, p)| p)
             .collect();
-        for partition in partitions {
+        crate::parallel::for_each_in_parallel(&partitions, threads.max(1), |partition| {
             if let Err(e) = partition.close() {
                 warn!(partition = %partition.name(), error = %e, "closing partition failed");
             }
-        }
+            Ok(())
+        });
     }
 }
 

@@ -83,7 +83,7 @@ has_error!(
     pb::CreatePartitionsResponse,
     pb::AlterConfigsResponse,
     pb::AlterSecurityResponse,
-    pb::AlterPartitionResponse,
+    pb::AlterPartitionsResponse,
     pb::ElectLeadersResponse,
     pb::AlterPartitionReassignmentsResponse,
 );
@@ -560,20 +560,36 @@ impl ControllerClient {
         Ok(())
     }
 
-    /// ISR change proposed by a partition leader; returns the partition state
-    /// after it (replicas left empty).
-    pub async fn alter_partition(
+    /// ISR changes proposed by a partition leader, all of one broker, in
+    /// one request committed as one metadata batch. Each is answered on its
+    /// own, in order: the partition state after it (replicas left empty),
+    /// or why it was refused.
+    pub async fn alter_partitions(
         &self,
-        req: &AlterPartition,
-    ) -> Result<PartitionState, ControllerError> {
-        let msg = convert::alter_partition_to_pb(req);
+        changes: &[AlterPartition],
+    ) -> Result<Vec<Result<PartitionState, ControllerError>>, ControllerError> {
+        let msg = convert::alter_partitions_to_pb(changes);
         let resp = self
             .call(|mut c| {
                 let msg = msg.clone();
-                async move { c.alter_partition(msg).await }
+                async move { c.alter_partitions(msg).await }
             })
             .await?;
-        Ok(convert::partition_from_alter_response(&resp))
+        if resp.results.len() != changes.len() {
+            return Err(ControllerError::Internal(format!(
+                "{} answers to {} ISR changes",
+                resp.results.len(),
+                changes.len()
+            )));
+        }
+        Ok(resp
+            .results
+            .iter()
+            .map(|r| {
+                convert::error_from_pb(r.error.clone())
+                    .map(|()| convert::partition_from_alter_response(r))
+            })
+            .collect())
     }
 
     /// (c) Admin-triggered leader election.

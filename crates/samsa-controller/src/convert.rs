@@ -191,18 +191,6 @@ pub fn create_partitions_from_pb(c: pb::CreatePartitionsTopic) -> CreatePartitio
     }
 }
 
-pub fn alter_partition_to_pb(a: &AlterPartition) -> pb::AlterPartitionRequest {
-    pb::AlterPartitionRequest {
-        broker_id: a.broker_id,
-        broker_epoch: a.broker_epoch,
-        topic_id: a.topic_id.to_string(),
-        partition: a.partition,
-        leader_epoch: a.leader_epoch,
-        partition_epoch: a.partition_epoch,
-        new_isr: a.new_isr.clone(),
-    }
-}
-
 pub fn alter_partition_from_pb(
     a: pb::AlterPartitionRequest,
 ) -> Result<AlterPartition, ControllerError> {
@@ -215,6 +203,67 @@ pub fn alter_partition_from_pb(
         partition_epoch: a.partition_epoch,
         new_isr: a.new_isr,
     })
+}
+
+/// The ISR changes of one broker as one `AlterPartitionsRequest`; the
+/// broker's id and epoch are the first change's (a broker sends its own).
+pub fn alter_partitions_to_pb(changes: &[AlterPartition]) -> pb::AlterPartitionsRequest {
+    let (broker_id, broker_epoch) = changes
+        .first()
+        .map_or((-1, -1), |c| (c.broker_id, c.broker_epoch));
+    pb::AlterPartitionsRequest {
+        broker_id,
+        broker_epoch,
+        changes: changes
+            .iter()
+            .map(|c| pb::IsrChange {
+                topic_id: c.topic_id.to_string(),
+                partition: c.partition,
+                leader_epoch: c.leader_epoch,
+                partition_epoch: c.partition_epoch,
+                new_isr: c.new_isr.clone(),
+            })
+            .collect(),
+    }
+}
+
+pub fn alter_partitions_from_pb(
+    r: pb::AlterPartitionsRequest,
+) -> Result<Vec<AlterPartition>, ControllerError> {
+    r.changes
+        .into_iter()
+        .map(|c| {
+            Ok(AlterPartition {
+                broker_id: r.broker_id,
+                broker_epoch: r.broker_epoch,
+                topic_id: parse_uuid(&c.topic_id, "topic id")?,
+                partition: c.partition,
+                leader_epoch: c.leader_epoch,
+                partition_epoch: c.partition_epoch,
+                new_isr: c.new_isr,
+            })
+        })
+        .collect()
+}
+
+/// The answer to one ISR change: the partition's state after it, or why
+/// it was refused.
+pub fn alter_partition_response(
+    result: &Result<PartitionState, ControllerError>,
+) -> pb::AlterPartitionResponse {
+    match result {
+        Ok(state) => pb::AlterPartitionResponse {
+            error: None,
+            leader: state.leader,
+            leader_epoch: state.leader_epoch,
+            isr: state.isr.clone(),
+            partition_epoch: state.partition_epoch,
+        },
+        Err(e) => pb::AlterPartitionResponse {
+            error: Some(error_to_pb(e)),
+            ..Default::default()
+        },
+    }
 }
 
 /// The partition state an `AlterPartitionResponse` carries (replicas are not
@@ -285,9 +334,41 @@ mod tests {
             partition_epoch: 9,
             new_isr: vec![1, 2],
         };
+        // The one-partition request only arrives from brokers of earlier
+        // versions: read, never sent.
+        let request = pb::AlterPartitionRequest {
+            broker_id: 1,
+            broker_epoch: 4,
+            topic_id: alter.topic_id.to_string(),
+            partition: 2,
+            leader_epoch: 3,
+            partition_epoch: 9,
+            new_isr: vec![1, 2],
+        };
+        assert_eq!(alter_partition_from_pb(request).unwrap(), alter);
+    }
+
+    #[test]
+    fn isr_changes_roundtrip_as_one_request() {
+        let change = |partition, new_isr: Vec<i32>| AlterPartition {
+            broker_id: 2,
+            broker_epoch: 7,
+            topic_id: Uuid::new_v4(),
+            partition,
+            leader_epoch: 3,
+            partition_epoch: 4,
+            new_isr,
+        };
+        let changes = vec![change(0, vec![2]), change(5, vec![2, 1, 3])];
         assert_eq!(
-            alter_partition_from_pb(alter_partition_to_pb(&alter)).unwrap(),
-            alter
+            alter_partitions_from_pb(alter_partitions_to_pb(&changes)).unwrap(),
+            changes
+        );
+        let refused = ControllerError::InvalidUpdateVersion { got: 1, current: 2 };
+        let answer = alter_partition_response(&Err(refused.clone()));
+        assert_eq!(
+            error_from_pb(answer.error).unwrap_err().code(),
+            refused.code()
         );
     }
 

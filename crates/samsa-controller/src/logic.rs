@@ -347,6 +347,92 @@ pub struct TickReport {
 // Record building against a scratch image
 // ---------------------------------------------------------------------------
 
+/// One ISR change of [`ControllerLogic::alter_partitions`], checked
+/// against (and pushed onto) `changes`: compare-and-set on the partition
+/// epoch; the partition's state after it.
+fn alter_isr(
+    changes: &mut Changes,
+    req: AlterPartition,
+) -> Result<PartitionState, ControllerError> {
+    let image = &changes.scratch;
+    check_broker_epoch(image, req.broker_id, req.broker_epoch)?;
+    let topic = image
+        .topic_by_id(&req.topic_id)
+        .ok_or(ControllerError::UnknownTopicId(req.topic_id))?;
+    let state = topic
+        .partition(req.partition)
+        .ok_or_else(|| ControllerError::UnknownPartition {
+            topic: topic.name.clone(),
+            partition: req.partition,
+        })?
+        .clone();
+    if state.leader != req.broker_id {
+        return Err(ControllerError::NotLeader {
+            broker_id: req.broker_id,
+            leader: state.leader,
+        });
+    }
+    if req.leader_epoch != state.leader_epoch {
+        return Err(ControllerError::FencedLeaderEpoch {
+            got: req.leader_epoch,
+            current: state.leader_epoch,
+        });
+    }
+    if req.partition_epoch != state.partition_epoch {
+        return Err(ControllerError::InvalidUpdateVersion {
+            got: req.partition_epoch,
+            current: state.partition_epoch,
+        });
+    }
+    let distinct: BTreeSet<_> = req.new_isr.iter().collect();
+    if distinct.len() != req.new_isr.len() {
+        return Err(ControllerError::InvalidRequest(
+            "new ISR lists a broker twice".into(),
+        ));
+    }
+    if !req.new_isr.contains(&req.broker_id) {
+        return Err(ControllerError::InvalidRequest(
+            "new ISR does not contain the leader".into(),
+        ));
+    }
+    if let Some(b) = req.new_isr.iter().find(|b| !state.replicas.contains(b)) {
+        return Err(ControllerError::InvalidRequest(format!(
+            "broker {b} is not a replica of the partition"
+        )));
+    }
+    if let Some(b) = req
+        .new_isr
+        .iter()
+        .find(|b| !state.isr.contains(b) && !image.is_broker_active(**b))
+    {
+        return Err(ControllerError::IneligibleReplica(format!(
+            "broker {b} is fenced or shutting down and cannot join the ISR"
+        )));
+    }
+    if req.new_isr == state.isr {
+        return Ok(state);
+    }
+    changes.push(MetadataRecord::PartitionChanged {
+        topic_id: req.topic_id,
+        partition: req.partition,
+        isr: req.new_isr,
+        leader: state.leader,
+        leader_epoch: state.leader_epoch,
+        partition_epoch: state.partition_epoch.saturating_add(1),
+        assignment: None,
+    })?;
+    // The ISR change that brings the last target replica in sync
+    // completes a reassignment in the same batch; the leader is told
+    // the state after both.
+    reassignment::complete_reassignment(changes, req.topic_id, req.partition)?;
+    changes
+        .scratch
+        .topic_by_id(&req.topic_id)
+        .and_then(|t| t.partition(req.partition))
+        .cloned()
+        .ok_or(ControllerError::UnknownTopicId(req.topic_id))
+}
+
 /// Records being built by one handler, applied as they are produced to a
 /// scratch copy of the image so later decisions see earlier ones, and so a
 /// record that would not apply is caught here rather than in the Raft log.
@@ -1164,86 +1250,42 @@ impl ControllerLogic {
         &mut self,
         image: &MetadataImage,
         req: AlterPartition,
-        _now_ms: i64,
+        now_ms: i64,
     ) -> Outcome<PartitionState> {
-        check_broker_epoch(image, req.broker_id, req.broker_epoch)?;
-        let topic = image
-            .topic_by_id(&req.topic_id)
-            .ok_or(ControllerError::UnknownTopicId(req.topic_id))?;
-        let state =
-            topic
-                .partition(req.partition)
-                .ok_or_else(|| ControllerError::UnknownPartition {
-                    topic: topic.name.clone(),
-                    partition: req.partition,
-                })?;
-        if state.leader != req.broker_id {
-            return Err(ControllerError::NotLeader {
-                broker_id: req.broker_id,
-                leader: state.leader,
-            });
-        }
-        if req.leader_epoch != state.leader_epoch {
-            return Err(ControllerError::FencedLeaderEpoch {
-                got: req.leader_epoch,
-                current: state.leader_epoch,
-            });
-        }
-        if req.partition_epoch != state.partition_epoch {
-            return Err(ControllerError::InvalidUpdateVersion {
-                got: req.partition_epoch,
-                current: state.partition_epoch,
-            });
-        }
-        let distinct: BTreeSet<_> = req.new_isr.iter().collect();
-        if distinct.len() != req.new_isr.len() {
-            return Err(ControllerError::InvalidRequest(
-                "new ISR lists a broker twice".into(),
-            ));
-        }
-        if !req.new_isr.contains(&req.broker_id) {
-            return Err(ControllerError::InvalidRequest(
-                "new ISR does not contain the leader".into(),
-            ));
-        }
-        if let Some(b) = req.new_isr.iter().find(|b| !state.replicas.contains(b)) {
-            return Err(ControllerError::InvalidRequest(format!(
-                "broker {b} is not a replica of the partition"
-            )));
-        }
-        if let Some(b) = req
-            .new_isr
-            .iter()
-            .find(|b| !state.isr.contains(b) && !image.is_broker_active(**b))
-        {
-            return Err(ControllerError::IneligibleReplica(format!(
-                "broker {b} is fenced or shutting down and cannot join the ISR"
-            )));
-        }
-        if req.new_isr == state.isr {
-            return Ok((Vec::new(), state.clone()));
-        }
+        let (records, mut results) = self.alter_partitions(image, vec![req], now_ms)?;
+        let state = results
+            .pop()
+            .ok_or_else(|| ControllerError::Internal("one change, no answer".into()))??;
+        Ok((records, state))
+    }
+
+    /// ISR changes proposed by partition leaders, committed as one batch
+    /// of records: each is checked against the image with the earlier ones
+    /// applied (the same partition twice: the second is a stale epoch), and
+    /// each is answered on its own, a refused one leaving the others
+    /// standing, as Kafka's AlterPartition answers per partition.
+    pub fn alter_partitions(
+        &mut self,
+        image: &MetadataImage,
+        reqs: Vec<AlterPartition>,
+        _now_ms: i64,
+    ) -> Outcome<Vec<Result<PartitionState, ControllerError>>> {
         let mut changes = Changes::new(image);
-        changes.push(MetadataRecord::PartitionChanged {
-            topic_id: req.topic_id,
-            partition: req.partition,
-            isr: req.new_isr,
-            leader: state.leader,
-            leader_epoch: state.leader_epoch,
-            partition_epoch: state.partition_epoch.saturating_add(1),
-            assignment: None,
-        })?;
-        // The ISR change that brings the last target replica in sync
-        // completes a reassignment in the same batch; the leader is told
-        // the state after both.
-        reassignment::complete_reassignment(&mut changes, req.topic_id, req.partition)?;
-        let next = changes
-            .scratch
-            .topic_by_id(&req.topic_id)
-            .and_then(|t| t.partition(req.partition))
-            .cloned()
-            .ok_or(ControllerError::UnknownTopicId(req.topic_id))?;
-        Ok((changes.records, next))
+        let mut results = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let pushed = changes.records.len();
+            let result = alter_isr(&mut changes, req);
+            // A change refused after some of its records were pushed
+            // (a record that does not apply: a bug) leaves the scratch
+            // image half changed; nothing of the batch is committed then.
+            if let Err(e) = &result {
+                if changes.records.len() != pushed {
+                    return Err(e.clone());
+                }
+            }
+            results.push(result);
+        }
+        Ok((changes.records, results))
     }
 
     /// Hands out the next block of producer ids. Blocks never overlap and are

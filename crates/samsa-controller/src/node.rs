@@ -397,10 +397,7 @@ impl ControllerNode {
                     builder
                         .add_routes(routes)
                         .serve_with_incoming_shutdown(
-                            // The builder's tcp_nodelay does not reach
-                            // connections from a caller-supplied listener.
-                            tonic::transport::server::TcpIncoming::from(listener)
-                                .with_nodelay(Some(true)),
+                            crate::network::peer_connections(listener),
                             async move {
                                 let _ = server_stop.wait_for(|stopped| *stopped).await;
                             },

@@ -788,15 +788,32 @@ impl ControllerService for ControllerGrpc {
             }
             Err(e) => Err(e),
         };
+        Ok(Response::new(convert::alter_partition_response(&result)))
+    }
+
+    async fn alter_partitions(
+        &self,
+        request: Request<pb::AlterPartitionsRequest>,
+    ) -> Result<Response<pb::AlterPartitionsResponse>, Status> {
+        let result = match convert::alter_partitions_from_pb(request.into_inner()) {
+            Ok(reqs) => {
+                self.core
+                    .write(true, move |logic, image, now| {
+                        logic.alter_partitions(image, reqs, now)
+                    })
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         Ok(Response::new(match result {
-            Ok(state) => pb::AlterPartitionResponse {
+            Ok(results) => pb::AlterPartitionsResponse {
                 error: None,
-                leader: state.leader,
-                leader_epoch: state.leader_epoch,
-                isr: state.isr,
-                partition_epoch: state.partition_epoch,
+                results: results
+                    .iter()
+                    .map(convert::alter_partition_response)
+                    .collect(),
             },
-            Err(e) => err(&e, |r: &mut pb::AlterPartitionResponse, e| {
+            Err(e) => err(&e, |r: &mut pb::AlterPartitionsResponse, e| {
                 r.error = Some(e)
             }),
         }))

@@ -62,6 +62,17 @@ pub fn replace_file_durably(path: &Path, contents: &[u8]) -> io::Result<()> {
     File::open(dir).and_then(|d| d.sync_all())
 }
 
+/// Opens an index file for a write or a sync, creating it if missing:
+/// index files keep no descriptor between writes (see `open_files`).
+pub(crate) fn open_for_writes(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
 /// Writes all of `bytes` at `position`. Every write of log data, index
 /// entries and state files goes through here.
 pub(crate) fn write_all_at(file: &File, bytes: &[u8], position: u64) -> io::Result<()> {

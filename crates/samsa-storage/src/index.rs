@@ -3,7 +3,8 @@
 //! Both are kept whole in memory and appended to their files lazily: entries
 //! are written in blocks (positioned writes, so a failed or partial write is
 //! simply rewritten later) and fsynced only when the segment is sealed (roll,
-//! close). A crash can therefore leave an index file short or torn; recovery
+//! close). No descriptor is kept between writes: the file is opened for each
+//! block and each sync, so indexes cost no descriptors (see `open_files`). A crash can therefore leave an index file short or torn; recovery
 //! rebuilds the indexes of every segment it scans, and [`validate_offset_index`]
 //! / [`validate_time_index`] reject index files that contradict their segment.
 //!
@@ -15,11 +16,12 @@
 //!   increasing, offsets non-decreasing.
 
 use std::fmt::Debug;
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+
+use crate::fsutil::open_for_writes;
 
 /// Entries buffered in memory before they are written to the index file.
 const WRITE_BLOCK_ENTRIES: usize = 512;
@@ -79,7 +81,6 @@ impl IndexEntry for TimeEntry {
 /// An index file and its complete in-memory copy.
 pub(crate) struct IndexFile<E: IndexEntry> {
     path: PathBuf,
-    file: Arc<File>,
     entries: Vec<E>,
     /// Entries `[..persisted]` have been written to the file (not necessarily fsynced).
     persisted: usize,
@@ -93,12 +94,7 @@ impl<E: IndexEntry> IndexFile<E> {
     /// `max_entries` of them (more than the segment could have means garbage,
     /// which is then not even read). The ignored part is overwritten later.
     pub fn open(path: &Path, max_entries: u64) -> io::Result<(Self, bool)> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let file = open_for_writes(path)?;
         let len = file.metadata()?.len();
         let plausible = len <= max_entries.saturating_mul(E::SIZE as u64);
         let entries: Vec<E> = if plausible {
@@ -113,7 +109,6 @@ impl<E: IndexEntry> IndexFile<E> {
         Ok((
             IndexFile {
                 path: path.to_path_buf(),
-                file: Arc::new(file),
                 entries,
                 persisted,
                 write_failing: false,
@@ -124,15 +119,13 @@ impl<E: IndexEntry> IndexFile<E> {
 
     /// Creates an empty index, truncating any existing file.
     pub fn create(path: &Path) -> io::Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
+        OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .open(path)?;
         Ok(IndexFile {
             path: path.to_path_buf(),
-            file: Arc::new(file),
             entries: Vec::new(),
             persisted: 0,
             write_failing: false,
@@ -180,28 +173,30 @@ impl<E: IndexEntry> IndexFile<E> {
         for entry in &self.entries[self.persisted..] {
             entry.encode(&mut bytes);
         }
-        crate::fsutil::write_all_at(&self.file, &bytes, (self.persisted * E::SIZE) as u64)?;
+        let file = open_for_writes(&self.path)?;
+        crate::fsutil::write_all_at(&file, &bytes, (self.persisted * E::SIZE) as u64)?;
         self.persisted = self.entries.len();
         // A file longer than its entries (torn tail from an earlier life) would
         // be misread after a restart; cut it.
         let want = (self.entries.len() * E::SIZE) as u64;
-        if self.file.metadata()?.len() != want {
-            crate::fsutil::set_len(&self.file, want)?;
+        if file.metadata()?.len() != want {
+            crate::fsutil::set_len(&file, want)?;
         }
         Ok(())
     }
 
-    /// Writes pending entries and fsyncs the file.
+    /// Writes pending entries and fsyncs the file (an fsync through any
+    /// descriptor makes the file's data durable).
     pub fn sync(&mut self) -> io::Result<()> {
         self.write_pending()?;
-        self.file.sync_data()
+        open_for_writes(&self.path)?.sync_data()
     }
 
     /// Replaces all entries (after a rebuild) and rewrites the file.
     pub fn replace(&mut self, entries: Vec<E>) -> io::Result<()> {
         self.entries = entries;
         self.persisted = 0;
-        crate::fsutil::set_len(&self.file, 0)?;
+        crate::fsutil::set_len(&open_for_writes(&self.path)?, 0)?;
         self.write_pending()
     }
 }

@@ -24,6 +24,7 @@ mod error;
 mod fsutil;
 mod index;
 pub mod log;
+pub mod open_files;
 pub mod producer_state;
 pub mod record_time;
 mod scan;

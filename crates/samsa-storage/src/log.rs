@@ -54,7 +54,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -68,6 +67,7 @@ use crate::compression;
 use crate::config::{FlushPolicy, LogConfig};
 use crate::error::{IoContext, StorageError};
 use crate::fsutil::{self, fsync_dir, parse_offset_file_name, TMP_SUFFIX};
+use crate::open_files::SegmentFile;
 use crate::producer_state::{
     self, CompletedTxn, ProducerDescription, ProducerStateManager, StagedProducers,
 };
@@ -120,7 +120,7 @@ pub struct ReadResult {
 /// [`PartitionLog::mark_flushed`].
 #[derive(Debug, Clone)]
 pub struct FlushTarget {
-    files: Vec<Arc<File>>,
+    files: Vec<SegmentFile>,
     /// Set when a segment file was created since the directory was last fsynced.
     dir: Option<PathBuf>,
     up_to_offset: i64,
@@ -135,7 +135,7 @@ impl FlushTarget {
     /// fdatasyncs every file with unflushed data (and the directory if needed).
     pub fn sync(&self) -> io::Result<()> {
         for file in &self.files {
-            file.sync_data()?;
+            file.get()?.sync_data()?;
         }
         if let Some(dir) = &self.dir {
             File::open(dir)?.sync_all()?;
@@ -592,6 +592,10 @@ impl PartitionLog {
         if segments.is_empty() {
             let base = checkpoint.as_ref().map_or(0, |c| c.log_start_offset.max(0));
             segments.insert(base, Segment::create(dir, base, now_ms)?);
+        }
+        // Only the active segment keeps its file open (see `open_files`).
+        if let Some(active) = segments.values_mut().next_back() {
+            active.hold_file()?;
         }
 
         let (first_base, log_end_offset) =
@@ -1146,6 +1150,9 @@ impl PartitionLog {
                 return Err(e);
             }
         };
+        if let Some(sealed) = self.segments.values_mut().next_back() {
+            sealed.release_file();
+        }
         self.segments.insert(new_base, segment);
         self.delete_old_snapshots()?;
         if self.config.flush == (FlushPolicy::Interval { interval_ms: 0 }) {
@@ -1521,7 +1528,7 @@ impl PartitionLog {
             if segment.is_empty() {
                 continue;
             }
-            files.push(Arc::clone(segment.log_file()));
+            files.push(segment.log_file().clone());
             if !segment.dir_entry_durable {
                 dir = Some(self.dir.clone());
             }
@@ -1719,6 +1726,7 @@ impl PartitionLog {
         }
         let interval = self.config.index_interval_bytes;
         let active = self.active_mut()?;
+        active.hold_file()?;
         if let Some((position, _)) = active.locate(offset)? {
             active.truncate_to_position(position, interval)?;
         }
@@ -1799,6 +1807,17 @@ impl PartitionLog {
 
     pub fn producer_state(&self) -> &ProducerStateManager {
         &self.producers
+    }
+
+    /// Segments whose log file the log holds open: only the active one
+    /// (`open_files`), whatever happened to the segment set.
+    #[cfg(test)]
+    pub(crate) fn held_segment_files(&self) -> Vec<i64> {
+        self.segments
+            .iter()
+            .filter(|(_, s)| s.log_file().is_held())
+            .map(|(base, _)| *base)
+            .collect()
     }
 
     pub fn segment_count(&self) -> usize {

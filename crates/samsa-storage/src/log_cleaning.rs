@@ -24,7 +24,6 @@
 //! mix.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use tracing::{info, warn};
 
@@ -135,20 +134,32 @@ impl PartitionLog {
             .filter(|p| p.last_offset >= 0)
             .map(|p| (p.producer_id, p.last_offset))
             .collect();
-        Some(CleaningPlan {
-            dir: self.dir.clone(),
-            segments: c
-                .segments
-                .iter()
-                .map(|s| SegmentToClean {
+        let segments = c
+            .segments
+            .iter()
+            .map(|s| {
+                Ok(SegmentToClean {
                     base_offset: s.base_offset(),
                     next_offset: s.next_offset(),
                     size: s.size(),
-                    file: Arc::clone(s.log_file()),
+                    file: s.log_file().get().at(s.log_path())?,
                     path: s.log_path().to_path_buf(),
                     aborted: s.aborted_txns().to_vec(),
                 })
-                .collect(),
+            })
+            .collect::<Result<Vec<_>, StorageError>>();
+        let segments = match segments {
+            Ok(segments) => segments,
+            Err(e) => {
+                // No descriptor to spare (or the file is gone): this pass
+                // waits for the cleaner's next round.
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot open segments to clean; trying again later");
+                return None;
+            }
+        };
+        Some(CleaningPlan {
+            dir: self.dir.clone(),
+            segments,
             first_dirty_offset: self.cleaner_offset,
             live_producers,
             segment_bytes: self.config.segment_bytes,

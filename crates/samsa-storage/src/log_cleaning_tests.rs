@@ -168,6 +168,9 @@ fn compaction_keeps_the_latest_value_of_each_key_at_its_offset() {
     assert!(log.size_bytes() < size / 2);
     // Full segments each became a small one: the next pass merges them.
     assert_eq!(log.segment_count(), segments);
+    // The cleaned segments hold no descriptor; the active one does.
+    let active = *log.segment_base_offsets().last().unwrap();
+    assert_eq!(log.held_segment_files(), vec![active]);
     assert!(log.cleaning_plan(NOW).is_none(), "nothing dirty is left");
     assert!(!dir.path().join(CLEANING_DIR).exists());
 

@@ -2374,3 +2374,34 @@ fn an_index_entry_naming_another_batch_is_corruption_not_a_wrong_read() {
         Some(0)
     );
 }
+
+#[test]
+fn only_the_active_segment_holds_its_file_open_through_rolls_truncation_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    for _ in 0..40 {
+        log.append_as_leader(&batch_with(5, 200, NOW), 0, NOW)
+            .unwrap();
+    }
+    assert!(log.segment_count() >= 5, "{} segments", log.segment_count());
+    let last = *log.segments.keys().last().unwrap();
+    assert_eq!(log.held_segment_files(), vec![last]);
+    // Every batch reads back through files opened on demand.
+    let batches = read_all(&log);
+    assert_eq!(batches.len(), 40);
+
+    // Truncation into an earlier segment makes it the active one again.
+    let into_second = *log.segments.keys().nth(1).unwrap() + 1;
+    log.truncate_to(into_second, NOW).unwrap();
+    let active = *log.segments.keys().last().unwrap();
+    assert_eq!(log.held_segment_files(), vec![active]);
+    log.append_as_leader(&batch_with(5, 200, NOW), 0, NOW)
+        .unwrap();
+
+    log.close().unwrap();
+    let log = open(dir.path(), &config);
+    let last = *log.segments.keys().last().unwrap();
+    assert_eq!(log.held_segment_files(), vec![last]);
+    assert_eq!(read_all(&log).len() as i64, log.log_end_offset() / 5);
+}

@@ -30,6 +30,7 @@ use crate::batch::{verify_crc, BatchHeader, BATCH_HEADER_LEN, NO_TIMESTAMP};
 use crate::error::{IoContext, StorageError};
 use crate::fsutil::{self, offset_file_name};
 use crate::index::{validate_offset_index, validate_time_index, IndexFile, OffsetEntry, TimeEntry};
+use crate::open_files::SegmentFile;
 use crate::scan::{BatchScanner, BATCH_SCAN_CHUNK, HEADER_SCAN_CHUNK};
 use crate::txn_index::{AbortedTxn, AbortedTxnEntry, TxnIndex, TXN_INDEX_EXTENSION};
 
@@ -86,8 +87,9 @@ pub(crate) struct Segment {
     base_offset: i64,
     next_offset: i64,
     size: u64,
-    log_path: PathBuf,
-    log: Arc<File>,
+    /// Held open while the segment is active, else opened on demand (see
+    /// `open_files`).
+    log: SegmentFile,
     offset_index: IndexFile<OffsetEntry>,
     time_index: IndexFile<TimeEntry>,
     txn_index: TxnIndex,
@@ -141,8 +143,7 @@ impl Segment {
             base_offset,
             next_offset: base_offset,
             size: 0,
-            log_path,
-            log: Arc::new(log),
+            log: SegmentFile::held(log_path, log),
             offset_index: IndexFile::create(&index_path).at(&index_path)?,
             time_index: IndexFile::create(&time_index_path).at(&time_index_path)?,
             txn_index: TxnIndex::create(&txn_index_path).at(&txn_index_path)?,
@@ -160,7 +161,8 @@ impl Segment {
     }
 
     /// Opens an existing segment. Its contents are not examined yet: follow
-    /// with [`Segment::load_trusted`] or [`Segment::recover`].
+    /// with [`Segment::load_trusted`] or [`Segment::recover`]. Its log file
+    /// is not held open ([`Segment::hold_file`] makes it the active one's).
     pub fn open(dir: &Path, base_offset: i64, now_ms: i64) -> Result<Segment, StorageError> {
         let [log_path, index_path, time_index_path, txn_index_path] = paths(dir, base_offset);
         let log = OpenOptions::new()
@@ -185,12 +187,13 @@ impl Segment {
             IndexFile::open(&time_index_path, max_entries).at(&time_index_path)?;
         let (txn_index, txn_readable) =
             TxnIndex::open(&txn_index_path, max_entries).at(&txn_index_path)?;
+        let mut log = SegmentFile::held(log_path, log);
+        log.release();
         Ok(Segment {
             base_offset,
             next_offset: base_offset,
             size: metadata.len(),
-            log_path,
-            log: Arc::new(log),
+            log,
             offset_index,
             time_index,
             txn_index,
@@ -224,11 +227,28 @@ impl Segment {
     }
 
     pub fn log_path(&self) -> &Path {
-        &self.log_path
+        self.log.path()
     }
 
-    pub fn log_file(&self) -> &Arc<File> {
+    /// A handle on the log file (for a sync or a cleaning pass outside the
+    /// log's lock).
+    pub fn log_file(&self) -> &SegmentFile {
         &self.log
+    }
+
+    /// The open log file.
+    fn file(&self) -> Result<Arc<File>, StorageError> {
+        self.log.get().at(self.log.path())
+    }
+
+    /// Keeps the log file open: the segment is now the active one.
+    pub fn hold_file(&mut self) -> Result<(), StorageError> {
+        self.log.hold().at(self.log.path())
+    }
+
+    /// Lets the log file be closed when unused: the segment is no longer active.
+    pub fn release_file(&mut self) {
+        self.log.release();
     }
 
     pub fn max_timestamp(&self) -> i64 {
@@ -328,7 +348,7 @@ impl Segment {
         for p in placements {
             if !offsets.accepts(p.base_offset, expected) || p.last_offset < p.base_offset {
                 return Err(StorageError::OffsetsOutOfOrder {
-                    path: self.log_path.clone(),
+                    path: self.log_path().to_path_buf(),
                     base_offset: p.base_offset,
                     last_offset: p.last_offset,
                     expected,
@@ -343,15 +363,15 @@ impl Segment {
             self.cut_torn_tail()?;
         }
         let start = self.size;
-        if let Err(source) = fsutil::write_all_at(&self.log, bytes, start) {
+        if let Err(source) = fsutil::write_all_at(&*self.file()?, bytes, start) {
             // Cut the partial write so the file never ends in a torn batch
             // while the log runs.
             self.torn_tail = true;
             if let Err(e) = self.cut_torn_tail() {
-                tracing::warn!(path = %self.log_path.display(), error = %e, "cannot cut a failed append; the segment refuses appends until it can");
+                tracing::warn!(path = %self.log_path().display(), error = %e, "cannot cut a failed append; the segment refuses appends until it can");
             }
             return Err(StorageError::Io {
-                path: self.log_path.clone(),
+                path: self.log_path().to_path_buf(),
                 source,
             });
         }
@@ -428,16 +448,17 @@ impl Segment {
 
     /// fsyncs the log file and the indexes.
     pub fn sync_all(&mut self) -> Result<(), StorageError> {
-        self.log.sync_data().at(&self.log_path)?;
+        self.file()?.sync_data().at(self.log_path())?;
         self.seal()
     }
 
     /// Cuts bytes past `size` left by a failed write.
     pub fn trim_file(&mut self) -> Result<(), StorageError> {
-        let len = self.log.metadata().at(&self.log_path)?.len();
+        let log = self.file()?;
+        let len = log.metadata().at(self.log_path())?.len();
         if len != self.size {
-            fsutil::set_len(&self.log, self.size).at(&self.log_path)?;
-            self.log.sync_data().at(&self.log_path)?;
+            fsutil::set_len(&log, self.size).at(self.log_path())?;
+            log.sync_data().at(self.log_path())?;
         }
         self.torn_tail = false;
         Ok(())
@@ -447,7 +468,7 @@ impl Segment {
     /// crash before the cut reaches the disk leaves a torn tail, which
     /// recovery cuts the same way.
     fn cut_torn_tail(&mut self) -> Result<(), StorageError> {
-        fsutil::set_len(&self.log, self.size).at(&self.log_path)?;
+        fsutil::set_len(&*self.file()?, self.size).at(self.log_path())?;
         self.torn_tail = false;
         Ok(())
     }
@@ -463,7 +484,8 @@ impl Segment {
         index_interval: u32,
         offsets: Offsets,
     ) -> Result<ScanOutcome, StorageError> {
-        let file_len = self.log.metadata().at(&self.log_path)?.len();
+        let log = self.file()?;
+        let file_len = log.metadata().at(self.log_path())?.len();
         self.offset_index
             .replace(Vec::new())
             .at(self.offset_index.path())?;
@@ -478,11 +500,10 @@ impl Segment {
         self.offset_of_max_timestamp = -1;
         self.first_batch_timestamp = None;
 
-        let log = Arc::clone(&self.log);
         let mut scanner = BatchScanner::new(&log, 0, file_len, BATCH_SCAN_CHUNK);
         let mut outcome = ScanOutcome::default();
         let mut invalid: Option<String> = None;
-        while let Some(item) = scanner.next_batch().at(&self.log_path)? {
+        while let Some(item) = scanner.next_batch().at(self.log.path())? {
             let (position, header, bytes) = match item {
                 Ok(batch) => batch,
                 Err(framing) => {
@@ -507,14 +528,14 @@ impl Segment {
         if self.size < file_len {
             outcome.truncated_bytes = file_len - self.size;
             tracing::warn!(
-                path = %self.log_path.display(),
+                path = %self.log_path().display(),
                 offset = self.next_offset,
                 position = self.size,
                 bytes_dropped = outcome.truncated_bytes,
                 reason = invalid.as_deref().unwrap_or("unknown"),
                 "truncating invalid tail of log segment during recovery"
             );
-            fsutil::set_len(&self.log, self.size).at(&self.log_path)?;
+            fsutil::set_len(&log, self.size).at(self.log_path())?;
         }
         self.torn_tail = false;
         Ok(outcome)
@@ -559,7 +580,8 @@ impl Segment {
     /// the last indexed batch. `Ok(Err(reason))`: the indexes or the tail cannot
     /// be trusted, call [`Segment::recover`].
     pub fn load_trusted(&mut self, offsets: Offsets) -> Result<Result<(), String>, StorageError> {
-        let file_len = self.log.metadata().at(&self.log_path)?.len();
+        let log = self.file()?;
+        let file_len = log.metadata().at(self.log_path())?.len();
         self.size = file_len;
         if !self.index_files_intact {
             return Ok(Err(
@@ -580,9 +602,8 @@ impl Segment {
             None => (0, self.base_offset),
         };
         let mut tail_max = (NO_TIMESTAMP, -1);
-        let log = Arc::clone(&self.log);
         let mut scanner = BatchScanner::new(&log, start_position, file_len, HEADER_SCAN_CHUNK);
-        while let Some(item) = scanner.next_header().at(&self.log_path)? {
+        while let Some(item) = scanner.next_header().at(self.log.path())? {
             let (position, header) = match item {
                 Ok(h) => h,
                 Err(framing) => {
@@ -623,7 +644,7 @@ impl Segment {
         }
         if file_len >= BATCH_HEADER_LEN as u64 {
             let mut header = [0u8; BATCH_HEADER_LEN];
-            self.log.read_exact_at(&mut header, 0).at(&self.log_path)?;
+            log.read_exact_at(&mut header, 0).at(self.log_path())?;
             match BatchHeader::parse(&header) {
                 Ok(h) => self.first_batch_timestamp = Some(h.max_timestamp),
                 Err(e) => return Ok(Err(format!("first batch: {e}"))),
@@ -651,9 +672,10 @@ impl Segment {
                 )
             });
         let start = indexed.map_or(0, |(position, _)| position);
-        let mut scanner = BatchScanner::new(&self.log, start, self.size, HEADER_SCAN_CHUNK);
+        let log = self.file()?;
+        let mut scanner = BatchScanner::new(&log, start, self.size, HEADER_SCAN_CHUNK);
         let mut first = true;
-        while let Some(item) = scanner.next_header().at(&self.log_path)? {
+        while let Some(item) = scanner.next_header().at(self.log_path())? {
             let (position, header) =
                 item.map_err(|f| self.corrupt(f.position, &f.error.to_string()))?;
             if std::mem::take(&mut first) {
@@ -685,8 +707,9 @@ impl Segment {
         start: u64,
         mut visit: impl FnMut(u64, &BatchHeader) -> bool,
     ) -> Result<(), StorageError> {
-        let mut scanner = BatchScanner::new(&self.log, start, self.size, HEADER_SCAN_CHUNK);
-        while let Some(item) = scanner.next_header().at(&self.log_path)? {
+        let log = self.file()?;
+        let mut scanner = BatchScanner::new(&log, start, self.size, HEADER_SCAN_CHUNK);
+        while let Some(item) = scanner.next_header().at(self.log_path())? {
             let (position, header) =
                 item.map_err(|f| self.corrupt(f.position, &f.error.to_string()))?;
             if !visit(position, &header) {
@@ -713,9 +736,9 @@ impl Segment {
     ) -> Result<(), StorageError> {
         let start = out.len();
         out.resize(start + len, 0);
-        self.log
+        self.file()?
             .read_exact_at(&mut out[start..], position)
-            .at(&self.log_path)
+            .at(self.log_path())
     }
 
     /// Cuts the segment at `position` (a batch boundary) and rebuilds its
@@ -725,7 +748,7 @@ impl Segment {
         position: u64,
         index_interval: u32,
     ) -> Result<(), StorageError> {
-        fsutil::set_len(&self.log, position).at(&self.log_path)?;
+        fsutil::set_len(&*self.file()?, position).at(self.log_path())?;
         self.torn_tail = false;
         // Truncation keeps a prefix the segment already held.
         self.recover(index_interval, Offsets::MayGap)?;
@@ -734,7 +757,7 @@ impl Segment {
 
     pub fn corrupt(&self, position: u64, reason: &str) -> StorageError {
         StorageError::Corrupt(
-            self.log_path.clone(),
+            self.log_path().to_path_buf(),
             format!(
                 "segment {} at position {position}: {reason}",
                 self.base_offset

@@ -34,11 +34,13 @@
 //! files (`samsa dump-log`) go through [`TxnIndexEntries`], which yields the
 //! entries as stored (version included) before the log's own checks.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::slice::ChunksExact;
+
+use crate::fsutil::open_for_writes;
 
 pub(crate) const TXN_INDEX_EXTENSION: &str = "txnindex";
 const ENTRY_VERSION: i16 = 0;
@@ -172,7 +174,6 @@ impl AbortedTxnEntry {
 /// A transaction index file and its complete in-memory copy.
 pub(crate) struct TxnIndex {
     path: PathBuf,
-    file: File,
     entries: Vec<AbortedTxnEntry>,
     /// Entries `[..persisted]` have been written to the file (not necessarily fsynced).
     persisted: usize,
@@ -181,15 +182,13 @@ pub(crate) struct TxnIndex {
 impl TxnIndex {
     /// Creates an empty index, truncating any existing file.
     pub fn create(path: &Path) -> io::Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
+        OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .open(path)?;
         Ok(TxnIndex {
             path: path.to_path_buf(),
-            file,
             entries: Vec::new(),
             persisted: 0,
         })
@@ -201,16 +200,10 @@ impl TxnIndex {
     /// then empty and must be rebuilt before it is used.
     pub fn open(path: &Path, max_entries: u64) -> io::Result<(Self, Result<(), String>)> {
         let existed = path.exists();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let file = open_for_writes(path)?;
         let len = file.metadata()?.len();
         let mut index = TxnIndex {
             path: path.to_path_buf(),
-            file,
             entries: Vec::new(),
             persisted: 0,
         };
@@ -224,7 +217,7 @@ impl TxnIndex {
             ))
         } else {
             let mut raw = vec![0u8; len as usize];
-            index.file.read_exact_at(&mut raw, 0)?;
+            file.read_exact_at(&mut raw, 0)?;
             TxnIndexEntries::new(&raw)
                 .enumerate()
                 .map(|(i, stored)| {
@@ -269,13 +262,14 @@ impl TxnIndex {
         for entry in &self.entries[self.persisted..] {
             entry.encode(&mut bytes);
         }
-        crate::fsutil::write_all_at(&self.file, &bytes, (self.persisted * ENTRY_SIZE) as u64)?;
+        let file = open_for_writes(&self.path)?;
+        crate::fsutil::write_all_at(&file, &bytes, (self.persisted * ENTRY_SIZE) as u64)?;
         self.persisted = self.entries.len();
         // A longer file (a torn tail from an earlier life) would be misread
         // after a restart; cut it.
         let want = (self.entries.len() * ENTRY_SIZE) as u64;
-        if self.file.metadata()?.len() != want {
-            crate::fsutil::set_len(&self.file, want)?;
+        if file.metadata()?.len() != want {
+            crate::fsutil::set_len(&file, want)?;
         }
         Ok(())
     }
@@ -283,14 +277,14 @@ impl TxnIndex {
     /// Writes pending entries and fsyncs the file.
     pub fn sync(&mut self) -> io::Result<()> {
         self.write_pending()?;
-        self.file.sync_data()
+        open_for_writes(&self.path)?.sync_data()
     }
 
     /// Replaces all entries (a rebuild) and rewrites the file, durably.
     pub fn replace(&mut self, entries: Vec<AbortedTxnEntry>) -> io::Result<()> {
         self.entries = entries;
         self.persisted = 0;
-        crate::fsutil::set_len(&self.file, 0)?;
+        crate::fsutil::set_len(&open_for_writes(&self.path)?, 0)?;
         self.sync()
     }
 
@@ -302,7 +296,10 @@ impl TxnIndex {
         }
         self.entries.truncate(keep);
         self.persisted = self.persisted.min(keep);
-        crate::fsutil::set_len(&self.file, (self.persisted * ENTRY_SIZE) as u64)?;
+        crate::fsutil::set_len(
+            &open_for_writes(&self.path)?,
+            (self.persisted * ENTRY_SIZE) as u64,
+        )?;
         self.sync()
     }
 

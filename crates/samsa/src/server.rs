@@ -225,9 +225,12 @@ fn dev_presets(mut cfg: BrokerConfig, nodes: u16, set_by_dev: &[&str]) -> Broker
 async fn run_broker(cfg: BrokerConfig, traces: Option<Traces>) -> Result<ExitCode> {
     let shutdown = signals::shutdown_signal()?;
     let (host, port) = cfg.advertised_host_port();
+    // One descriptor per hosted partition: take all the limit allows.
+    let open_file_limit = samsa_broker::descriptors::raise_limit();
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         node_id = cfg.node_id,
+        open_file_limit,
         listen = %cfg.listen,
         advertised = %format!("{host}:{port}"),
         data_dir = %cfg.data_dir.display(),

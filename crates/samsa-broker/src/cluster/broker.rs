@@ -182,7 +182,7 @@ pub(super) async fn serve(
         views.clone(),
         &stop_rx,
     );
-    tasks.spawn(apply_views(Arc::clone(&open.broker), views));
+    tasks.spawn(apply_views(Arc::clone(&open.broker), views.clone()));
     let mut heartbeats = tokio::spawn(
         Arc::clone(&open.lifecycle)
             .heartbeat_loop(follower.watch(), stop_rx.clone())
@@ -190,7 +190,7 @@ pub(super) async fn serve(
     );
     match wait_unfenced(
         &mut open.fenced,
-        follower.watch(),
+        views,
         me,
         &mut heartbeats,
         shutdown.as_mut(),
@@ -496,13 +496,15 @@ async fn apply_view(
 }
 
 /// Waits (bounded by `controller_startup_timeout_ms`) until the controller
-/// unfences this broker and the followed image has the unfencing; a
-/// heartbeat failure or a shutdown ends the wait. The controller answers a
-/// heartbeat with "unfenced" before this broker's follower has the record:
-/// serving before that, a Metadata answer would leave this broker out.
+/// unfences this broker and the broker's view — what Metadata answers
+/// from — has the unfencing; a heartbeat failure or a shutdown ends the
+/// wait. The controller answers a heartbeat with "unfenced" before this
+/// broker's follower has the record, and the view follows the follower's
+/// image a task later: serving before the view has it, a Metadata answer
+/// would leave this broker out.
 async fn wait_unfenced<S: Future<Output = ()>>(
     fenced: &mut watch::Receiver<bool>,
-    mut images: watch::Receiver<Arc<samsa_controller::MetadataImage>>,
+    mut views: watch::Receiver<Arc<MetadataView>>,
     me: i32,
     heartbeats: &mut JoinHandle<Option<BrokerError>>,
     shutdown: Pin<&mut S>,
@@ -510,10 +512,7 @@ async fn wait_unfenced<S: Future<Output = ()>>(
 ) -> Unfencing {
     let unfenced = tokio::time::timeout_at(Instant::now() + settings.startup_timeout, async {
         fenced.wait_for(|fenced| !*fenced).await.is_ok()
-            && images
-                .wait_for(|image| image.broker(me).is_some_and(|b| b.is_active()))
-                .await
-                .is_ok()
+            && views.wait_for(|view| view.is_live_broker(me)).await.is_ok()
     });
     tokio::select! {
         result = unfenced => match result {
@@ -597,6 +596,8 @@ async fn report_readiness(
 async fn close_partitions(broker: &Arc<Broker>) {
     let closing = Arc::clone(broker);
     let span = tracing::Span::current();
-    let _ =
-        tokio::task::spawn_blocking(move || span.in_scope(|| closing.replicas.close_all())).await;
+    let _ = tokio::task::spawn_blocking(move || {
+        span.in_scope(|| closing.replicas.close_all(closing.config.log_open_threads))
+    })
+    .await;
 }

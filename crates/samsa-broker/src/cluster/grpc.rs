@@ -6,17 +6,25 @@
 //! start-up with the address in the message); replication frames and windows
 //! are sized for whole fetch answers, and answers leave without Nagle delay.
 
+use std::time::Duration;
+
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{error, info, Instrument};
+use tracing::{error, info, warn, Instrument};
 
 use samsa_proto::replication::replication_service_server::ReplicationServiceServer;
 
 use crate::error::BrokerError;
 use crate::replication::service::ReplicationGrpc;
 
+/// How long requests in flight may take to finish once the node stops
+/// before the server is dropped with them: a stopping node must exit (a
+/// fail-stop is restarted by its supervisor only once the process is gone).
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
 /// Serves the controller's services and the replication service on this
-/// node's controller address until `stop` turns true.
+/// node's controller address until `stop` turns true; [`stop_grpc`] waits
+/// for it.
 pub(super) async fn serve_grpc(
     listen: std::net::SocketAddr,
     routes: tonic::service::Routes,
@@ -55,12 +63,11 @@ pub(super) async fn serve_grpc(
                 .max_frame_size(Some(crate::replication::REPLICATION_MAX_FRAME_BYTES))
                 .add_routes(routes)
                 .serve_with_incoming_shutdown(
-                    // Nagle on the answering side holds the last frames of
-                    // each fetch answer until the peer's delayed ACK (~40 ms
-                    // on Linux), and acks=all waits for that round trip. The
-                    // builder's tcp_nodelay does not reach connections from a
-                    // caller-supplied listener, so it is set here.
-                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                    // Nagle on the answering side would hold the last
+                    // frames of each fetch answer until the peer's delayed
+                    // ACK (~40 ms on Linux), and acks=all waits for that
+                    // round trip: these connections have no Nagle delay.
+                    samsa_controller::network::peer_connections(listener),
                     async move {
                         let _ = stop.wait_for(|stopped| *stopped).await;
                     },
@@ -72,4 +79,17 @@ pub(super) async fn serve_grpc(
         }
         .in_current_span(),
     ))
+}
+
+/// Waits for the server of [`serve_grpc`], whose `stop` was set, to finish
+/// its requests in flight; after [`STOP_GRACE`] it is dropped with them.
+pub(super) async fn stop_grpc(mut server: JoinHandle<()>) {
+    if tokio::time::timeout(STOP_GRACE, &mut server).await.is_err() {
+        warn!(
+            grace_s = STOP_GRACE.as_secs(),
+            "gRPC requests still in flight after the grace period; closing their connections"
+        );
+        server.abort();
+        let _ = server.await;
+    }
 }

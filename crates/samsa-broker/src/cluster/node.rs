@@ -19,7 +19,7 @@ use tracing::{info, warn, Instrument};
 
 use super::broker::{serve, BrokerServices};
 use super::controller::{probe_duplicate, start_controller};
-use super::grpc::serve_grpc;
+use super::grpc::{serve_grpc, stop_grpc};
 use super::identity::DataDirIdentity;
 use super::ClusterSettings;
 use crate::error::BrokerError;
@@ -185,7 +185,7 @@ async fn run_node(
         }
     }
     let _ = grpc_stop_tx.send(true);
-    let _ = grpc.await;
+    stop_grpc(grpc).await;
     let _ = http.await;
     result
 }

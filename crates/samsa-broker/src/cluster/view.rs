@@ -12,9 +12,14 @@ use samsa_controller::{MetadataImage, NodeId};
 
 use crate::metadata::{BrokerInfo, KafkaEndpoint, MetadataView, TopicMetadata};
 
-/// The broker's view of a controller image. `raft_leader` is reported as the
-/// Kafka "controller" when it is a live broker (combined mode makes every
-/// controller a broker); otherwise the lowest live broker, else `me`.
+/// The broker's view of a controller image. The Kafka "controller" a
+/// client is told is this broker itself while it is live, as a KRaft
+/// broker names one of the brokers (KIP-590): clients send admin requests
+/// there and it forwards them to the quorum, retrying while a new
+/// controller leader is elected. Naming the Raft leader instead sent
+/// clients, after a SIGKILL of that node, to a dead broker until its
+/// session expired (~10 s). A fenced `me` (starting up) names the Raft
+/// leader if it is a live broker, else the lowest live broker.
 pub fn metadata_view(image: &MetadataImage, raft_leader: Option<NodeId>, me: i32) -> MetadataView {
     let brokers: Vec<BrokerInfo> = image
         .brokers()
@@ -34,8 +39,9 @@ pub fn metadata_view(image: &MetadataImage, raft_leader: Option<NodeId>, me: i32
         })
         .collect();
     let live = |id: i32| brokers.iter().any(|b| b.node_id == id && !b.fenced);
-    let controller_id = raft_leader
-        .and_then(|l| i32::try_from(l).ok())
+    let controller_id = Some(me)
+        .filter(|me| live(*me))
+        .or_else(|| raft_leader.and_then(|l| i32::try_from(l).ok()))
         .filter(|l| live(*l))
         .or_else(|| brokers.iter().find(|b| !b.fenced).map(|b| b.node_id))
         .unwrap_or(me);
@@ -136,5 +142,8 @@ mod tests {
         assert_eq!((p.leader, p.leader_epoch), (2, 3));
         assert_eq!(converted.topic("t").unwrap().replication_factor, 1);
         assert_eq!(metadata_view(&image, Some(2), 1).controller_id, 2);
+        // A live broker names itself, whoever leads the quorum.
+        assert_eq!(metadata_view(&image, Some(1), 2).controller_id, 2);
+        assert_eq!(metadata_view(&image, None, 2).controller_id, 2);
     }
 }

@@ -322,6 +322,8 @@ fn broker_keys(broker: &Broker) -> Vec<BrokerKey> {
             "samsa: follower_replication_throttled_rate. Bytes/s a broker fetches for the partitions a reassignment is adding it to; unset, unthrottled."),
         plain!("log.cleaner.backoff.ms", TYPE_LONG, log_cleaner_backoff_ms,
             "samsa: log_cleaner_backoff_ms. How long the cleaner sleeps when no log needs cleaning."),
+        plain!("num.recovery.threads.per.data.dir", TYPE_INT, log_open_threads,
+            "samsa: log_open_threads. How many partitions are opened at once, recovering them at start-up or creating them for CreateTopics."),
         key("log.cleaner.threads", TYPE_INT, None, None, s(&1),
             "Fixed in samsa: one cleaner task per broker."),
         key("unclean.leader.election.enable", TYPE_BOOLEAN, None, None, s(&false),

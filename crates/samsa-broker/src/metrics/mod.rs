@@ -97,6 +97,31 @@ impl Collector for AtScrape {
             "Bytes of the data directory's file system still available to the broker (DescribeLogDirs UsableBytes)",
             space.map(|(_, usable)| i64::try_from(usable).unwrap_or(i64::MAX)),
         )?;
+        gauge(
+            &mut out,
+            "samsa_partitions_unopened",
+            "Partitions this broker should host but could not open at the last try (too many open files, a full or failing disk); their clients get KAFKA_STORAGE_ERROR",
+            i64::try_from(broker.replicas.unopened_count()).unwrap_or(i64::MAX),
+        )?;
+        let inactive = samsa_storage::open_files::inactive_files();
+        gauge(
+            &mut out,
+            "samsa_segment_files_inactive_open",
+            "Log files of inactive segments (all but each partition's last) open now, for reads",
+            i64::try_from(inactive.open).unwrap_or(i64::MAX),
+        )?;
+        gauge(
+            &mut out,
+            "samsa_segment_files_inactive_max",
+            "How many log files of inactive segments may stay open (log_inactive_segment_files_max)",
+            i64::try_from(inactive.capacity).unwrap_or(i64::MAX),
+        )?;
+        counter(
+            &mut out,
+            "samsa_segment_file_opens",
+            "Opens of an inactive segment's log file that was not open, since start (a fast-growing count: the budget is too small for the reads)",
+            inactive.opens_total,
+        )?;
         let producer_ids = broker.producer_ids.figures();
         counter(
             &mut out,

@@ -574,6 +574,63 @@ fn alter_partition_is_compare_and_set_on_the_partition_epoch() {
     assert_eq!(reply, current);
 }
 
+/// Several ISR changes of one leader in one batch: each answered on its
+/// own, a refused one leaving the others committed, and the same partition
+/// twice in the batch checked against the first change.
+#[test]
+fn alter_partitions_commits_a_batch_and_answers_each_change() {
+    let mut h = Harness::with_brokers(3);
+    let topic_id = h.create_topic("t", 6, Some(3));
+    let change = |h: &Harness, p: i32, new_isr: Vec<BrokerId>| {
+        let state = h.partition("t", p);
+        AlterPartition {
+            broker_id: state.leader,
+            broker_epoch: h.epochs[&state.leader],
+            topic_id,
+            partition: p,
+            leader_epoch: state.leader_epoch,
+            partition_epoch: state.partition_epoch,
+            new_isr,
+        }
+    };
+    let led: Vec<i32> = (0..6)
+        .filter(|p| h.partition("t", *p).leader == h.partition("t", 0).leader)
+        .collect();
+    assert!(
+        led.len() >= 2,
+        "the test needs two partitions of one leader"
+    );
+    let leader = h.partition("t", 0).leader;
+    let (first, second) = (led[0], led[1]);
+    let mut stale = change(&h, second, vec![leader]);
+    stale.partition_epoch -= 1;
+    let batch = vec![
+        change(&h, first, vec![leader]),
+        stale,
+        change(&h, second, vec![leader]),
+        // The same partition again, as proposed before the first change.
+        change(&h, first, h.partition("t", first).isr.clone()),
+    ];
+    let offset_before = h.image.offset();
+    let out = h.logic.alter_partitions(&h.image, batch, 0);
+    let answers = h.commit(out).unwrap();
+    assert_eq!(h.image.offset(), offset_before + 1, "one metadata batch");
+    assert_eq!(answers.len(), 4);
+    assert_eq!(answers[0].as_ref().unwrap().isr, vec![leader]);
+    assert_eq!(
+        answers[1].as_ref().unwrap_err().code(),
+        ResponseError::InvalidUpdateVersion.code()
+    );
+    assert_eq!(answers[2].as_ref().unwrap().isr, vec![leader]);
+    assert_eq!(
+        answers[3].as_ref().unwrap_err().code(),
+        ResponseError::InvalidUpdateVersion.code()
+    );
+    assert_eq!(h.partition("t", first).isr, vec![leader]);
+    assert_eq!(h.partition("t", second).isr, vec![leader]);
+    assert_eq!(&h.partition("t", first), answers[0].as_ref().unwrap());
+}
+
 // --- producer ids ---------------------------------------------------------------
 
 #[test]
