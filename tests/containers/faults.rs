@@ -26,7 +26,7 @@ use samsa_tests::wait::try_wait_until;
 use samsa_tests::{unique_topic, wait_until};
 use samsa_verify::history::Workload;
 
-use super::{index_of, report_gap, Loads};
+use super::{assert_exactly_once, index_of, report_gap, Loads};
 use super::{PARTITIONS, STATE};
 
 /// `broker_session_timeout_ms` of the container tests (compose::TEST_SETTINGS).
@@ -194,7 +194,7 @@ fn isolated_partition_leader_stops_acking_and_a_new_leader_takes_writes() {
     for (name, p) in [("old", probe), ("new", fresh)] {
         let report = p.finish(&c.bootstrap());
         eprintln!("containers: probe through the {name} leader: {report}");
-        report.assert_ok();
+        assert_exactly_once(&c, &ptopic, &report);
     }
     settle_and_check(&c, loads, &[&ptopic]);
     eprintln!(
@@ -397,11 +397,11 @@ fn paused_leader_that_lost_leadership_cannot_acknowledge() {
     );
     let gap = report_gap(&load, at, &format!("pause of leader node {victim}"));
     let report = probe.finish(&c.bootstrap());
-    report.assert_ok();
+    assert_exactly_once(&c, &ptopic, &report);
     let topic = load.topic.clone();
     let r = load.finish(&c.bootstrap());
     eprintln!("containers: idempotent load: {r}");
-    r.assert_ok();
+    assert_exactly_once(&c, &topic, &r);
     for t in [&topic, &ptopic] {
         let parts = partitions_of(&c, t);
         wait_replicas_agree(&c, t, parts, STATE)
@@ -585,10 +585,10 @@ fn full_disk_on_follower_then_leader_loses_nothing_and_recovers_once_space_is_fr
         report_gap(&load, at, &format!("disk-full on {role} node {node}"));
     }
     let report = probe.finish(&c.bootstrap());
-    report.assert_ok();
+    assert_exactly_once(&c, &ptopic, &report);
     let r = load.finish(&c.bootstrap());
     eprintln!("containers: idempotent load: {r}");
-    r.assert_ok();
+    assert_exactly_once(&c, &topic, &r);
     wait_replicas_agree(&c, &topic, PARTITIONS, STATE)
         .unwrap_or_else(|why| panic!("replicas of {topic} differ: {why}"));
     eprintln!(

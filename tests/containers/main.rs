@@ -31,6 +31,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::Producer;
+use samsa_tests::checker::EosReport;
 use samsa_tests::cluster::median_and_max;
 use samsa_tests::compose::{image_size, ComposeCluster, READY_TIMEOUT, SERVICES};
 use samsa_tests::load::{IdempotentLoad, TxnLoad};
@@ -58,6 +59,30 @@ fn leader_client(c: &ComposeCluster, topic: &str, partition: i32) -> Option<Kafk
         (p.leader > 0).then_some(p.leader)
     })?;
     c.quick_client(index_of(leader))
+}
+
+/// Asserts `report` (a load on `topic`) is clean. A failure on
+/// duplicates carries how every node stored their copies: the producer
+/// epoch and sequence of each copy tell a broker that stored a retried
+/// batch twice from a client that sent it again as a new one.
+fn assert_exactly_once(c: &ComposeCluster, topic: &str, report: &EosReport) {
+    if report.is_ok() {
+        return;
+    }
+    let stored: Vec<String> = report
+        .duplicate_offsets
+        .iter()
+        .map(|(partition, offsets)| {
+            format!(
+                "{topic}-{partition}:\n{}",
+                samsa_tests::nemesis::describe_stored_batches(c, topic, *partition, offsets)
+            )
+        })
+        .collect();
+    panic!(
+        "exactly-once check failed:\n{report}\nduplicates as stored:\n{}",
+        stored.join("\n")
+    );
 }
 
 /// An idempotent and a transactional load, each on its own topic
@@ -96,9 +121,10 @@ impl Loads {
     /// [`Loads::finish`], reading back through `bootstrap`.
     fn finish_through(self, c: &ComposeCluster, bootstrap: &str) {
         let txn_topic = self.txn.topic.clone();
+        let idem_topic = self.idem.topic.clone();
         let report = self.idem.finish(bootstrap);
         eprintln!("containers: idempotent load: {report}");
-        report.assert_ok();
+        assert_exactly_once(c, &idem_topic, &report);
         let out = self
             .txn
             .finish(bootstrap, |p| leader_client(c, &txn_topic, p));
@@ -113,7 +139,7 @@ impl Loads {
             out.report
         );
         assert!(out.torn.is_empty(), "torn transactions: {:#?}", out.torn);
-        out.report.assert_ok();
+        assert_exactly_once(c, &txn_topic, &out.report);
         assert!(
             out.committed > 0 && out.aborted > 0,
             "the transactional load committed {} and aborted {}",
@@ -466,7 +492,7 @@ fn paused_follower_leaves_and_rejoins_the_isr() {
     load.wait_progress(500, STATE);
     let report = load.finish(&c.bootstrap());
     eprintln!("containers: idempotent load: {report}");
-    report.assert_ok();
+    assert_exactly_once(&c, &topic, &report);
     print_summary("docker pause", &[gap]);
 }
 

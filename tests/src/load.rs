@@ -39,7 +39,7 @@ impl IdempotentLoad {
     pub fn start(bootstrap: &str, topic: &str, partitions: i32) -> IdempotentLoad {
         let checker = EosChecker::shared();
         let producer = Arc::new(rdk::checking_producer(
-            &rdk::idempotent_producer_config(bootstrap),
+            &rdk::with_eos_debug(rdk::idempotent_producer_config(bootstrap)),
             Arc::clone(&checker),
         ));
         let stop = Arc::new(AtomicBool::new(false));

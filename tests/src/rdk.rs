@@ -33,6 +33,13 @@ pub fn idempotent_producer_config(bootstrap: &str) -> ClientConfig {
         .set("queue.buffering.max.messages", "20000")
         .set("broker.address.family", "v4");
     with_debug_from_env(&mut c);
+    if let Ok(extra) = std::env::var("TMP_RDKAFKA_EXTRA") {
+        for kv in extra.split(',') {
+            if let Some((k, v)) = kv.split_once('=') {
+                c.set(k, v);
+            }
+        }
+    }
     c
 }
 
@@ -41,8 +48,24 @@ pub fn idempotent_producer_config(bootstrap: &str) -> ClientConfig {
 /// [`CheckingContext`]'s `log`), which nextest shows for a failed test.
 fn with_debug_from_env(c: &mut ClientConfig) {
     if let Ok(contexts) = std::env::var("SAMSA_TEST_RDKAFKA_DEBUG") {
-        c.set("debug", contexts);
+        // The crate passes on only what its log level lets through.
+        c.set("debug", contexts)
+            .set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
     }
+}
+
+/// `config` with librdkafka's `eos` debug context on (unless
+/// `SAMSA_TEST_RDKAFKA_DEBUG` chose others): a few lines per producer-id
+/// change, drain, epoch bump or sequence error, the client's side of any
+/// duplicate a fault test finds. They go to stderr, which nextest shows
+/// only for a failed test.
+pub fn with_eos_debug(mut config: ClientConfig) -> ClientConfig {
+    if std::env::var_os("SAMSA_TEST_RDKAFKA_DEBUG").is_none() {
+        config
+            .set("debug", "eos")
+            .set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
+    }
+    config
 }
 
 /// Consumer settings for assign()-based reading: no subscription, no
