@@ -33,13 +33,6 @@ pub fn idempotent_producer_config(bootstrap: &str) -> ClientConfig {
         .set("queue.buffering.max.messages", "20000")
         .set("broker.address.family", "v4");
     with_debug_from_env(&mut c);
-    if let Ok(extra) = std::env::var("TMP_RDKAFKA_EXTRA") {
-        for kv in extra.split(',') {
-            if let Some((k, v)) = kv.split_once('=') {
-                c.set(k, v);
-            }
-        }
-    }
     c
 }
 
