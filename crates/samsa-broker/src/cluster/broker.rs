@@ -80,7 +80,7 @@ struct OpenBroker {
     fenced: watch::Receiver<bool>,
 }
 
-/// What the ISR loop takes over: its `AlterPartition` client and the ISR
+/// What the ISR loop takes over: its `AlterPartitions` client and the ISR
 /// expansions the replication service proposes.
 struct IsrChannel {
     client: ControllerClient,

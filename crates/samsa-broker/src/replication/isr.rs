@@ -1,5 +1,5 @@
 //! ISR changes proposed by partition leaders through the controller's
-//! `AlterPartition` (compare-and-set on the partition epoch).
+//! `AlterPartitions` (each change a compare-and-set on the partition epoch).
 //!
 //! - shrink: every `replica_lag_time_max_ms / 4` the leader looks for ISR
 //!   members that have not caught up with its log end for longer than

@@ -11,7 +11,7 @@
 //!   partition directory) ([`service`]);
 //! - the leader tracks each follower's log end offset and last caught-up
 //!   time, advances the high watermark to the minimum LEO over the ISR, and
-//!   changes the ISR through the controller's `AlterPartition` (compare-and-
+//!   changes the ISR through the controller's `AlterPartitions` (compare-and-
 //!   set on the partition epoch): a follower that has not caught up for
 //!   `replica_lag_time_max_ms` leaves, one that reaches the HW rejoins ([`isr`]);
 //! - a reassignment's adding replicas catch up under the

@@ -240,7 +240,7 @@ pub struct FollowedLeader {
 }
 
 /// What the controller compares before it accepts an ISR change from this
-/// leader (`AlterPartition` is a compare-and-set on these).
+/// leader (each `AlterPartitions` change is a compare-and-set on these).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AlterContext {
     pub topic_id: Uuid,
@@ -431,7 +431,7 @@ impl Partition {
         }
     }
 
-    /// An ISR change committed by the controller (the AlterPartition answer).
+    /// An ISR change committed by the controller (its answer in `AlterPartitions`).
     pub(crate) fn isr_committed(&self, leader_epoch: i32, partition_epoch: i32, isr: Vec<i32>) {
         let (hw, leo) = {
             let mut guard = self.log.lock().unwrap_or_else(|p| p.into_inner());
