@@ -184,6 +184,7 @@ async fn fetch_once(
     let response = client.fetch(request).await?.into_inner();
     let bytes = response.partitions.iter().map(|p| p.records.len()).sum();
     let mut all_failed = !response.partitions.is_empty();
+    let mut answers = Vec::with_capacity(response.partitions.len());
     for data in response.partitions {
         let Some((partition, epoch, fetch_offset, reassigning)) = sent
             .iter()
@@ -198,7 +199,29 @@ async fn fetch_once(
         if partition.followed_leader().map(|f| f.leader_epoch) != Some(*epoch) {
             continue;
         }
-        match crate::blocking_io(|| apply(partition, *epoch, *fetch_offset, &data)) {
+        answers.push((partition, *epoch, *fetch_offset, data));
+    }
+    // Each hand-off to a blocking thread costs thread switches; one covers
+    // the whole answer, and an answer that only moves high watermarks (most
+    // rounds while the producer waits for acks=all) needs none.
+    let apply_all = || {
+        answers
+            .iter()
+            .map(|(partition, epoch, fetch_offset, data)| {
+                (partition, apply(partition, *epoch, *fetch_offset, data))
+            })
+            .collect::<Vec<_>>()
+    };
+    let applied = if answers
+        .iter()
+        .any(|(p, _, _, data)| writes_to_disk(p, data))
+    {
+        crate::blocking_io(apply_all)
+    } else {
+        apply_all()
+    };
+    for (partition, result) in applied {
+        match result {
             Ok(true) => all_failed = false,
             Ok(false) => {}
             // The partition logs when its writes start and stop failing.
@@ -213,6 +236,19 @@ async fn fetch_once(
         tokio::time::sleep(RETRY).await;
     }
     Ok(Some(bytes))
+}
+
+/// Whether applying `data` may write or delete files: records to append, a
+/// divergence or out-of-range answer to truncate at, or a log start the
+/// leader moved past this replica's. Otherwise it only takes the leader's
+/// high watermark, in memory.
+fn writes_to_disk(partition: &Partition, data: &PartitionData) -> bool {
+    !data.records.is_empty()
+        || data.diverging_epoch.is_some()
+        || data.error_code != 0
+        || partition
+            .offsets()
+            .map_or(true, |own| data.log_start_offset > own.log_start_offset)
 }
 
 /// Applies one partition's answer; `Ok(false)` when it was an error to wait out.
