@@ -1,9 +1,16 @@
 //! The leader side of replication: the `ReplicationService` gRPC server.
 //!
-//! A fetch is answered at once when any partition has records, an error, a
-//! divergence, or a HW newer than the follower knows; otherwise it is held
-//! (long poll) until one of those happens or `max_wait_ms` passes. Watches
-//! are subscribed before reading, so no wake-up is lost.
+//! A fetch is answered at once when any partition has records, an error or
+//! a divergence; otherwise it is held (long poll) until one of those
+//! happens or `max_wait_ms` passes. A HW newer than the follower knows is
+//! answered too, but only after [`HW_ONLY_LINGER`], unless records come
+//! first and carry it: under load nearly every HW move is followed by the
+//! next batch within a few milliseconds, and answering each move at once
+//! cost every follower an extra round trip per batch (the fetch that
+//! reports a follower's new log end moves the HW itself, so it came back
+//! empty at once). The leader's own HW, which acks=all waits for, does not
+//! depend on this: followers report their log end with every fetch.
+//! Watches are subscribed before reading, so no wake-up is lost.
 
 use kafka_protocol::error::ResponseError;
 use std::sync::{Arc, OnceLock};
@@ -24,6 +31,8 @@ use crate::{now_ms, Broker};
 
 /// Longest hold of a fetch, whatever the follower asks.
 const MAX_WAIT_CAP: Duration = Duration::from_secs(10);
+/// How long news of the HW alone waits for records to travel with.
+pub const HW_ONLY_LINGER: Duration = Duration::from_millis(5);
 
 /// What the service needs once the broker exists (the gRPC server starts
 /// with the controller, before the broker is open).
@@ -65,6 +74,8 @@ impl ReplicationService for ReplicationGrpc {
             .iter()
             .map(|p| hub.broker.replicas.get(&p.topic, p.partition))
             .collect();
+        // When this fetch first saw a HW newer than the follower's.
+        let mut hw_news_since: Option<Instant> = None;
         loop {
             let mut watches = Vec::new();
             for p in partitions.iter().flatten() {
@@ -77,6 +88,7 @@ impl ReplicationService for ReplicationGrpc {
             }
             let mut budget = req.max_bytes as usize;
             let mut ready = false;
+            let mut hw_news = false;
             let mut out = Vec::with_capacity(req.partitions.len());
             let now = now_ms();
             let throttle_rate = hub
@@ -124,8 +136,8 @@ impl ReplicationService for ReplicationGrpc {
                 budget = budget.saturating_sub(answer.records.len());
                 ready |= !answer.records.is_empty()
                     || answer.error_code != 0
-                    || answer.diverging.is_some()
-                    || answer.high_watermark > fp.high_watermark;
+                    || answer.diverging.is_some();
+                hw_news |= answer.high_watermark > fp.high_watermark;
                 data.error_code = i32::from(answer.error_code);
                 data.high_watermark = answer.high_watermark;
                 data.log_start_offset = answer.log_start_offset;
@@ -137,12 +149,19 @@ impl ReplicationService for ReplicationGrpc {
                 data.records = answer.records;
                 out.push(data);
             }
-            if ready || watches.is_empty() || Instant::now() >= deadline {
+            let now = Instant::now();
+            let mut wait_until = deadline;
+            if hw_news {
+                let since = *hw_news_since.get_or_insert(now);
+                wait_until = wait_until.min(since + HW_ONLY_LINGER);
+            }
+            if ready || watches.is_empty() || now >= wait_until {
                 return Ok(Response::new(ReplicaFetchResponse { partitions: out }));
             }
             let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                // Nothing moved: answer with what there is (no records).
+            if tokio::time::timeout_at(wait_until, changed).await.is_err() {
+                // Nothing moved, or news of the HW alone waited long
+                // enough: answer with what there is (no records).
                 return Ok(Response::new(ReplicaFetchResponse { partitions: out }));
             }
         }
