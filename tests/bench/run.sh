@@ -3,7 +3,10 @@
 #
 #   tests/bench/run.sh             single-node scenarios (a)-(d) (a few minutes)
 #   tests/bench/run.sh replication acks=all on a three-node cluster (RF=3) beside
-#                                  one node (RF=1), 1 and 6 partitions
+#                                  one node (RF=1): records/s, broker CPU per
+#                                  record, latency; REPLICATION_PARTITIONS
+#                                  (default "1 6"), REPLICATION_ROUNDS (1; even
+#                                  rounds run the cluster first)
 #   tests/bench/run.sh txn         `samsa bench txn` (transactions vs idempotent
 #                                  producing, commit latency, 16 producers) on
 #                                  one node, then on a three-node RF=3 cluster;
@@ -110,6 +113,9 @@
 #                                  (tests/bench/cluster_scale.py;
 #                                  CLUSTER_SCALE_ARGS)
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
+#   BENCH_PAGE_CACHE_MIB=3072 tests/bench/run.sh replication
+#                                  in a memory cgroup with a full page cache
+#                                  (see below; root only)
 #   SINGLE_QUICK=1 tests/bench/run.sh   (a)-(c) only: no dd, no 5 GiB (d)
 #                                  (for before/after pairs of one run)
 #   SAMSA_BIN=/path/to/samsa tests/bench/run.sh txn   use that binary, no build
@@ -166,6 +172,40 @@ compat_python() {
     echo "$python"
 }
 
+# BENCH_PAGE_CACHE_MIB=N: the brokers (not the clients) run in a memory
+# cgroup of N MiB whose page cache is filled first (a scratch file, synced,
+# kept until the end), so their writes recycle page-cache pages the way a
+# long-running broker's do once its page cache is full. Without it, a VM
+# whose balloon takes freed memory back (free page reporting, as on these
+# machines) makes every write into never-used or long-freed memory cost
+# ~2-3 s of system time per GiB, and a three-node cluster on one machine
+# writes three times the bytes of one node: docs/BENCHMARKS.md,
+# "Replication efficiency". Needs root (cgroup v1 or v2).
+broker_prefix=()
+if [ -n "${BENCH_PAGE_CACHE_MIB:-}" ]; then
+    cgroup_name=samsa-bench-$$
+    if [ -d /sys/fs/cgroup/memory ]; then
+        cgroup=/sys/fs/cgroup/memory/$cgroup_name
+        mkdir "$cgroup" && echo $((BENCH_PAGE_CACHE_MIB * 1024 * 1024)) >"$cgroup/memory.limit_in_bytes"
+    else
+        cgroup=/sys/fs/cgroup/$cgroup_name
+        mkdir "$cgroup" && echo $((BENCH_PAGE_CACHE_MIB * 1024 * 1024)) >"$cgroup/memory.max"
+    fi
+    # Prefixed to a command, runs it (as the same process) inside the
+    # cgroup; its children stay there too.
+    broker_prefix=(bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cgroup")
+    page_cache_fill=$target/bench-page-cache-fill
+    log "filling a ${BENCH_PAGE_CACHE_MIB} MiB page cache (memory cgroup $cgroup)"
+    "${broker_prefix[@]}" dd if=/dev/zero of="$page_cache_fill" bs=1M count="$BENCH_PAGE_CACHE_MIB" \
+        conv=fsync status=none
+fi
+release_page_cache() {
+    if [ -n "${page_cache_fill:-}" ]; then
+        rm -f "$page_cache_fill"
+        rmdir "$cgroup" 2>/dev/null || true
+    fi
+}
+
 broker_pid=
 stop_broker() {
     if [ -n "$broker_pid" ] && kill -0 "$broker_pid" 2>/dev/null; then
@@ -174,7 +214,7 @@ stop_broker() {
     fi
     broker_pid=
 }
-trap stop_broker EXIT
+trap 'stop_broker; release_page_cache' EXIT
 
 # start_broker <flush policy toml> [server args...] : starts samsa, sets $port and $data
 start_broker() {
@@ -182,7 +222,7 @@ start_broker() {
     port=$(free_port)
     data=$bench_dir/data-$port
     rm -rf "$bench_dir" && mkdir -p "$data"
-    "$server" server --listen "127.0.0.1:$port" --data-dir "$data" --set "log.flush=$1" \
+    "${broker_prefix[@]}" "$server" server --listen "127.0.0.1:$port" --data-dir "$data" --set "log.flush=$1" \
         --set http_listen=127.0.0.1:0 "${@:2}" \
         >"$bench_dir/broker.log" 2>&1 &
     broker_pid=$!
@@ -215,7 +255,7 @@ PY
 )
     data=$bench_dir/cluster-$port
     rm -rf "$bench_dir" && mkdir -p "$data"
-    "$server" dev --nodes 3 --port "$port" --controller-port "$((port + 1))" \
+    "${broker_prefix[@]}" "$server" dev --nodes 3 --port "$port" --controller-port "$((port + 1))" \
         --http-port "$((port + 2))" --data-dir "$data" \
         >"$bench_dir/broker.log" 2>&1 &
     broker_pid=$!
@@ -243,6 +283,14 @@ consume() {
 }
 
 rss_peak_mib() { awk '/VmHWM/ {printf "%d", $2/1024}' "/proc/$broker_pid/status"; }
+# The broker's CPU (user + system) so far, in milliseconds: its process and
+# its children (`samsa dev` runs each node as a child process).
+broker_cpu_ms() {
+    local pids
+    pids=$(echo "$broker_pid" $(pgrep -P "$broker_pid" || true) | sed 's/[0-9]*/\/proc\/&\/stat/g')
+    # shellcheck disable=SC2086 # one stat file per process
+    awk -v t="$(getconf CLK_TCK)" '{ c += $14 + $15 } END { print int(c * 1000 / t) }' $pids
+}
 
 if [ "$mode" = pipeline ]; then
     # samsa pipeline bench drives `samsa pipeline stage` processes (the same
@@ -263,8 +311,6 @@ if [ "$mode" = pipeline ]; then
 fi
 
 if [ "$mode" = compression ]; then
-    # Broker CPU time in seconds (user + system) from /proc/<pid>/stat.
-    broker_cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$broker_pid/stat"; }
     n=${COMPRESSION_RECORDS:-200000}
     echo "## samsa topic compression benchmark $(date -u +%Y-%m-%dT%H:%MZ), $n records of $size bytes per run"
     echo
@@ -286,15 +332,15 @@ if [ "$mode" = compression ]; then
                 start_broker '"every-ack"'
                 "$samsa" topic create c --partitions 1 --config "compression.type=$topic_codec" \
                     --bootstrap-server "127.0.0.1:$port" >/dev/null
-                cpu0=$(broker_cpu)
+                cpu0=$(broker_cpu_ms)
                 line=$("$samsa" bench produce --bootstrap-server "127.0.0.1:$port" --topic c \
                     --records "$n" --record-size "$size" --partitions 1 --acks all --idempotent \
                     --payload "$payload" -X "compression.type=$producer_codec" 2>"$bench_dir/bench.err" | tail -1)
-                cpu1=$(broker_cpu)
+                cpu1=$(broker_cpu_ms)
                 rate=$(echo "$line" | grep -o '[0-9.]* records/sec' | cut -d' ' -f1)
                 stored=$(cat "$data"/c-0/*.log | wc -c | awk '{printf "%.1f", $1 / 1048576}')
-                per=$(awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN {printf "%.1f", (b - a) * 1e6 / n}')
-                cpu=$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN {printf "%.2f", b - a}')
+                per=$(awk -v a="$cpu0" -v b="$cpu1" -v n="$n" 'BEGIN {printf "%.1f", (b - a) * 1e3 / n}')
+                cpu=$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN {printf "%.2f", (b - a) / 1000}')
                 echo "| $round | $payload | $topic_codec | $producer_codec | ${rate%.*} | $cpu | $per | $stored |"
             done
         done
@@ -435,9 +481,6 @@ if [ "$mode" = metrics ]; then
     before=${METRICS_BEFORE_BIN:?METRICS_BEFORE_BIN=/path/to/samsa, a build without the change}
     rounds=${METRICS_ROUNDS:-3}
     build_perf_tool
-    tick=$(getconf CLK_TCK)
-    # Broker CPU (user + system) in milliseconds.
-    cpu_ms() { awk -v t="$tick" '{ print int(($14 + $15) * 1000 / t) }' "/proc/$broker_pid/stat"; }
     echo "## metrics cost $(date -u +%Y-%m-%dT%H:%MZ): $records records of $size bytes, acks=all, idempotent, 6 partitions"
     echo
     echo "| round | broker | records/s | broker CPU µs/record |"
@@ -448,9 +491,9 @@ if [ "$mode" = metrics ]; then
         for which in $order; do
             if [ "$which" = before ]; then server=$before; else server=$samsa; fi
             start_broker '"every-ack"'
-            c0=$(cpu_ms)
+            c0=$(broker_cpu_ms)
             r=$(produce 6 -a -1 -X enable.idempotence=true)
-            c1=$(cpu_ms)
+            c1=$(broker_cpu_ms)
             echo "| $round | $which | ${r% msgs/s} | $(awk -v c=$((c1 - c0)) -v n="$records" 'BEGIN { printf "%.2f", c * 1000 / n }') |"
         done
     done
@@ -466,12 +509,10 @@ if [ "$mode" = traces ]; then
     if [ ! -x "$sink_bin" ]; then
         (cd "$root" && nice cargo build --release -p samsa-tests --bin otlp-sink >/dev/null)
     fi
-    tick=$(getconf CLK_TCK)
-    cpu_ms() { awk -v t="$tick" '{ print int(($14 + $15) * 1000 / t) }' "/proc/$broker_pid/stat"; }
     sink_out=$(mktemp)
     "$sink_bin" >"$sink_out" &
     sink_pid=$!
-    trap 'stop_broker; kill "$sink_pid" 2>/dev/null || true; rm -f "$sink_out"' EXIT
+    trap 'stop_broker; release_page_cache; kill "$sink_pid" 2>/dev/null || true; rm -f "$sink_out"' EXIT
     for _ in $(seq 100); do [ -s "$sink_out" ] && break; sleep 0.1; done
     endpoint=$(head -1 "$sink_out")
     spans_now() { awk '/^spans/ { n = $2 } END { print n + 0 }' "$sink_out"; }
@@ -492,10 +533,10 @@ if [ "$mode" = traces ]; then
                 start_broker '"every-ack"' --set "otlp_endpoint=$endpoint" --set "trace_sample_ratio=$setting"
             fi
             s0=$(spans_now)
-            c0=$(cpu_ms)
+            c0=$(broker_cpu_ms)
             # shellcheck disable=SC2086 # TRACES_CLIENT_ARGS is a list of -X options
             r=$(produce 6 -a -1 -X enable.idempotence=true -X "linger.ms=${TRACES_LINGER_MS:-5}" ${TRACES_CLIENT_ARGS:-})
-            c1=$(cpu_ms)
+            c1=$(broker_cpu_ms)
             stop_broker # a stopping broker exports what it has queued
             # The sink's next report counts everything the broker sent.
             reports=$(wc -l <"$sink_out")
@@ -513,18 +554,28 @@ fi
 [ "$mode" = txn ] || build_perf_tool
 
 if [ "$mode" = replication ]; then
+    rounds=${REPLICATION_ROUNDS:-1}
     echo "## samsa replication benchmark $(date -u +%Y-%m-%dT%H:%MZ), $records records of $size bytes, acks=all, idempotent"
     echo
-    echo "| setup | partitions | records/s (rdkafka_performance) | samsa bench p50 / p99 / p99.9 latency |"
-    echo "|---|---|---|---|"
-    for partitions in 1 6; do
-        for setup in single cluster; do
-            if [ "$setup" = single ]; then start_broker '"every-ack"'; name="1 node, RF=1"; else start_cluster; name="3 nodes, RF=3, min ISR 2"; fi
-            r=$(produce "$partitions" -a -1 -X enable.idempotence=true)
-            l=$("$samsa" bench produce --bootstrap-server "127.0.0.1:$port" --topic lat --partitions "$partitions" \
-                --records "$((records / 5))" --record-size "$size" --acks all --idempotent 2>&1 | tail -1 \
-                | grep -o '[0-9.]* ms 50th, [0-9.]* ms 99th, [0-9.]* ms 99.9th')
-            echo "| $name | $partitions | ${r% msgs/s} | $l |"
+    echo "| round | setup | partitions | records/s (rdkafka_performance) | broker CPU µs/record | samsa bench p50 / p99 / p99.9 latency |"
+    echo "|---|---|---|---|---|---|"
+    for round in $(seq "$rounds"); do
+        for partitions in ${REPLICATION_PARTITIONS:-1 6}; do
+            # Even rounds turn the order, so drift within a run (page cache,
+            # a filling disk) does not always favour one setup.
+            order="single cluster"
+            [ $((round % 2)) -eq 0 ] && order="cluster single"
+            for setup in $order; do
+                if [ "$setup" = single ]; then start_broker '"every-ack"'; name="1 node, RF=1"; else start_cluster; name="3 nodes, RF=3, min ISR 2"; fi
+                c0=$(broker_cpu_ms)
+                r=$(produce "$partitions" -a -1 -X enable.idempotence=true)
+                c1=$(broker_cpu_ms)
+                l=$("$samsa" bench produce --bootstrap-server "127.0.0.1:$port" --topic lat --partitions "$partitions" \
+                    --records "$((records / 5))" --record-size "$size" --acks all --idempotent 2>&1 | tail -1 \
+                    | grep -o '[0-9.]* ms 50th, [0-9.]* ms 99th, [0-9.]* ms 99.9th')
+                per=$(awk -v c=$((c1 - c0)) -v n="$records" 'BEGIN { printf "%.2f", c * 1000 / n }')
+                echo "| $round | $name | $partitions | ${r% msgs/s} | $per | $l |"
+            done
         done
     done
     stop_broker
