@@ -33,13 +33,30 @@ pub struct VerifyOutcome {
 impl VerifyOutcome {
     /// The last `n` lines of stderr, for a failure message.
     pub fn stderr_tail(&self, n: usize) -> String {
-        let lines: Vec<&str> = self.stderr.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
+        tail(&self.stderr, n)
     }
+
+    /// The first `max` lines of stderr that contain one of `needles`, for a
+    /// failure message (librdkafka's `eos` lines out of a long debug log).
+    pub fn stderr_lines_with(&self, needles: &[&str], max: usize) -> String {
+        self.stderr
+            .lines()
+            .filter(|line| needles.iter().any(|n| line.contains(n)))
+            .take(max)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 impl VerifyRun {
     /// Starts `samsa verify <args> --history <dir>/history.jsonl --json`.
+    /// librdkafka's debug lines go to its stderr when `args` ask for them
+    /// (`-X debug=eos`).
     pub fn start(args: &[String]) -> VerifyRun {
         let dir = TempDir::new().expect("a temporary directory");
         let history = dir.path().join("history.jsonl");
@@ -51,6 +68,7 @@ impl VerifyRun {
             .arg("--history")
             .arg(&history)
             .arg("--json")
+            .env("RUST_LOG", "info,librdkafka=debug")
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)
@@ -101,8 +119,8 @@ impl VerifyRun {
                     let _ = child.kill();
                     let _ = child.wait();
                     panic!(
-                        "samsa verify still ran after {timeout:?}; stderr:\n{}",
-                        read_text(&self.dir.path().join("stderr"))
+                        "samsa verify still ran after {timeout:?}; its stderr ends:\n{}",
+                        tail(&read_text(&self.dir.path().join("stderr")), 200)
                     );
                 }
                 Ok(None) => None,
