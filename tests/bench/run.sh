@@ -286,10 +286,9 @@ rss_peak_mib() { awk '/VmHWM/ {printf "%d", $2/1024}' "/proc/$broker_pid/status"
 # The broker's CPU (user + system) so far, in milliseconds: its process and
 # its children (`samsa dev` runs each node as a child process).
 broker_cpu_ms() {
-    local pids
-    pids=$(echo "$broker_pid" $(pgrep -P "$broker_pid" || true) | sed 's/[0-9]*/\/proc\/&\/stat/g')
-    # shellcheck disable=SC2086 # one stat file per process
-    awk -v t="$(getconf CLK_TCK)" '{ c += $14 + $15 } END { print int(c * 1000 / t) }' $pids
+    local stats=() pid
+    for pid in "$broker_pid" $(pgrep -P "$broker_pid" || true); do stats+=("/proc/$pid/stat"); done
+    awk -v t="$(getconf CLK_TCK)" '{ c += $14 + $15 } END { print int(c * 1000 / t) }' "${stats[@]}"
 }
 
 if [ "$mode" = pipeline ]; then

@@ -32,7 +32,7 @@ use crate::{now_ms, Broker};
 /// Longest hold of a fetch, whatever the follower asks.
 const MAX_WAIT_CAP: Duration = Duration::from_secs(10);
 /// How long news of the HW alone waits for records to travel with.
-pub const HW_ONLY_LINGER: Duration = Duration::from_millis(5);
+const HW_ONLY_LINGER: Duration = Duration::from_millis(5);
 
 /// What the service needs once the broker exists (the gRPC server starts
 /// with the controller, before the broker is open).
@@ -149,13 +149,13 @@ impl ReplicationService for ReplicationGrpc {
                 data.records = answer.records;
                 out.push(data);
             }
-            let now = Instant::now();
+            let looked_at = Instant::now();
             let mut wait_until = deadline;
             if hw_news {
-                let since = *hw_news_since.get_or_insert(now);
+                let since = *hw_news_since.get_or_insert(looked_at);
                 wait_until = wait_until.min(since + HW_ONLY_LINGER);
             }
-            if ready || watches.is_empty() || now >= wait_until {
+            if ready || watches.is_empty() || looked_at >= wait_until {
                 return Ok(Response::new(ReplicaFetchResponse { partitions: out }));
             }
             let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
