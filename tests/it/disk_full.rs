@@ -10,13 +10,15 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use samsa_tests::client::KafkaClient;
-use samsa_tests::codes::NONE;
+use kafka_protocol::messages::{ApiKey, ProduceRequest};
+use samsa_tests::client::{produce_request, KafkaClient};
+use samsa_tests::codes::{NONE, OUT_OF_ORDER_SEQUENCE_NUMBER};
 use samsa_tests::http::{http_get, metric};
 use samsa_tests::small_fs::SmallFs;
 use samsa_tests::{unique_topic, wait_until, BatchBuilder, SamsaNode};
 
 const KAFKA_STORAGE_ERROR: i16 = 56;
+const BATCH_RECORDS: u32 = 8;
 
 /// One idempotent producer's batches: `values` per batch, `value_len`
 /// bytes each, sequences continuing from the last acknowledged batch.
@@ -47,16 +49,24 @@ impl Producer {
 
     /// The next batch; it stays the next one until [`Producer::acked`].
     fn next(&self) -> Batch {
-        let values: Vec<String> = (0..8)
+        self.ahead(0)
+    }
+
+    /// The batch `skipped` batches after the next one (what a pipelining
+    /// producer has in flight behind it).
+    fn ahead(&self, skipped: u32) -> Batch {
+        let batch = self.batches + skipped;
+        let values: Vec<String> = (0..BATCH_RECORDS)
             .map(|i| {
-                let tag = format!("b{}-r{i}-", self.batches);
+                let tag = format!("b{batch}-r{i}-");
                 format!(
                     "{tag}{}",
                     "x".repeat(self.value_len.saturating_sub(tag.len()))
                 )
             })
             .collect();
-        let records = BatchBuilder::idempotent(self.pid, self.epoch, self.next_sequence)
+        let first_sequence = self.next_sequence + (skipped * BATCH_RECORDS) as i32;
+        let records = BatchBuilder::idempotent(self.pid, self.epoch, first_sequence)
             .values(&values)
             .build();
         Batch { records, values }
@@ -202,6 +212,86 @@ fn full_disk_answers_storage_error_and_recovers_without_restart() {
     );
     let batch = producer.next();
     assert_eq!(produce(&mut c, &topic, &batch), (NONE, acked.len() as i64));
+}
+
+/// Sends `batches` back to back on one connection before reading any
+/// answer, as a pipelining producer does; returns each answer's code and
+/// base offset.
+fn produce_pipelined(c: &mut KafkaClient, topic: &str, batches: &[&Batch]) -> Vec<(i16, i64)> {
+    let version = c.version_for(ApiKey::Produce).unwrap();
+    let sent: Vec<i32> = batches
+        .iter()
+        .map(|b| {
+            c.send_only(&produce_request(topic, 0, b.records.clone(), -1), version)
+                .unwrap()
+        })
+        .collect();
+    sent.into_iter()
+        .map(|correlation_id| {
+            let answer = c.recv::<ProduceRequest>(correlation_id, version).unwrap();
+            let p = &answer.responses[0].partition_responses[0];
+            (p.error_code, p.base_offset)
+        })
+        .collect()
+}
+
+/// librdkafka (and the Java client) pipeline an idempotent producer's
+/// requests. When the disk refuses one, the next is already in flight and
+/// finds its sequence skipping ahead: it must be refused as retriable
+/// (KAFKA_STORAGE_ERROR), not OUT_OF_ORDER_SEQUENCE_NUMBER, which makes
+/// librdkafka bump the producer's epoch and renumber retries a leader may
+/// already hold. Both then go in, in order, once space is freed.
+#[test]
+fn a_request_in_flight_behind_one_the_full_disk_refused_is_refused_as_retriable() {
+    let fs = SmallFs::ext4(64);
+    let (node, _data) = start_on(&fs);
+    let mut c = node.client();
+    let topic = unique_topic("disk-full-pipelined");
+    c.create_topic(&topic, 1).unwrap();
+    let mut producer = Producer::new(&mut c, 1000);
+    let mut acked = Vec::new();
+    // State for the producer first: a producer the partition knows nothing
+    // of may start at any sequence, and there would be no gap to find.
+    for _ in 0..3 {
+        let batch = producer.next();
+        assert_eq!(produce(&mut c, &topic, &batch), (NONE, acked.len() as i64));
+        acked.extend(batch.values.iter().cloned());
+        producer.acked(&batch);
+    }
+    fs.fill(0);
+    assert_eq!(
+        produce_until_refused(&mut c, &topic, &mut producer, &mut acked),
+        KAFKA_STORAGE_ERROR
+    );
+
+    let (first, second) = (producer.next(), producer.ahead(1));
+    for _ in 0..3 {
+        let answers = produce_pipelined(&mut c, &topic, &[&first, &second]);
+        assert_eq!(
+            answers.iter().map(|(code, _)| *code).collect::<Vec<_>>(),
+            [KAFKA_STORAGE_ERROR, KAFKA_STORAGE_ERROR],
+            "both refused as retriable; {OUT_OF_ORDER_SEQUENCE_NUMBER} would make the client bump its epoch"
+        );
+    }
+
+    fs.free();
+    let answers = wait_until(
+        "the pair goes in once space is freed",
+        Duration::from_secs(30),
+        || {
+            let answers = produce_pipelined(&mut c, &topic, &[&first, &second]);
+            (answers[0].0 != KAFKA_STORAGE_ERROR).then_some(answers)
+        },
+    );
+    let at = acked.len() as i64;
+    assert_eq!(
+        answers,
+        [(NONE, at), (NONE, at + i64::from(BATCH_RECORDS))],
+        "in order, at the next offsets"
+    );
+    acked.extend(first.values.iter().cloned());
+    acked.extend(second.values.iter().cloned());
+    assert_eq!(stored_values(&mut c, &topic), acked, "each batch once");
 }
 
 #[test]

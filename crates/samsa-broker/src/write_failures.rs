@@ -7,8 +7,14 @@
 //! and what the metrics count. [`WriteFailures`] keeps that state; time is
 //! passed in.
 //!
+//! It also remembers when a write last failed, for the produce path's
+//! answer to a batch that skips ahead of its producer's sequence just after
+//! a refused write ([`WriteFailures::failed_within`]): the skipped batch is
+//! most likely the one the disk refused, still to be retried.
+//!
 //! Invariant: `failing` is `Some` exactly from a failed write to the next
-//! write that succeeds.
+//! write that succeeds; `last_failure` is the time of the latest failed
+//! write and outlives the recovery.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -48,6 +54,7 @@ pub enum WriteOutcome {
 #[derive(Debug, Default)]
 pub struct WriteFailures {
     failing: Mutex<Option<Failing>>,
+    last_failure: Mutex<Option<Instant>>,
     /// Failed writes since the broker started.
     total: AtomicU64,
 }
@@ -64,6 +71,7 @@ pub fn is_write_failure(error: &PartitionError) -> bool {
 impl WriteFailures {
     pub fn failed(&self, now: Instant) -> WriteOutcome {
         self.total.fetch_add(1, Ordering::Relaxed);
+        *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
         let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
         let (outcome, since, failed_writes) = match *failing {
             Some(f) => (WriteOutcome::StillFailing, f.since, f.failed_writes + 1),
@@ -96,6 +104,15 @@ impl WriteFailures {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .map(|f| f.retry_at)
+    }
+
+    /// Whether a write failed within `window` before `now` (or writes are
+    /// failing still).
+    pub fn failed_within(&self, now: Instant, window: Duration) -> bool {
+        self.last_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| now.saturating_duration_since(at) <= window)
     }
 
     pub fn is_failing(&self) -> bool {
@@ -137,6 +154,18 @@ mod tests {
         assert_eq!(w.succeeded(later), WriteOutcome::Working);
         assert_eq!(w.failed(later), WriteOutcome::StartedFailing);
         assert_eq!(w.total(), 103);
+    }
+
+    #[test]
+    fn remembers_the_last_failure_past_the_recovery() {
+        let w = WriteFailures::default();
+        let t0 = Instant::now();
+        let window = Duration::from_secs(30);
+        assert!(!w.failed_within(t0, window));
+        w.failed(t0);
+        w.succeeded(t0 + Duration::from_secs(1));
+        assert!(w.failed_within(t0 + window, window));
+        assert!(!w.failed_within(t0 + window + Duration::from_millis(1), window));
     }
 
     #[test]

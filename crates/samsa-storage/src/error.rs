@@ -118,6 +118,23 @@ impl StorageError {
                 | StorageError::OffsetsInconsistent { .. }
         )
     }
+
+    /// Whether this is an out-of-order batch whose sequence lies ahead of
+    /// the expected one (batches before it are missing), as opposed to one
+    /// behind it (an old retry). Sequences wrap from `i32::MAX` to 0; a
+    /// distance of less than half the range forward counts as ahead.
+    pub fn is_sequence_gap(&self) -> bool {
+        const RANGE: i64 = i32::MAX as i64 + 1;
+        match *self {
+            StorageError::OutOfOrderSequence {
+                expected, found, ..
+            } => {
+                let forward = (i64::from(found) - i64::from(expected)).rem_euclid(RANGE);
+                forward > 0 && forward < RANGE / 2
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Attaches the path an I/O error happened on.
@@ -131,5 +148,28 @@ impl<T> IoContext<T> for std::io::Result<T> {
             path: path.to_path_buf(),
             source,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StorageError;
+
+    fn out_of_order(expected: i32, found: i32) -> StorageError {
+        StorageError::OutOfOrderSequence {
+            producer_id: 1,
+            expected,
+            found,
+        }
+    }
+
+    #[test]
+    fn a_sequence_gap_is_a_batch_ahead_of_the_expected_one_across_the_wrap() {
+        assert!(out_of_order(5, 13).is_sequence_gap());
+        assert!(out_of_order(i32::MAX - 2, 4).is_sequence_gap());
+        assert!(!out_of_order(13, 5).is_sequence_gap());
+        assert!(!out_of_order(3, i32::MAX - 1).is_sequence_gap());
+        assert!(!out_of_order(5, 5).is_sequence_gap());
+        assert!(!StorageError::InvalidRecord("x".into()).is_sequence_gap());
     }
 }

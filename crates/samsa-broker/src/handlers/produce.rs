@@ -74,6 +74,21 @@ struct Write {
     target: Option<Arc<Partition>>,
 }
 
+/// How long after a failed log write (a full disk) a batch that skips ahead
+/// of its producer's sequence is answered KAFKA_STORAGE_ERROR instead of
+/// OUT_OF_ORDER_SEQUENCE_NUMBER. A pipelining producer has its next request
+/// in flight when the disk refuses one; the next finds a gap, and an
+/// out-of-order answer makes librdkafka bump the producer's epoch and
+/// renumber its queued records, retries a leader may already hold among
+/// them (stored twice, then). A retriable refusal lets the client retry
+/// both in order. Apache Kafka never gets there: a failed write takes its
+/// log directory offline (a broker with one directory stops), so no later
+/// request of the partition reaches that broker's sequence check; samsa
+/// keeps the partition and retries the disk. The window is the
+/// client's default `request.timeout.ms`, the longest a request in flight
+/// behind the refused one can take to arrive.
+const SEQUENCE_GAP_AFTER_FAILED_WRITE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The first version that names topics by id (KIP-516).
 const TOPIC_IDS: i16 = 13;
 /// The first version that carries leader hints on NOT_LEADER_OR_FOLLOWER
@@ -536,6 +551,22 @@ fn append(
                 append,
                 leader_epoch,
             })
+        }
+        Err(PartitionError::Storage(e))
+            if e.is_sequence_gap()
+                && partition.write_failures.failed_within(
+                    tokio::time::Instant::now(),
+                    SEQUENCE_GAP_AFTER_FAILED_WRITE,
+                ) =>
+        {
+            debug!(partition = %partition.name(), error = %e, "batch skips ahead just after a failed write; answering KAFKA_STORAGE_ERROR");
+            Err(Refusal::new(
+                ResponseError::KafkaStorageError,
+                format!(
+                    "{}: {e}; a write to this partition failed just before, and the missing batch is likely the refused one: retry in order",
+                    partition.name()
+                ),
+            ))
         }
         Err(PartitionError::Storage(e)) => {
             let code = storage_error_code(&e);
