@@ -13,7 +13,11 @@
 #                                  TXN_SECONDS per scenario (default 10),
 #                                  TXN_RUNS repetitions (default 1), TXN_FLUSH
 #                                  the single node's log.flush (default every-ack),
-#                                  TXN_SETUPS="single" or "cluster" for one of them
+#                                  TXN_SETUPS="single" or "cluster" for one of them,
+#                                  TXN_ARGS more `samsa bench txn` arguments
+#                                  (e.g. "--txn-sizes 10 --producers 16"); a
+#                                  second table splits each transaction's time
+#                                  on the brokers (their /metrics, read around it)
 #   tests/bench/run.sh pipeline    consume-transform-produce on a three-node
 #                                  cluster: transactional stage (a transaction
 #                                  every 100 ms) vs the plain one (no
@@ -216,14 +220,17 @@ stop_broker() {
 }
 trap 'stop_broker; release_page_cache' EXIT
 
-# start_broker <flush policy toml> [server args...] : starts samsa, sets $port and $data
+# start_broker <flush policy toml> [server args...] : starts samsa, sets
+# $port, $data and $metrics_endpoints (its HTTP listener)
 start_broker() {
     stop_broker
     port=$(free_port)
+    local http_port; http_port=$(free_port)
+    metrics_endpoints=127.0.0.1:$http_port
     data=$bench_dir/data-$port
     rm -rf "$bench_dir" && mkdir -p "$data"
     "${broker_prefix[@]}" "$server" server --listen "127.0.0.1:$port" --data-dir "$data" --set "log.flush=$1" \
-        --set http_listen=127.0.0.1:0 "${@:2}" \
+        --set "http_listen=$metrics_endpoints" "${@:2}" \
         >"$bench_dir/broker.log" 2>&1 &
     broker_pid=$!
     for _ in $(seq 100); do
@@ -234,7 +241,8 @@ start_broker() {
 }
 
 # start_cluster: `samsa dev --nodes 3` on free ports; sets $port (node 1's
-# Kafka port) once three brokers can host a replication-factor-3 topic.
+# Kafka port) and $metrics_endpoints (the three HTTP listeners) once three
+# brokers can host a replication-factor-3 topic.
 start_cluster() {
     stop_broker
     port=$(python3 - <<'PY'
@@ -254,6 +262,7 @@ for _ in range(200):
 PY
 )
     data=$bench_dir/cluster-$port
+    metrics_endpoints=127.0.0.1:$((port + 2)),127.0.0.1:$((port + 102)),127.0.0.1:$((port + 202))
     rm -rf "$bench_dir" && mkdir -p "$data"
     "${broker_prefix[@]}" "$server" dev --nodes 3 --port "$port" --controller-port "$((port + 1))" \
         --http-port "$((port + 2))" --data-dir "$data" \
@@ -599,7 +608,8 @@ if [ "$mode" = txn ]; then
             echo "load before: $(uptime | sed 's/.*load average: //')"
             echo
             "$samsa" bench txn --bootstrap-server "127.0.0.1:$port" --topic txn \
-                --seconds "$seconds" --record-size "$size"
+                --seconds "$seconds" --record-size "$size" --metrics "$metrics_endpoints" \
+                ${TXN_ARGS:-}
             echo
             echo "load after: $(uptime | sed 's/.*load average: //')"
             echo

@@ -30,6 +30,7 @@ use crate::client::{self, CliContext, ConnectArgs, REQUEST_TIMEOUT};
 use crate::consume::{assigning_consumer, IsolationLevel};
 use crate::produce::Acks;
 
+mod broker_metrics;
 mod txn;
 
 #[derive(Debug, Subcommand)]

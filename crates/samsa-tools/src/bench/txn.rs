@@ -19,7 +19,13 @@
 //!    baselines, since it ran between them.
 //!
 //! Throughput counts records acknowledged over the wall time of the
-//! scenario, commits included. Nothing here asserts: it prints a table.
+//! scenario, commits included. With `--metrics` (the brokers' HTTP
+//! listeners) a second table splits each transactional scenario's time on
+//! the brokers' side, per transaction: the requests of each type and their
+//! time at the broker (and how much of it was spent waiting for fsyncs,
+//! replication or the coordinator), the markers' time, the fsyncs, and the
+//! brokers' CPU time.
+//! Nothing here asserts: it prints tables.
 
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -32,6 +38,7 @@ use hdrhistogram::Histogram;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 
+use super::broker_metrics::Scrape;
 use super::{ensure_topic, payload};
 use crate::client::{self, ConnectArgs, REQUEST_TIMEOUT};
 use crate::produce::DeliveryTally;
@@ -65,6 +72,10 @@ pub struct BenchTxnArgs {
     /// Prefix of the transactional ids (a run-unique suffix is added).
     #[arg(long, default_value = "samsa-bench-txn")]
     transactional_id_prefix: String,
+    /// HTTP listeners (`host:port`) of every broker, whose `/metrics` are
+    /// read around each transactional scenario for the broker-side table.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
+    metrics: Vec<String>,
     #[command(flatten)]
     connect: ConnectArgs,
 }
@@ -139,6 +150,8 @@ struct Measured {
     commit_us: Histogram<u64>,
     /// begin → commit returned, per transaction (µs).
     round_us: Histogram<u64>,
+    /// The brokers' metrics before and after, with `--metrics`.
+    brokers: Option<(Scrape, Scrape)>,
 }
 
 impl Measured {
@@ -149,6 +162,7 @@ impl Measured {
             transactions: 0,
             commit_us: histogram()?,
             round_us: histogram()?,
+            brokers: None,
         })
     }
 
@@ -163,7 +177,23 @@ struct Bench<'a> {
     run_id: u128,
 }
 
+/// The requests of one transaction, in the order a transaction-version-1
+/// client sends them.
+const TXN_APIS: [&str; 3] = ["AddPartitionsToTxn", "Produce", "EndTxn"];
+
 impl Bench<'_> {
+    /// Runs `scenario` between two reads of the brokers' metrics (with
+    /// `--metrics`).
+    fn with_brokers(&self, scenario: impl FnOnce() -> Result<Measured>) -> Result<Measured> {
+        if self.args.metrics.is_empty() {
+            return scenario();
+        }
+        let before = Scrape::take(&self.args.metrics)?;
+        let mut measured = scenario()?;
+        measured.brokers = Some((before, Scrape::take(&self.args.metrics)?));
+        Ok(measured)
+    }
+
     fn producer(&self, transactional_id: Option<&str>) -> Result<ThreadedProducer<DeliveryTally>> {
         let linger = self.args.linger_ms.to_string();
         let mut settings: Vec<(&str, &str)> = vec![
@@ -369,28 +399,27 @@ fn bench_txn(args: &BenchTxnArgs) -> Result<ExitCode> {
     };
     row("idempotent, not transactional", &baseline);
     let mut single = Vec::new();
+    let mut broker_side = Vec::new();
     for &size in &args.txn_sizes {
         eprintln!("1 transactional producer, {size} records per transaction");
-        let m = bench.transactional(size)?;
-        row(
-            &format!("1 transactional producer, {size} records/transaction"),
-            &m,
-        );
+        let m = bench.with_brokers(|| bench.transactional(size))?;
+        let name = format!("1 transactional producer, {size} records/transaction");
+        row(&name, &m);
         single.push((size, m.rate()));
+        broker_side.push((name, m));
     }
     if args.producers > 0 {
         eprintln!(
             "{} transactional producers, {} records per transaction",
             args.producers, args.concurrent_txn_size
         );
-        let m = bench.concurrent()?;
-        row(
-            &format!(
-                "{} transactional producers, {} records/transaction each",
-                args.producers, args.concurrent_txn_size
-            ),
-            &m,
+        let m = bench.with_brokers(|| bench.concurrent())?;
+        let name = format!(
+            "{} transactional producers, {} records/transaction each",
+            args.producers, args.concurrent_txn_size
         );
+        row(&name, &m);
+        broker_side.push((name, m));
     }
     eprintln!("idempotent again");
     let again = bench.idempotent()?;
@@ -407,5 +436,62 @@ fn bench_txn(args: &BenchTxnArgs) -> Result<ExitCode> {
             100.0 * rate / mean_rate.max(1e-9),
         );
     }
+    print_broker_side(&broker_side);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The second table: per transaction, means over the scenario.
+fn print_broker_side(scenarios: &[(String, Measured)]) {
+    if scenarios.iter().all(|(_, m)| m.brokers.is_none()) {
+        return;
+    }
+    println!();
+    println!("Broker side, per transaction (means over the scenario, summed over the brokers; \"waiting\" is Kafka's RemoteTime: fsync, replication, the coordinator):");
+    println!();
+    let api_columns: Vec<String> = TXN_APIS
+        .iter()
+        .map(|api| format!("{api}: requests, ms (waiting)"))
+        .collect();
+    println!(
+        "| scenario | {} | markers, decided → written ms | fsyncs | ms per fsync | broker CPU ms |",
+        api_columns.join(" | ")
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, m) in scenarios {
+        let Some((before, after)) = &m.brokers else {
+            continue;
+        };
+        let txns = (m.transactions as f64).max(1.0);
+        let ms = |seconds: f64| seconds * 1000.0;
+        let apis: Vec<String> = TXN_APIS
+            .iter()
+            .map(|api| {
+                let labels = format!("api=\"{api}\"");
+                let (count, total) = after.observations_since(
+                    before,
+                    "samsa_kafka_request_duration_seconds",
+                    &labels,
+                );
+                let (_, waiting) =
+                    after.observations_since(before, "samsa_kafka_request_remote_seconds", &labels);
+                format!("{:.2}, {:.2} ({:.2})", count / txns, ms(total), ms(waiting))
+            })
+            .collect();
+        let (_, markers) = after.observations_since(
+            before,
+            "samsa_transaction_end_duration_seconds",
+            "outcome=\"commit\"",
+        );
+        let (fsyncs, fsync) =
+            after.observations_since(before, "samsa_log_flush_duration_seconds", "");
+        let cpu = after.since(before, "process_cpu_seconds_total");
+        println!(
+            "| {name} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            apis.join(" | "),
+            ms(markers),
+            fsyncs / txns,
+            ms(fsync),
+            ms(cpu) / txns
+        );
+    }
 }
