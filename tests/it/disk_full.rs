@@ -100,6 +100,23 @@ fn produce(c: &mut KafkaClient, topic: &str, batch: &Batch) -> (i16, i64) {
     (r.error_code, r.base_offset)
 }
 
+/// Produces `batches` batches, each accepted at the next offset, and adds
+/// them to `acked`.
+fn produce_accepted(
+    c: &mut KafkaClient,
+    topic: &str,
+    producer: &mut Producer,
+    acked: &mut Vec<String>,
+    batches: u32,
+) {
+    for _ in 0..batches {
+        let batch = producer.next();
+        assert_eq!(produce(c, topic, &batch), (NONE, acked.len() as i64));
+        acked.extend(batch.values.iter().cloned());
+        producer.acked(&batch);
+    }
+}
+
 /// Produces batches until one is refused; returns the code of the refusal.
 /// Every accepted batch is added to `acked`.
 fn produce_until_refused(
@@ -141,12 +158,7 @@ fn full_disk_answers_storage_error_and_recovers_without_restart() {
     c.create_topic(&topic, 1).unwrap();
     let mut producer = Producer::new(&mut c, 1000);
     let mut acked = Vec::new();
-    for _ in 0..20 {
-        let batch = producer.next();
-        assert_eq!(produce(&mut c, &topic, &batch), (NONE, acked.len() as i64));
-        acked.extend(batch.values.iter().cloned());
-        producer.acked(&batch);
-    }
+    produce_accepted(&mut c, &topic, &mut producer, &mut acked, 20);
 
     fs.fill(0);
     let code = produce_until_refused(&mut c, &topic, &mut producer, &mut acked);
@@ -188,12 +200,7 @@ fn full_disk_answers_storage_error_and_recovers_without_restart() {
     assert_eq!((code, base_offset), (NONE, acked.len() as i64));
     acked.extend(pending.values.iter().cloned());
     producer.acked(&pending);
-    for _ in 0..5 {
-        let batch = producer.next();
-        assert_eq!(produce(&mut c, &topic, &batch), (NONE, acked.len() as i64));
-        acked.extend(batch.values.iter().cloned());
-        producer.acked(&batch);
-    }
+    produce_accepted(&mut c, &topic, &mut producer, &mut acked, 5);
     assert_eq!(log_lines_with(&node, "log writes work again"), 1);
     let (_, metrics) = http_get(node.http_addr(), "/metrics").unwrap();
     assert_eq!(
@@ -252,12 +259,7 @@ fn a_request_in_flight_behind_one_the_full_disk_refused_is_refused_as_retriable(
     let mut acked = Vec::new();
     // State for the producer first: a producer the partition knows nothing
     // of may start at any sequence, and there would be no gap to find.
-    for _ in 0..3 {
-        let batch = producer.next();
-        assert_eq!(produce(&mut c, &topic, &batch), (NONE, acked.len() as i64));
-        acked.extend(batch.values.iter().cloned());
-        producer.acked(&batch);
-    }
+    produce_accepted(&mut c, &topic, &mut producer, &mut acked, 3);
     fs.fill(0);
     assert_eq!(
         produce_until_refused(&mut c, &topic, &mut producer, &mut acked),
