@@ -106,13 +106,15 @@ impl WriteFailures {
             .map(|f| f.retry_at)
     }
 
-    /// Whether a write failed within `window` before `now` (or writes are
-    /// failing still).
+    /// Whether writes are failing still, or the last failed within
+    /// `window` before `now`.
     pub fn failed_within(&self, now: Instant, window: Duration) -> bool {
-        self.last_failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some_and(|at| now.saturating_duration_since(at) <= window)
+        self.is_failing()
+            || self
+                .last_failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some_and(|at| now.saturating_duration_since(at) <= window)
     }
 
     pub fn is_failing(&self) -> bool {
@@ -163,6 +165,10 @@ mod tests {
         let window = Duration::from_secs(30);
         assert!(!w.failed_within(t0, window));
         w.failed(t0);
+        assert!(
+            w.failed_within(t0 + window * 10, window),
+            "still failing: no write has worked since"
+        );
         w.succeeded(t0 + Duration::from_secs(1));
         assert!(w.failed_within(t0 + window, window));
         assert!(!w.failed_within(t0 + window + Duration::from_millis(1), window));
