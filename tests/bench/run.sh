@@ -607,6 +607,7 @@ if [ "$mode" = txn ]; then
             echo
             echo "load before: $(uptime | sed 's/.*load average: //')"
             echo
+            # shellcheck disable=SC2086 # TXN_ARGS is a list of arguments
             "$samsa" bench txn --bootstrap-server "127.0.0.1:$port" --topic txn \
                 --seconds "$seconds" --record-size "$size" --metrics "$metrics_endpoints" \
                 ${TXN_ARGS:-}

@@ -584,8 +584,13 @@ pub(crate) fn tail(path: &Path, lines: usize) -> String {
         let _ = f.read_to_end(&mut buf);
         s = String::from_utf8_lossy(&buf).into_owned();
     }
-    let all: Vec<&str> = s.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
+    last_lines(&s, lines)
+}
+
+/// The last `n` lines of `text`.
+pub(crate) fn last_lines(text: &str, n: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(n)..].join("\n")
 }
 
 /// Median and maximum of `samples` (which must not be empty).

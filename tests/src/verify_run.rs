@@ -12,6 +12,7 @@ use samsa_verify::history::{Event, EventKind, TopicInfo};
 use serde_json::Value;
 use tempfile::TempDir;
 
+use crate::cluster::last_lines;
 use crate::node::samsa_bin;
 use crate::wait::wait_until;
 
@@ -33,7 +34,7 @@ pub struct VerifyOutcome {
 impl VerifyOutcome {
     /// The last `n` lines of stderr, for a failure message.
     pub fn stderr_tail(&self, n: usize) -> String {
-        tail(&self.stderr, n)
+        last_lines(&self.stderr, n)
     }
 
     /// The first `max` lines of stderr that contain one of `needles`, for a
@@ -46,11 +47,6 @@ impl VerifyOutcome {
             .collect::<Vec<_>>()
             .join("\n")
     }
-}
-
-fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 impl VerifyRun {
@@ -120,7 +116,7 @@ impl VerifyRun {
                     let _ = child.wait();
                     panic!(
                         "samsa verify still ran after {timeout:?}; its stderr ends:\n{}",
-                        tail(&read_text(&self.dir.path().join("stderr")), 200)
+                        last_lines(&read_text(&self.dir.path().join("stderr")), 200)
                     );
                 }
                 Ok(None) => None,

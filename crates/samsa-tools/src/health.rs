@@ -1,7 +1,8 @@
 //! `samsa health`: one HTTP GET of a broker's `/readyz` (or any URL of its
 //! HTTP endpoint), exit status 0 on `200 OK` and 1 otherwise, for container
 //! health checks in images that carry no HTTP client. Plain `http://` only,
-//! blocking std sockets with a deadline: no runtime, no TLS.
+//! blocking std sockets with a deadline: no runtime, no TLS. The GET itself
+//! ([`http_get`]) also reads `/metrics` for `samsa bench txn --metrics`.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -23,8 +24,34 @@ pub struct HealthArgs {
 
 /// GETs the URL; prints the status line and body on success, an error otherwise.
 pub fn run(args: &HealthArgs) -> Result<ExitCode> {
-    let (host_port, path) = split_url(&args.url)?;
     let timeout = Duration::from_millis(args.timeout_ms.max(1));
+    let answer = http_get(&args.url, timeout, 64 * 1024)?;
+    if answer.status != 200 {
+        bail!(
+            "{} answered {}: {}",
+            args.url,
+            answer.status,
+            answer.body.trim()
+        );
+    }
+    print!("{}", answer.body);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// An HTTP answer as [`http_get`] read it.
+#[derive(Debug)]
+pub(crate) struct HttpAnswer {
+    pub status: u16,
+    /// The body as sent: a chunked one is not decoded.
+    pub body: String,
+    pub chunked: bool,
+}
+
+/// One `GET` of `url` (`http://` only) over a fresh connection, reading at
+/// most `max_bytes` of the answer; `timeout` bounds the connect, the send
+/// and each read.
+pub(crate) fn http_get(url: &str, timeout: Duration, max_bytes: u64) -> Result<HttpAnswer> {
+    let (host_port, path) = split_url(url)?;
     let addr = host_port
         .to_socket_addrs()
         .with_context(|| format!("cannot resolve {host_port}"))?
@@ -41,17 +68,19 @@ pub fn run(args: &HealthArgs) -> Result<ExitCode> {
     .with_context(|| format!("cannot send the request to {addr}"))?;
     let mut response = Vec::new();
     stream
-        .take(64 * 1024)
+        .take(max_bytes)
         .read_to_end(&mut response)
         .with_context(|| format!("no complete answer from {addr}"))?;
     let text = String::from_utf8_lossy(&response);
     let status = status_code(&text)?;
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
-    if status != 200 {
-        bail!("{} answered {status}: {}", args.url, body.trim());
-    }
-    print!("{body}");
-    Ok(ExitCode::SUCCESS)
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    Ok(HttpAnswer {
+        status,
+        body: body.to_string(),
+        chunked: head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+    })
 }
 
 /// `http://host:port/path` → (`host:port`, `/path`); the port defaults to 80.

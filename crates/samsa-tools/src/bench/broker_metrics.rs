@@ -5,16 +5,16 @@
 //! read; their differences are exact whatever else the brokers did before.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Result};
+
+use crate::health::http_get;
 
 /// Every sample of the brokers' expositions, by its name with labels as
 /// the page spells them (`samsa_kafka_request_duration_seconds_sum{api="EndTxn"}`),
 /// summed over the brokers.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug)]
 pub struct Scrape(HashMap<String, f64>);
 
 impl Scrape {
@@ -65,40 +65,20 @@ fn parse(page: &str) -> impl Iterator<Item = (String, f64)> + '_ {
         })
 }
 
+/// The longest `/metrics` page read (one line per partition and metric
+/// family makes it grow with the partitions a broker hosts).
+const MAX_PAGE_BYTES: u64 = 256 * 1024 * 1024;
+
 fn http_get_metrics(endpoint: &str) -> Result<String> {
-    let addr: SocketAddr = endpoint
-        .to_socket_addrs()
-        .with_context(|| format!("cannot resolve metrics endpoint {endpoint}"))?
-        .next()
-        .ok_or_else(|| anyhow!("metrics endpoint {endpoint} resolves to nothing"))?;
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .with_context(|| format!("cannot connect to {endpoint}"))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {endpoint}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    stream
-        .read_to_end(&mut raw)
-        .with_context(|| format!("cannot read {endpoint}/metrics"))?;
-    let text = String::from_utf8(raw).context("the metrics page is not UTF-8")?;
-    let Some((head, body)) = text.split_once("\r\n\r\n") else {
-        bail!("{endpoint}/metrics: no end of headers");
-    };
-    if !head.starts_with("HTTP/1.1 200") {
-        bail!(
-            "{endpoint}/metrics answered {}",
-            head.lines().next().unwrap_or("")
-        );
+    let url = format!("http://{endpoint}/metrics");
+    let answer = http_get(&url, Duration::from_secs(10), MAX_PAGE_BYTES)?;
+    if answer.status != 200 {
+        bail!("{url} answered {}", answer.status);
     }
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        bail!("{endpoint}/metrics: chunked answers are not read here");
+    if answer.chunked {
+        bail!("{url}: chunked answers are not read here");
     }
-    Ok(body.to_string())
+    Ok(answer.body)
 }
 
 #[cfg(test)]
