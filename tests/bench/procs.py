@@ -15,11 +15,10 @@ import urllib.request
 
 from kafka.protocol.parser import KafkaProtocol
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from ports import free_port  # noqa: E402,F401 (the benchmarks import it from here)
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+
 
 
 def cpu_seconds(pid):

@@ -13,9 +13,13 @@ import subprocess
 import tempfile
 import time
 
+import sys
+
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+from ports import free_port  # noqa: E402,F401 (the tests import it from here)
 
 
 def samsa_bin() -> pathlib.Path:
@@ -23,12 +27,6 @@ def samsa_bin() -> pathlib.Path:
         return pathlib.Path(os.environ["SAMSA_BIN"])
     target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
     return target / "debug" / "samsa"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def api_versions_ok(port: int) -> bool:

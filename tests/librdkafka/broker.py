@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Helpers for run.sh: `broker.py free-port` prints a free TCP port on
-127.0.0.1; `broker.py wait PORT PID TIMEOUT [BROKERS]` polls until the broker
+"""Helpers for run.sh: `broker.py free-ports N` prints N distinct free TCP
+ports on 127.0.0.1; `broker.py wait PORT PID TIMEOUT [BROKERS]` polls until the broker
 answers ApiVersions and, with BROKERS, its Metadata lists at least that many
 brokers (exit 0), the process PID exits (exit 1) or TIMEOUT seconds pass
 (exit 2)."""
@@ -11,11 +11,10 @@ import struct
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from ports import free_port  # noqa: E402
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+
 
 
 def answers(port: int) -> bool:
@@ -67,8 +66,9 @@ def alive(pid: int) -> bool:
 
 
 def main():
-    if sys.argv[1] == "free-port":
-        print(free_port())
+    if sys.argv[1] == "free-ports":
+        # All of a run's ports from one process, so none is handed out twice.
+        print(" ".join(str(free_port()) for _ in range(int(sys.argv[2]))))
         return 0
     if sys.argv[1] == "wait":
         port, pid, timeout = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])

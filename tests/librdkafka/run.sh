@@ -259,12 +259,14 @@ start_samsa() {
         settings+=(--set "scram_users_dir=$work/users" --set connections_max_reauth_ms=10000
             --set authorizer_enable=true --set "super_users=[\"User:ANONYMOUS\",\"User:$sasl_user\"]")
     fi
+    local -a drawn
+    read -ra drawn < <(python3 "$here/broker.py" free-ports $((3 * n)))
     for ((id = 1; id <= n; id++)); do
-        ports[id]=$(python3 "$here/broker.py" free-port)
-        cports[id]=$(python3 "$here/broker.py" free-port)
+        ports[id]=${drawn[3 * id - 3]}
+        cports[id]=${drawn[3 * id - 2]}
         voters+="${voters:+,}$id@127.0.0.1:${cports[id]}"
         if [ -n "$security" ]; then
-            sports[id]=$(python3 "$here/broker.py" free-port)
+            sports[id]=${drawn[3 * id - 1]}
             bootstrap+="${bootstrap:+,}127.0.0.1:${sports[id]}"
         else
             bootstrap+="${bootstrap:+,}127.0.0.1:${ports[id]}"

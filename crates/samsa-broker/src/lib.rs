@@ -544,6 +544,10 @@ pub async fn run(
         return cluster::run(config, shutdown).await;
     }
     let listen = config.listen;
+    // The Kafka listeners' ports are named; `http_listen` may be port 0.
+    // Binding the named ones first keeps the kernel from handing a named
+    // port to the HTTP listener (as a cluster node does, cluster/node.rs).
+    let listeners = server::bind_listeners(&config).await?;
     let http_state = Arc::new(http::HttpState::default());
     let http_listener = http::bind(config.http_listen).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -561,7 +565,6 @@ pub async fn run(
             })??,
     );
     http_state.attach(Arc::clone(&broker));
-    let listeners = server::bind_listeners(&broker.config).await?;
 
     let maintenance = tokio::spawn(maintenance_loop(broker.clone(), stop_rx.clone()));
     let coordinator =
