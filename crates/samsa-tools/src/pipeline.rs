@@ -158,8 +158,18 @@ const TXN_CALL_RETRIES: u32 = 4;
 /// A transactional call that has not returned this long after its own
 /// timeout is taken as hung: the process exits for the supervisor.
 const HUNG_CALL: Duration = Duration::from_secs(15);
-/// A transactional call slower than this is logged.
+/// A transactional call slower than this is logged, and poked (see
+/// [`watchdog`]).
 const SLOW_CALL: Duration = Duration::from_secs(5);
+/// How often a slow transactional call is poked. Longer than the idle
+/// time after which the producer closes a connection
+/// ([`PRODUCER_IDLE_CLOSE`]), so the connection a poke opened has closed
+/// before the next poke opens one: both are changes the waiting request
+/// looks again on, while a connection kept up by pokes would change
+/// nothing.
+const POKE_EVERY: Duration = Duration::from_secs(6);
+/// How long a poke waits for its metadata.
+const POKE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the stage logs its counters.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// Longest single consumer poll: bounds how late a stop or a commit can be.
@@ -291,15 +301,29 @@ fn with_retries(what: &str, mut call: impl FnMut() -> KafkaResult<()>) -> Result
     }
 }
 
-/// Exits the process when a blocking librdkafka call outlives its own
-/// timeout by far. librdkafka 2.12 does not enforce the timeout of
-/// `send_offsets_to_transaction` while it looks for the group's
-/// coordinator, and could wait there forever for a dropped broker (an
-/// endless "Handle is terminating" loop in its debug log; the producer's
-/// settings now make it look again, see [`transactional_producer_settings`]).
-/// A stage stuck in a call holds its partitions and stalls its group's
-/// rebalance forever, while a restarted slot fences it and resumes from
-/// committed offsets; a test that sees this exit has found a hang.
+/// Watches the stage's blocking librdkafka calls: gets a slow one to look
+/// for its coordinator again, and exits the process when one outlives its
+/// own timeout by far.
+///
+/// librdkafka 2.12 does not enforce the timeout of a transactional call
+/// while its request waits for a coordinator (librdkafka issues 5511 and
+/// 5456). Such a request looks the coordinator up again only when one of
+/// the client's broker connections goes up or down, and at most once a
+/// second (`rd_kafka_coord_req_fsm`, run from
+/// `rd_kafka_coord_rkb_monitor_cb`). After a SIGKILL of the coordinator
+/// the last look can come before the cluster names a new one (the killed
+/// broker is fenced only after its session timeout) and the last idle
+/// connection can close within that second: then nothing is up, nothing
+/// changes, and the request waits on the dead broker until it returns.
+/// Seen three times in the pipeline chaos test, each time while CI ran
+/// other suites beside it (`docs/RELIABILITY.md`). So a call slower than
+/// [`SLOW_CALL`] is *poked* every [`POKE_EVERY`]: the stage asks its
+/// producer for metadata, which connects a broker when none is up, and the
+/// request looks again.
+///
+/// A stage stuck in a call anyway holds its partitions and stalls its
+/// group's rebalance forever, while a restarted slot fences it and resumes
+/// from committed offsets; a test that sees the exit has found a hang.
 mod watchdog {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::OnceLock;
@@ -323,22 +347,50 @@ mod watchdog {
         out
     }
 
-    /// Starts the thread that exits the process (status 3) once a call has
-    /// been running longer than `limit`.
-    pub fn start(limit: Duration, label: String) {
+    /// Starts the thread that calls `poke` while a call has been running
+    /// longer than [`super::SLOW_CALL`], at most every [`super::POKE_EVERY`],
+    /// and exits the process (status 3) once a call has been running
+    /// longer than `limit`.
+    pub fn start(limit: Duration, label: String, poke: impl Fn() + Send + 'static) {
         now_ms();
         let limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
+        let slow_ms = u64::try_from(super::SLOW_CALL.as_millis()).unwrap_or(u64::MAX);
+        let poke_every_ms = u64::try_from(super::POKE_EVERY.as_millis()).unwrap_or(u64::MAX);
         let spawned = std::thread::Builder::new()
             .name("txn-watchdog".into())
-            .spawn(move || loop {
-                std::thread::sleep(Duration::from_secs(1));
-                let since = RUNNING_SINCE.load(Ordering::Relaxed);
-                if since != 0 && now_ms().saturating_sub(since - 1) > limit_ms {
-                    tracing::error!(
-                        stage = %label,
-                        "a transactional call has not returned for {limit:?}: exiting for a restart"
-                    );
-                    std::process::exit(3);
+            .spawn(move || {
+                // (call start, last poke) of the call that was last poked.
+                let mut poked: Option<(u64, u64)> = None;
+                loop {
+                    std::thread::sleep(Duration::from_secs(1));
+                    let since = RUNNING_SINCE.load(Ordering::Relaxed);
+                    if since == 0 {
+                        continue;
+                    }
+                    let now = now_ms();
+                    let running_ms = now.saturating_sub(since - 1);
+                    if running_ms > limit_ms {
+                        tracing::error!(
+                            stage = %label,
+                            "a transactional call has not returned for {limit:?}: exiting for a restart"
+                        );
+                        std::process::exit(3);
+                    }
+                    let due = match poked {
+                        Some((call, last)) if call == since => {
+                            now.saturating_sub(last) >= poke_every_ms
+                        }
+                        _ => running_ms >= slow_ms,
+                    };
+                    if due {
+                        tracing::info!(
+                            stage = %label,
+                            "a transactional call has been running {running_ms} ms: \
+                             asking for metadata so that it looks for its coordinator again"
+                        );
+                        poke();
+                        poked = Some((since, now));
+                    }
                 }
             });
         if let Err(e) = spawned {
@@ -368,7 +420,7 @@ struct TxnState {
 /// shared by the main loop and the consumer's rebalance callback (which
 /// runs inside `poll`, on the same thread).
 struct Transactor {
-    producer: StageProducer,
+    producer: Arc<StageProducer>,
     output: String,
     tag: Vec<u8>,
     label: String,
@@ -799,7 +851,9 @@ pub const PRODUCER_RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// that comes while another connection is up, a second or more after
 /// librdkafka's last look, makes it ask for the group's new coordinator
 /// (the call then returned 5 to 15 s after it stalled,
-/// `tests/it/coordinator_loss.rs`).
+/// `tests/it/coordinator_loss.rs`). When the last connection closes within
+/// a second of the last look, and that look still named the dead broker,
+/// closing is not enough: the stage also pokes a slow call ([`watchdog`]).
 pub fn transactional_producer_settings(transactional_id: &str) -> Vec<(&'static str, String)> {
     vec![
         ("transactional.id", transactional_id.to_string()),
@@ -829,10 +883,17 @@ fn transactional_stage(args: &StageArgs, stop: &AtomicBool) -> Result<ExitCode> 
 
     let mut producer_settings = producer_settings(args);
     producer_settings.extend(transactional_producer_settings(&transactional_id));
-    let producer: StageProducer = config(&args.connect, &producer_settings)?
-        .create_with_context(StageProducerContext::new(&counters))
-        .context("cannot create the transactional producer")?;
-    watchdog::start(TXN_CALL_TIMEOUT + HUNG_CALL, label.clone());
+    let producer: Arc<StageProducer> = Arc::new(
+        config(&args.connect, &producer_settings)?
+            .create_with_context(StageProducerContext::new(&counters))
+            .context("cannot create the transactional producer")?,
+    );
+    let poked = Arc::clone(&producer);
+    watchdog::start(TXN_CALL_TIMEOUT + HUNG_CALL, label.clone(), move || {
+        if let Err(e) = poked.client().fetch_metadata(None, POKE_TIMEOUT) {
+            tracing::info!("no metadata for a slow transactional call: {e}");
+        }
+    });
     // Fences every earlier producer of this slot and aborts its open
     // transaction, so the committed offsets we start from are final.
     producer
