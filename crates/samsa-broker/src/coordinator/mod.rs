@@ -32,9 +32,12 @@
 //! Invariants both coordinators keep, and the runtime relies on:
 //! - **State changes only once durable.** A call that needs a record
 //!   registers a pending write and returns it; the state it answers from
-//!   moves only when [`Coordinator::complete_write`] reports `Ok`. A failed
-//!   write leaves the state as it was and answers the caller with the
-//!   coordinator's error for it.
+//!   moves only when [`Coordinator::complete_write`] reports `Ok`, which
+//!   the runtime does once the record is durable, or for a write that
+//!   [`TakesEffect::OnceAppended`] once it is in the leader's log (no
+//!   client is answered after such a write). A failed write leaves the
+//!   state as it was and answers the caller with the coordinator's error
+//!   for it.
 //! - **Coordinator epoch.** A write is appended only by the leader of its
 //!   partition at the leader epoch the partition was loaded at; an unknown
 //!   or stale [`WriteId`] (the partition was unloaded) is answered
@@ -110,7 +113,8 @@ pub struct StateRecord {
 
 /// Records to append to partition `partition` of a coordinator's state
 /// topic, as its leader at leader epoch `coordinator_epoch`, with acks=all;
-/// then report the result with [`Coordinator::complete_write`].
+/// then report the result with [`Coordinator::complete_write`] (when:
+/// [`TakesEffect`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
     pub id: WriteId,
@@ -122,6 +126,26 @@ pub struct Write {
     /// Offsets in a transaction: append as a transactional batch of this
     /// producer, after verifying the partition with its transaction.
     pub transactional: Option<TransactionalWrite>,
+    pub takes_effect: TakesEffect,
+}
+
+/// When the runtime reports a [`Write`] to its coordinator, which is when
+/// the transition it carries takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakesEffect {
+    /// Once the record is durable: acks=all, covered by the state
+    /// partition's HW in the coordinator epoch. Whatever a client is told
+    /// after the transition must survive the loss of this leader.
+    OnceDurable,
+    /// Once the record is appended, as leader at the coordinator epoch;
+    /// acks=all is awaited after the report, in the background. For a
+    /// transition no client is told of and that a new coordinator repeats
+    /// from the previous durable record (the transaction coordinator's
+    /// `Complete*` once the markers are written, `markers_written` in
+    /// `txn/coordinator.rs`). It is durable before
+    /// anything that depends on it: every later write to the partition
+    /// lands after it in the same log, and acks=all covers a log's prefix.
+    OnceAppended,
 }
 
 /// The producer a transactional state write belongs to.
@@ -136,7 +160,7 @@ pub struct TransactionalWrite {
 }
 
 /// What the runtime reports for a write: `Ok(base offset of its batch)`
-/// once durable, or the append's error code.
+/// once it takes effect ([`TakesEffect`]), or the append's error code.
 pub type AppendResult = Result<i64, ResponseError>;
 
 /// What one call into a coordinator hands its runtime: writes to make

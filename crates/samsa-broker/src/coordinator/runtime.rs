@@ -17,7 +17,9 @@
 //! - **Writes** ([`Runtime::process`], [`Runtime::write`]): each
 //!   [`Write`] of a step is appended as leader at the coordinator epoch
 //!   with acks=all ([`state_topic::append_durable`]) and only then
-//!   reported with `complete_write`; the rest of each step goes to the
+//!   reported with `complete_write` — or, for a write that
+//!   [`TakesEffect::OnceAppended`], reported once appended while acks=all
+//!   is awaited in the background; the rest of each step goes to the
 //!   coordinator's service ([`Hosted::carry_out`]).
 //! - **Timers**: the loop sleeps until the coordinator's next deadline (and
 //!   wakes when a call may have moved it), then calls `tick`.
@@ -26,7 +28,9 @@
 //! - the coordinator's mutex is held for one synchronous call, never across
 //!   an await, and never while waiting for another lock;
 //! - a write is reported `Ok` only once its record is covered by the state
-//!   partition's high watermark in the leader epoch it was planned for;
+//!   partition's high watermark in the leader epoch it was planned for
+//!   (one that [`TakesEffect::OnceAppended`]: once it is in the leader's
+//!   log at that epoch, before every later write to the partition);
 //! - a partition is served only by the leader of its state partition, at
 //!   the epoch it loaded at.
 
@@ -38,7 +42,7 @@ use tokio::sync::{watch, Notify};
 use tracing::{debug, info, warn, Instrument};
 
 use super::state_topic::{self, read_log, StateTopic};
-use super::{Coordinator, ProducerIdSource, Step, Write};
+use super::{Coordinator, ProducerIdSource, Step, TakesEffect, Write};
 use crate::metadata::BrokerInfo;
 use crate::producer_ids::ProducerIdManager;
 use crate::{now_ms, Broker};
@@ -279,9 +283,31 @@ impl<C: Hosted> Runtime<C> {
             partition = write.partition,
             coordinator_epoch = write.coordinator_epoch
         );
-        let result = state_topic::append_durable(broker, C::STATE_TOPIC, &write)
-            .instrument(span.clone())
-            .await;
+        let result = match write.takes_effect {
+            TakesEffect::OnceDurable => {
+                state_topic::append_durable(broker, C::STATE_TOPIC, &write)
+                    .instrument(span.clone())
+                    .await
+            }
+            TakesEffect::OnceAppended => state_topic::append(broker, C::STATE_TOPIC, &write)
+                .instrument(span.clone())
+                .await
+                .map(|appended| {
+                    let base_offset = appended.base_offset;
+                    // Nothing waits on it: a failure means this leader
+                    // lost its role (and the next one replays the log) or
+                    // the next write to the partition fails the same way.
+                    tokio::spawn(
+                        async move {
+                            if let Err(e) = appended.wait_durable().await {
+                                debug!(error = ?e, "coordinator state write not acknowledged after it took effect");
+                            }
+                        }
+                        .instrument(span.clone()),
+                    );
+                    base_offset
+                }),
+        };
         if let Err(e) = result {
             span.in_scope(|| debug!(error = ?e, "coordinator state write failed"));
         }

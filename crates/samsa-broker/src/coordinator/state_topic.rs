@@ -14,11 +14,12 @@
 //! - [`read_log`]: a newly led partition replayed from its log start to its
 //!   log end (a leader never truncates its own log), data records and
 //!   transaction markers in order.
-//! - [`append_durable`]: a coordinator [`Write`], appended as leader at the
+//! - [`append`]: a coordinator [`Write`], appended as leader at the
 //!   coordinator epoch (the leader epoch at load) — a transactional one as
-//!   a batch of its producer, after KIP-890 verification — and reported
-//!   only once acks=all ([`Partition::wait_acks_all`]): fsync as
-//!   configured, then the HW covering it in that epoch.
+//!   a batch of its producer, after KIP-890 verification; then
+//!   [`Appended::wait_durable`] waits for acks=all
+//!   ([`Partition::wait_acks_all`]): fsync as configured, then the HW
+//!   covering it in that epoch. [`append_durable`] does both.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -255,12 +256,46 @@ pub fn writable_partition(
 
 /// Appends `write` to its partition of `topic` as leader at its
 /// coordinator epoch and waits for acks=all; the base offset of its batch.
+pub async fn append_durable(broker: &Broker, topic: &str, write: &Write) -> AppendResult {
+    let appended = append(broker, topic, write).await?;
+    appended.wait_durable().await?;
+    Ok(appended.base_offset)
+}
+
+/// A coordinator write appended to its partition's log, not yet known to
+/// be durable.
+pub struct Appended {
+    partition: Arc<Partition>,
+    coordinator_epoch: i32,
+    pub base_offset: i64,
+    /// The offset after its batch.
+    end_offset: i64,
+}
+
+impl Appended {
+    /// Waits for acks=all: fsync as configured, then the HW covering the
+    /// batch in the coordinator epoch it was appended at.
+    pub async fn wait_durable(&self) -> Result<(), ResponseError> {
+        let deadline = tokio::time::Instant::now() + STATE_WRITE_TIMEOUT;
+        self.partition
+            .wait_acks_all(self.end_offset, self.coordinator_epoch, deadline)
+            .await
+            .map_err(|refusal| refusal.code)
+    }
+}
+
+/// Appends `write` to its partition of `topic` as leader at its
+/// coordinator epoch, without waiting for acks=all.
 ///
 /// A transactional write (offsets in a transaction) is appended as a batch
 /// of its producer; before the producer's first write to the partition in
 /// this transaction, the partition is verified with (or, for TV2, added
 /// to) the transaction by its coordinator (KIP-890).
-pub async fn append_durable(broker: &Broker, topic: &str, write: &Write) -> AppendResult {
+pub async fn append(
+    broker: &Broker,
+    topic: &str,
+    write: &Write,
+) -> Result<Appended, ResponseError> {
     let partition = writable_partition(broker, topic, write.partition, write.coordinator_epoch)?;
     let records: Vec<(&[u8], Option<&[u8]>)> = write
         .records
@@ -306,10 +341,10 @@ pub async fn append_durable(broker: &Broker, topic: &str, write: &Write) -> Appe
                 .info
         }
     };
-    let deadline = tokio::time::Instant::now() + STATE_WRITE_TIMEOUT;
-    partition
-        .wait_acks_all(info.last_offset + 1, write.coordinator_epoch, deadline)
-        .await
-        .map_err(|refusal| refusal.code)?;
-    Ok(info.base_offset)
+    Ok(Appended {
+        partition,
+        coordinator_epoch: write.coordinator_epoch,
+        base_offset: info.base_offset,
+        end_offset: info.last_offset + 1,
+    })
 }

@@ -26,7 +26,7 @@ mod offsets;
 use crate::coordinator::placement::{coordinator_partition, LedByImage, CONSUMER_OFFSETS_TOPIC};
 use crate::coordinator::{
     illegal_transition, AppendResult, Coordinator, LogEntry, ProducerIdSource, StateRecord, Step,
-    TransactionalWrite, Write, WriteId, WriteIds,
+    TakesEffect, TransactionalWrite, Write, WriteId, WriteIds,
 };
 use crate::error::commit_append_error;
 use membership::*;
@@ -475,6 +475,7 @@ impl Writes {
             coordinator_epoch: epoch,
             records,
             transactional: None,
+            takes_effect: TakesEffect::OnceDurable,
         }
     }
 }

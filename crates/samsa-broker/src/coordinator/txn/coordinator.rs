@@ -18,8 +18,8 @@ use crate::coordinator::placement::{
     DEFAULT_TRANSACTION_STATE_PARTITIONS, TRANSACTION_STATE_TOPIC,
 };
 use crate::coordinator::{
-    illegal_transition, AppendResult, Coordinator, LogEntry, ProducerIdSource, Step, Write,
-    WriteId, WriteIds,
+    illegal_transition, AppendResult, Coordinator, LogEntry, ProducerIdSource, Step, TakesEffect,
+    Write, WriteId, WriteIds,
 };
 use crate::error::{producer_fenced_for_version, txn_append_error_code};
 use crate::topic_partition::TopicPartition;
@@ -173,6 +173,7 @@ enum Plan<R> {
         label: TxnState,
         effects: Vec<Effect>,
         response: R,
+        takes_effect: TakesEffect,
     },
 }
 
@@ -353,6 +354,7 @@ impl TxnCoordinator {
                 label,
                 effects,
                 response,
+                takes_effect,
             } => {
                 let Some(Slot {
                     coordinator_epoch,
@@ -387,6 +389,7 @@ impl TxnCoordinator {
                         coordinator_epoch: *coordinator_epoch,
                         records: vec![record],
                         transactional: None,
+                        takes_effect,
                     }),
                     response,
                 }
@@ -571,6 +574,7 @@ impl TxnCoordinator {
             label: TxnState::PrepareEpochFence,
             effects: vec![effect],
             response,
+            takes_effect: TakesEffect::OnceDurable,
         })
     }
 
@@ -974,7 +978,19 @@ impl TxnCoordinator {
             t.next_producer_id = NO_PRODUCER_ID;
         }
         let label = t.state;
-        active.write(id, Some(m), t, label, Vec::new(), ())
+        // Takes effect once appended: the markers are written and the
+        // client was answered at `Prepare*`, so nobody is told of this
+        // record, and if it is lost with this leader the next coordinator
+        // replays `Prepare*`, sends the markers again (they are idempotent)
+        // and writes it again. Waiting for it to be durable would hold the
+        // id's next `AddPartitionsToTxn` behind one more fsync and
+        // replication round; that request's own `Ongoing` record follows
+        // it in the same log, so its acks=all covers this one.
+        let mut plan = active.write(id, Some(m), t, label, Vec::new(), ())?;
+        if let Plan::Write { takes_effect, .. } = &mut plan {
+            *takes_effect = TakesEffect::OnceAppended;
+        }
+        Ok(plan)
     }
 
     // -----------------------------------------------------------------
@@ -1113,6 +1129,7 @@ impl TxnCoordinator {
                         label: TxnState::Dead,
                         effects: Vec::new(),
                         response: (),
+                        takes_effect: TakesEffect::OnceDurable,
                     });
                 }
             }
@@ -1462,6 +1479,7 @@ impl ActiveRef<'_> {
             label,
             effects,
             response,
+            takes_effect: TakesEffect::OnceDurable,
         })
     }
 }

@@ -100,9 +100,12 @@
 //!
 //! # Exactly-once invariants kept here
 //!
-//! - A transition takes effect only once its record is durable; markers are
-//!   written only for a durable `Prepare*`, and `Complete*` only after every
-//!   marker.
+//! - A transition takes effect only once its record is durable, except the
+//!   `Complete*` written once every marker is: no client is answered after
+//!   it, so it takes effect once appended (a lost one leaves `Prepare*`,
+//!   which the next coordinator finishes again; every later record of the
+//!   partition is acknowledged only with it). Markers are written only for
+//!   a durable `Prepare*`, and `Complete*` only after every marker.
 //! - Fencing bumps the epoch, and the abort markers carry the bumped epoch,
 //!   so every partition of the transaction refuses the old producer.
 //! - A request from an older transaction never moves a newer one: TV1 needs
@@ -127,6 +130,8 @@
 //!   `PrepareAbort` record. A TV2 abort of a transaction that added nothing
 //!   writes `CompleteAbort` directly.
 //! - `AddPartitionsToTxn` with no partitions changes nothing.
+//! - The `Complete*` after the markers takes effect once appended, not once
+//!   replicated, so the id's next transaction does not wait for it.
 //! - Not implemented: `ListTransactions` v2's transactional-id pattern and
 //!   `InitProducerId`'s `keep_prepared_txn` (KIP-939); advertise
 //!   `ListTransactions` v0–v1 and `InitProducerId` up to v5.

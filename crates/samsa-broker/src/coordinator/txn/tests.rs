@@ -12,7 +12,7 @@ use super::records::txn_record;
 use super::state::{NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
 use super::*;
 use crate::coordinator::placement::{coordinator_partition, LedByImage};
-use crate::coordinator::{Coordinator, ProducerIdSource, StateRecord, Write};
+use crate::coordinator::{Coordinator, ProducerIdSource, StateRecord, TakesEffect, Write};
 use crate::topic_partition::TopicPartition;
 
 const TV1_ADD: i16 = 3;
@@ -143,6 +143,9 @@ impl H {
         match out.write {
             None => (out.response, Vec::new()),
             Some(w) => {
+                // The client is answered after this write: it must be
+                // durable by then (see `takes_effect`).
+                assert_eq!(w.takes_effect, TakesEffect::OnceDurable, "{w:?}");
                 let done = self.persist_write(w);
                 (done.response(out.response), done.effects)
             }
@@ -1197,6 +1200,7 @@ fn markers_written_must_match_the_transaction() {
     );
 
     let w = h.c.markers_written(&good, h.now).unwrap();
+    assert_eq!(w.takes_effect, TakesEffect::OnceAppended);
     // In flight: a duplicate report waits.
     assert_eq!(
         h.c.markers_written(&good, h.now),
