@@ -163,12 +163,12 @@ const HUNG_CALL: Duration = Duration::from_secs(15);
 const SLOW_CALL: Duration = Duration::from_secs(5);
 /// How often a slow transactional call is poked. Longer than the idle
 /// time after which the producer closes a connection
-/// ([`PRODUCER_IDLE_CLOSE`]), so the connection a poke opened has closed
-/// before the next poke opens one: both are changes the waiting request
-/// looks again on, while a connection kept up by pokes would change
-/// nothing.
+/// ([`PRODUCER_IDLE_CLOSE`]), so the connections a poke opened have closed
+/// before the next poke opens them again: both are changes the waiting
+/// request looks again on, while connections kept up by pokes would
+/// change nothing.
 const POKE_EVERY: Duration = Duration::from_secs(6);
-/// How long a poke waits for its metadata.
+/// How long a poke waits for the brokers' answers.
 const POKE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the stage logs its counters.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
@@ -312,14 +312,17 @@ fn with_retries(what: &str, mut call: impl FnMut() -> KafkaResult<()>) -> Result
 /// second (`rd_kafka_coord_req_fsm`, run from
 /// `rd_kafka_coord_rkb_monitor_cb`). After a SIGKILL of the coordinator
 /// the last look can come before the cluster names a new one (the killed
-/// broker is fenced only after its session timeout) and the last idle
-/// connection can close within that second: then nothing is up, nothing
-/// changes, and the request waits on the dead broker until it returns.
-/// Seen three times in the pipeline chaos test, each time while CI ran
-/// other suites beside it (`docs/RELIABILITY.md`). So a call slower than
-/// [`SLOW_CALL`] is *poked* every [`POKE_EVERY`]: the stage asks its
-/// producer for metadata, which connects a broker when none is up, and the
-/// request looks again.
+/// broker is fenced only after its session timeout). Once the producer's
+/// idle connections have closed but one, that one keeps closing when idle
+/// and being reopened at once by the request's own look, so every
+/// reopening falls within a second of the look and changes nothing: the
+/// request waits on the dead broker until it returns.
+/// That is the likely cause of the stalls seen three times in the
+/// pipeline chaos test, each time while CI ran other suites beside it
+/// (`docs/RELIABILITY.md`). So a call slower than [`SLOW_CALL`] is *poked*
+/// every [`POKE_EVERY`]: the stage's producer lists the groups of every
+/// broker, which opens a connection to each broker that has none, and the
+/// waiting request looks again.
 ///
 /// A stage stuck in a call anyway holds its partitions and stalls its
 /// group's rebalance forever, while a restarted slot fences it and resumes
@@ -386,7 +389,7 @@ mod watchdog {
                         tracing::info!(
                             stage = %label,
                             "a transactional call has been running {running_ms} ms: \
-                             asking for metadata so that it looks for its coordinator again"
+                             listing every broker's groups so that it looks for its coordinator again"
                         );
                         poke();
                         poked = Some((since, now));
@@ -851,9 +854,9 @@ pub const PRODUCER_RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// that comes while another connection is up, a second or more after
 /// librdkafka's last look, makes it ask for the group's new coordinator
 /// (the call then returned 5 to 15 s after it stalled,
-/// `tests/it/coordinator_loss.rs`). When the last connection closes within
-/// a second of the last look, and that look still named the dead broker,
-/// closing is not enough: the stage also pokes a slow call ([`watchdog`]).
+/// `tests/it/coordinator_loss.rs`). When those looks still named the dead
+/// broker, closing may not be enough: the stage also pokes a slow call
+/// ([`watchdog`]).
 pub fn transactional_producer_settings(transactional_id: &str) -> Vec<(&'static str, String)> {
     vec![
         ("transactional.id", transactional_id.to_string()),
@@ -890,8 +893,10 @@ fn transactional_stage(args: &StageArgs, stop: &AtomicBool) -> Result<ExitCode> 
     );
     let poked = Arc::clone(&producer);
     watchdog::start(TXN_CALL_TIMEOUT + HUNG_CALL, label.clone(), move || {
-        if let Err(e) = poked.client().fetch_metadata(None, POKE_TIMEOUT) {
-            tracing::info!("no metadata for a slow transactional call: {e}");
+        // ListGroups goes to every broker the client knows, so each one
+        // without a connection gets one: as many changes as brokers.
+        if let Err(e) = poked.client().fetch_group_list(None, POKE_TIMEOUT) {
+            tracing::info!("poking a slow transactional call: {e}");
         }
     });
     // Fences every earlier producer of this slot and aborts its open
