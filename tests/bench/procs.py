@@ -19,8 +19,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from ports import free_port  # noqa: E402,F401 (the benchmarks import it from here)
 
 
-
-
 def cpu_seconds(pid):
     fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

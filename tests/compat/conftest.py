@@ -10,10 +10,9 @@ import pathlib
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
-
-import sys
 
 import pytest
 

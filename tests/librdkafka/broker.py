@@ -15,8 +15,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from ports import free_port  # noqa: E402
 
 
-
-
 def answers(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=2) as s:

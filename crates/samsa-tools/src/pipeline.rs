@@ -389,7 +389,7 @@ mod watchdog {
                         tracing::info!(
                             stage = %label,
                             "a transactional call has been running {running_ms} ms: \
-                             listing every broker's groups so that it looks for its coordinator again"
+                             poking it so that it looks for its coordinator again"
                         );
                         poke();
                         poked = Some((since, now));
