@@ -284,23 +284,31 @@ fn lagging_follower_leaves_and_rejoins_the_isr() {
     }
 }
 
-/// The `high_watermark` a partition's `checkpoint` file holds (a JSON object
-/// written atomically by the log), if the file is there and names one.
-fn checkpointed_high_watermark(partition_dir: &Path) -> Option<i64> {
+/// The generation a partition's own `checkpoint` file names (a JSON object
+/// written atomically by the log).
+fn checkpointed_generation(partition_dir: &Path) -> Option<u64> {
     let text = std::fs::read_to_string(partition_dir.join("checkpoint")).ok()?;
-    let rest = &text[text.find("\"high_watermark\":")? + "\"high_watermark\":".len()..];
-    let digits: String = rest
-        .trim_start()
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '-')
-        .collect();
-    digits.parse().ok()
+    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+    json.get("generation")?.as_u64()
 }
 
-/// Without a segment roll, truncation or shutdown the checkpoint used to keep
-/// the HW of the partition's creation; the periodic HW checkpoint
-/// (`replica_high_watermark_checkpoint_interval_ms`) brings every replica's
-/// file up to the HW the ISR reached.
+/// The (generation, HW) the broker's `replication-offset-checkpoint` holds
+/// for `topic`-`partition`, if the file is there and has its line.
+fn broker_checkpoint_line(data_dir: &Path, topic: &str, partition: i32) -> Option<(u64, i64)> {
+    let text = std::fs::read_to_string(data_dir.join("replication-offset-checkpoint")).ok()?;
+    text.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        (fields.len() == 4 && fields[0] == topic && fields[1] == partition.to_string())
+            .then(|| Some((fields[2].parse().ok()?, fields[3].parse().ok()?)))
+            .flatten()
+    })
+}
+
+/// Without a segment roll, truncation or shutdown a partition's own
+/// checkpoint keeps the HW of the partition's opening; the periodic HW
+/// checkpoint (`replica_high_watermark_checkpoint_interval_ms`, one file
+/// per broker) brings every replica's line up to the HW the ISR reached,
+/// under the generation of that replica's log.
 #[test]
 fn every_replica_checkpoints_the_high_watermark_periodically() {
     let cluster = SamsaCluster::start(3, &["replica_high_watermark_checkpoint_interval_ms=200"]);
@@ -321,12 +329,17 @@ fn every_replica_checkpoints_the_high_watermark_periodically() {
     }
     let acknowledged = 2 * BATCHES;
     for id in cluster.ids() {
-        let dir = cluster.node(id).data_dir().join(format!("{topic}-0"));
-        let hw = wait_until(
+        let data_dir = cluster.node(id).data_dir();
+        let (generation, hw) = wait_until(
             &format!("node {id}'s checkpoint to hold HW {acknowledged}"),
             Duration::from_secs(20),
-            || checkpointed_high_watermark(&dir).filter(|hw| *hw == acknowledged),
+            || broker_checkpoint_line(&data_dir, &topic, 0).filter(|(_, hw)| *hw == acknowledged),
         );
         assert_eq!(hw, acknowledged);
+        assert_eq!(
+            Some(generation),
+            checkpointed_generation(&data_dir.join(format!("{topic}-0"))),
+            "node {id}: the line names the log's generation"
+        );
     }
 }

@@ -52,6 +52,7 @@ pub mod error;
 mod fsutil;
 pub mod handlers;
 pub mod http;
+pub mod hw_checkpoint;
 mod log_cleaner;
 pub mod metadata;
 pub mod metrics;

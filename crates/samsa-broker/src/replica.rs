@@ -45,6 +45,7 @@ use tracing::{debug, info, warn, Instrument};
 use crate::controller_contact::ControllerContact;
 use crate::dynamic_config::topic_log_config;
 use crate::error::{BrokerError, Refusal};
+use crate::hw_checkpoint;
 use crate::metadata::TopicMetadata;
 use crate::replication::{LeaderAppend, LeaderEpochCache, ReplicaState};
 use crate::write_failures::{is_write_failure, WriteFailures, WriteOutcome};
@@ -126,7 +127,8 @@ pub struct Partition {
     /// after `log`, never before).
     pub(crate) replication: Mutex<ReplicaState>,
     flush_lock: tokio::sync::Mutex<()>,
-    /// The high watermark the last periodic checkpoint wrote.
+    /// The high watermark the broker's checkpoint file last recorded
+    /// (`hw_checkpoint`).
     checkpointed_high_watermark: AtomicI64,
     /// KIP-890: producers (id → epoch) whose next transaction on this
     /// partition the coordinator confirmed, not yet opened by a batch.
@@ -137,8 +139,6 @@ pub struct Partition {
     /// Whether writes to the log are failing (a full disk), for the log
     /// line, a follower's back-off and the metrics.
     pub(crate) write_failures: WriteFailures,
-    /// The last periodic checkpoint failed: logged once, not every interval.
-    checkpoint_failing: AtomicBool,
     /// This broker's contact with the controller (shared by all partitions),
     /// for [`Self::leadership_in_doubt_now`].
     pub(crate) controller_contact: Arc<ControllerContact>,
@@ -178,7 +178,6 @@ impl Partition {
             checkpointed_high_watermark: AtomicI64::new(hw),
             verified_txns: Mutex::new(HashMap::new()),
             write_failures: WriteFailures::default(),
-            checkpoint_failing: AtomicBool::new(false),
             controller_contact,
             traffic,
             meters,
@@ -489,18 +488,21 @@ impl Partition {
         self.with_log(|log| Ok(log.describe_producers()))
     }
 
-    /// Writes the log's checkpoint if the high watermark moved since the
-    /// last call (the log also writes it on roll, truncation and close).
-    pub fn checkpoint_high_watermark(&self) -> Result<(), PartitionError> {
-        self.with_log(|log| {
-            let hw = log.high_watermark();
-            if self.checkpointed_high_watermark.load(Ordering::Relaxed) != hw {
-                log.write_checkpoint()?;
-                self.checkpointed_high_watermark
-                    .store(hw, Ordering::Relaxed);
-            }
-            Ok(())
-        })
+    /// This partition's line in the broker's HW checkpoint file, and
+    /// whether its HW moved since the file last recorded it.
+    fn high_watermark_entry(&self) -> Result<(hw_checkpoint::Entry, bool), PartitionError> {
+        let (generation, high_watermark) =
+            self.with_log(|log| Ok((log.generation(), log.high_watermark())))?;
+        let moved = self.checkpointed_high_watermark.load(Ordering::Relaxed) != high_watermark;
+        Ok((
+            hw_checkpoint::Entry {
+                topic: self.topic.clone(),
+                partition: self.index,
+                generation,
+                high_watermark,
+            },
+            moved,
+        ))
     }
 
     /// Waits until everything below `end_offset` is on disk (group commit).
@@ -653,6 +655,12 @@ pub struct ReplicaManager {
     /// try, with why: their clients get KAFKA_STORAGE_ERROR, not a silent
     /// NOT_LEADER_OR_FOLLOWER, until a later apply opens them.
     unopened: Mutex<HashMap<(String, i32), String>>,
+    /// The HW checkpoint file as this broker found it at start: a replicated
+    /// partition opened later takes its line as a lower bound of its HW.
+    saved_high_watermarks: hw_checkpoint::Saved,
+    /// The last write of the HW checkpoint file failed: logged once, not
+    /// every interval.
+    hw_checkpoint_failing: AtomicBool,
     controller_contact: Arc<ControllerContact>,
     /// The per-topic traffic counters, each partition holding its topic's.
     topic_metrics: samsa_metrics::topics::TopicMetrics,
@@ -670,11 +678,17 @@ impl ReplicaManager {
         topic_metrics: samsa_metrics::topics::TopicMetrics,
         partition_metrics: samsa_metrics::partitions::PartitionMetrics,
     ) -> Self {
+        let saved_high_watermarks = hw_checkpoint::read(&data_dir).unwrap_or_else(|e| {
+            warn!(error = %e, "high-watermark checkpoint file ignored: replicated partitions start from the HW of their own checkpoint");
+            hw_checkpoint::Saved::new()
+        });
         ReplicaManager {
             data_dir,
             defaults: RwLock::new(defaults),
             partitions: RwLock::new(HashMap::new()),
             unopened: Mutex::new(HashMap::new()),
+            saved_high_watermarks,
+            hw_checkpoint_failing: AtomicBool::new(false),
             controller_contact: Arc::new(ControllerContact::standalone()),
             topic_metrics,
             partition_metrics,
@@ -785,16 +799,21 @@ impl ReplicaManager {
         })?;
         // One replica: everything in the log is committed (the HW
         // checkpoint may lag after a crash). With more, the checkpointed HW
-        // stands until the ISR moves it.
+        // (the log's own, or the broker's file when newer under the same
+        // generation) stands until the ISR moves it.
         let log_end_offset = log.log_end_offset();
-        if topic.replication_factor <= 1 {
-            log.set_high_watermark(log_end_offset).map_err(|source| {
-                BrokerError::OpenPartition {
-                    partition: name.clone(),
-                    source,
-                }
-            })?;
-        }
+        let restored = if topic.replication_factor <= 1 {
+            log.set_high_watermark(log_end_offset)
+        } else {
+            match self.saved_high_watermarks.get(&(topic.name.clone(), index)) {
+                Some(&(generation, hw)) => log.restore_high_watermark(generation, hw).map(|_| ()),
+                None => Ok(()),
+            }
+        };
+        restored.map_err(|source| BrokerError::OpenPartition {
+            partition: name.clone(),
+            source,
+        })?;
         match self.forget_open_failure(&topic.name, index) {
             Some(failed) => {
                 info!(partition = %name, log_end_offset, ?leadership, recovery = ?report,
@@ -916,26 +935,47 @@ impl ReplicaManager {
         }
     }
 
-    /// Writes the checkpoint of every partition whose high watermark moved
-    /// since its last one.
+    /// Replaces the HW checkpoint file (`hw_checkpoint`) with every hosted
+    /// partition's HW when one of them moved since the last write. A
+    /// partition whose log cannot be read keeps no line (its own
+    /// checkpoint stands). Blocking: two fsyncs.
     pub fn checkpoint_high_watermarks(&self) {
-        for partition in self.all() {
-            let result = partition.checkpoint_high_watermark();
-            let was_failing = partition
-                .checkpoint_failing
-                .swap(result.is_err(), Ordering::Relaxed);
-            match result {
-                Err(e) if !was_failing => {
-                    warn!(partition = %partition.name(), error = %e, "high-watermark checkpoint failed; retried every interval, logged again when it works")
-                }
-                Err(e) => {
-                    debug!(partition = %partition.name(), error = %e, "high-watermark checkpoint failed again")
-                }
-                Ok(()) if was_failing => {
-                    info!(partition = %partition.name(), "high-watermark checkpoint works again")
-                }
-                Ok(()) => {}
+        let partitions = self.all();
+        let mut entries = Vec::with_capacity(partitions.len());
+        let mut written = Vec::with_capacity(partitions.len());
+        let mut moved = false;
+        for partition in partitions {
+            if let Ok((entry, partition_moved)) = partition.high_watermark_entry() {
+                moved |= partition_moved;
+                written.push((partition, entry.high_watermark));
+                entries.push(entry);
             }
+        }
+        if !moved {
+            return;
+        }
+        let result = hw_checkpoint::write(&self.data_dir, &entries);
+        let was_failing = self
+            .hw_checkpoint_failing
+            .swap(result.is_err(), Ordering::Relaxed);
+        match result {
+            Ok(()) => {
+                for (partition, hw) in written {
+                    partition
+                        .checkpointed_high_watermark
+                        .store(hw, Ordering::Relaxed);
+                }
+                if was_failing {
+                    info!(
+                        partitions = entries.len(),
+                        "high-watermark checkpoint works again"
+                    );
+                }
+            }
+            Err(e) if !was_failing => {
+                warn!(error = %e, file = %hw_checkpoint::path(&self.data_dir).display(), "high-watermark checkpoint failed; retried every interval, logged again when it works")
+            }
+            Err(e) => debug!(error = %e, "high-watermark checkpoint failed again"),
         }
     }
 
@@ -986,4 +1026,101 @@ fn txn_admitted(
         .get(producer_id)
         .is_some_and(|e| e.current_txn_first_offset.is_some() && e.epoch == producer_epoch);
     open || verified.get(&producer_id) == Some(&producer_epoch)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use samsa_storage::testing::simple_batch;
+    use std::collections::BTreeMap;
+    use uuid::Uuid;
+
+    const NOW: i64 = 1_700_000_000_000;
+
+    fn manager(data_dir: &Path) -> ReplicaManager {
+        ReplicaManager::new(
+            data_dir.to_path_buf(),
+            LogConfig::default(),
+            Default::default(),
+            samsa_metrics::partitions::PartitionMetrics::register(&mut Default::default()),
+        )
+    }
+
+    fn topic(replication_factor: i16) -> TopicMetadata {
+        TopicMetadata {
+            name: "t".into(),
+            topic_id: Uuid::from_u128(7),
+            partitions: 1,
+            replication_factor,
+            configs: BTreeMap::new(),
+            partition_states: Vec::new(),
+        }
+    }
+
+    /// A replicated partition that is not closed (a crash) comes back with
+    /// the HW of the broker's checkpoint file, not the older one of its own
+    /// `checkpoint`; after a truncation the file's line no longer applies.
+    #[test]
+    fn a_replicated_partition_reopens_with_the_hw_of_the_broker_file_under_its_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        let replicas = manager(dir.path());
+        let p = replicas
+            .ensure_partition(&topic(3), 0, Leadership::SINGLE_NODE, NOW)
+            .unwrap();
+        p.with_log(|log| {
+            for _ in 0..4 {
+                log.append_as_leader(&simple_batch(5, NOW), 0, NOW)?;
+            }
+            log.flush()?;
+            log.set_high_watermark(15)?;
+            Ok(())
+        })
+        .unwrap();
+        replicas.checkpoint_high_watermarks();
+        let saved = hw_checkpoint::read(dir.path()).unwrap();
+        let generation = p.with_log(|log| Ok(log.generation())).unwrap();
+        assert_eq!(saved[&("t".to_string(), 0)], (generation, 15));
+        drop((p, replicas));
+
+        let replicas = manager(dir.path());
+        let p = replicas
+            .ensure_partition(&topic(3), 0, Leadership::SINGLE_NODE, NOW)
+            .unwrap();
+        assert_eq!(p.with_log(|log| Ok(log.high_watermark())).unwrap(), 15);
+        // Truncated below the recorded HW, not checkpointed since: the file's
+        // line is of an older generation and the reopened log keeps its own.
+        p.with_log(|log| log.truncate_to(10, NOW)).unwrap();
+        drop((p, replicas));
+        let replicas = manager(dir.path());
+        let p = replicas
+            .ensure_partition(&topic(3), 0, Leadership::SINGLE_NODE, NOW)
+            .unwrap();
+        assert_eq!(p.with_log(|log| Ok(log.high_watermark())).unwrap(), 10);
+    }
+
+    /// Nothing moved, nothing written: an idle broker does no disk work.
+    #[test]
+    fn the_file_is_written_only_when_a_high_watermark_moved() {
+        let dir = tempfile::tempdir().unwrap();
+        let replicas = manager(dir.path());
+        let p = replicas
+            .ensure_partition(&topic(3), 0, Leadership::SINGLE_NODE, NOW)
+            .unwrap();
+        replicas.checkpoint_high_watermarks();
+        assert!(!hw_checkpoint::path(dir.path()).exists());
+        p.with_log(|log| {
+            log.append_as_leader(&simple_batch(2, NOW), 0, NOW)?;
+            log.set_high_watermark(2)?;
+            Ok(())
+        })
+        .unwrap();
+        replicas.checkpoint_high_watermarks();
+        let written = std::fs::metadata(hw_checkpoint::path(dir.path())).unwrap();
+        std::fs::remove_file(hw_checkpoint::path(dir.path())).unwrap();
+        replicas.checkpoint_high_watermarks();
+        assert!(written.len() > 0);
+        assert!(!hw_checkpoint::path(dir.path()).exists());
+    }
 }

@@ -8,7 +8,7 @@
 //! - `{offset:020}.snapshot`: producer state, ongoing transactions included,
 //!   as of `offset` (see `producer_state`);
 //! - `checkpoint`: JSON `{version, log_start_offset, recovery_point, high_watermark,
-//!   cleaner_offset}`, replaced atomically;
+//!   cleaner_offset, generation}`, replaced atomically;
 //! - `cleaning/`: the segments a cleaning pass is writing; `{base:020}.log.swap`:
 //!   a cleaned segment being swapped in (see `log_cleaning`);
 //! - `clean_shutdown`: written last by [`PartitionLog::close`], removed (durably)
@@ -180,6 +180,10 @@ struct Checkpoint {
     /// logs written before compaction existed.
     #[serde(default)]
     cleaner_offset: Option<i64>,
+    /// See [`PartitionLog::generation`]; absent in logs written before it
+    /// existed (such a log gets one at open).
+    #[serde(default)]
+    generation: Option<u64>,
 }
 
 pub struct PartitionLog {
@@ -197,6 +201,8 @@ pub struct PartitionLog {
     /// per flush.
     checkpointed_recovery_segment: Option<i64>,
     producers: ProducerStateManager,
+    /// See [`PartitionLog::generation`].
+    generation: u64,
     /// The cleaner checkpoint: everything below is compacted.
     cleaner_offset: i64,
     /// The earliest delete horizon the last pass left: from then on a pass
@@ -660,6 +666,10 @@ impl PartitionLog {
                 .unwrap_or(log_start_offset)
                 .clamp(log_start_offset, log_end_offset),
             cleaner_horizon_due_ms,
+            generation: checkpoint
+                .as_ref()
+                .and_then(|c| c.generation)
+                .unwrap_or_else(rand::random),
             append_buffer: Vec::new(),
             placements: Vec::new(),
             staged: StagedProducers::default(),
@@ -1326,6 +1336,36 @@ impl PartitionLog {
         self.high_watermark
     }
 
+    /// Names this log's history: drawn at random when the log is created
+    /// (or first opened by a version that did not write one) and again
+    /// whenever its end is cut back (truncation, a restart at another
+    /// offset), kept in `checkpoint` (written before the cutting call
+    /// returns) and unchanged otherwise. Within one generation the HW only
+    /// moves forward, so an HW recorded elsewhere under the same generation
+    /// (the broker's one-file checkpoint of every partition's HW) is a
+    /// lower bound of this log's, and one recorded under another generation
+    /// says nothing about it.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// After [`PartitionLog::open`]: takes `high_watermark` recorded under
+    /// `generation` elsewhere, when that is this log's generation and the
+    /// value is above the checkpointed one (capped at the log end, which a
+    /// crash may have cut below it). Returns whether the HW moved.
+    pub fn restore_high_watermark(
+        &mut self,
+        generation: u64,
+        high_watermark: i64,
+    ) -> Result<bool, StorageError> {
+        if generation != self.generation {
+            return Ok(false);
+        }
+        let before = self.high_watermark;
+        self.set_high_watermark(high_watermark.min(self.log_end_offset))?;
+        Ok(self.high_watermark > before)
+    }
+
     /// Moves the HW forward to `hw`.
     ///
     /// A value above the log end offset is refused
@@ -1594,6 +1634,7 @@ impl PartitionLog {
             recovery_point: self.recovery_point,
             high_watermark: self.high_watermark,
             cleaner_offset: Some(self.cleaner_offset),
+            generation: Some(self.generation),
         };
         let json = serde_json::to_vec(&checkpoint).map_err(|e| {
             StorageError::Corrupt(self.dir.clone(), format!("cannot encode checkpoint: {e}"))
@@ -1766,6 +1807,7 @@ impl PartitionLog {
             fsutil::remove_if_exists(&producer_state::snapshot_path(&self.dir, snapshot))?;
         }
         self.producers.clear();
+        self.generation = rand::random();
         self.check_offsets()?;
         self.write_checkpoint()
     }
@@ -1785,6 +1827,7 @@ impl PartitionLog {
         producers.expire(now_ms);
         self.producers = producers;
         fsync_dir(&self.dir)?;
+        self.generation = rand::random();
         self.check_offsets()?;
         self.write_checkpoint()
     }

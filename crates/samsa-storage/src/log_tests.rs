@@ -1280,6 +1280,58 @@ fn truncate_to_removes_the_containing_batch_and_rebuilds_state() {
 }
 
 #[test]
+fn generation_survives_reopen_changes_when_the_end_is_cut_and_gates_a_restored_hw() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config();
+    let mut log = open(dir.path(), &config);
+    idempotent_history(&mut log);
+    let first = log.generation();
+    let leo = log.log_end_offset();
+    log.set_high_watermark(10).unwrap();
+    // An unclean reopen (no close): the HW of the log's own checkpoint,
+    // written at open, and the same generation.
+    drop(log);
+    let mut log = open(dir.path(), &config);
+    assert_eq!(log.generation(), first);
+    assert_eq!(log.high_watermark(), 0);
+    // A line recorded under another generation says nothing.
+    assert!(!log
+        .restore_high_watermark(first.wrapping_add(1), 20)
+        .unwrap());
+    assert_eq!(log.high_watermark(), 0);
+    // Under this one it is a lower bound: taken when higher, capped at the log end.
+    assert!(log.restore_high_watermark(first, 20).unwrap());
+    assert_eq!(log.high_watermark(), 20);
+    assert!(!log.restore_high_watermark(first, 15).unwrap());
+    assert_eq!(log.high_watermark(), 20);
+    assert!(log.restore_high_watermark(first, leo + 100).unwrap());
+    assert_eq!(log.high_watermark(), leo);
+
+    // Cutting the end draws a new generation, durably before returning.
+    log.truncate_to(30, NOW).unwrap();
+    let after_truncation = log.generation();
+    assert_ne!(after_truncation, first);
+    drop(log);
+    let mut log = open(dir.path(), &config);
+    assert_eq!(log.generation(), after_truncation);
+    assert!(!log.restore_high_watermark(first, 30).unwrap());
+    log.truncate_fully_and_start_at(100, NOW).unwrap();
+    assert_ne!(log.generation(), after_truncation);
+
+    // A checkpoint from before generations existed opens with a new one.
+    log.close().unwrap();
+    let path = dir.path().join(CHECKPOINT_FILE);
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    json.as_object_mut().unwrap().remove("generation");
+    std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+    let log = open(dir.path(), &config);
+    let drawn = log.generation();
+    drop(log);
+    assert_eq!(open(dir.path(), &config).generation(), drawn);
+}
+
+#[test]
 fn follower_appends_may_skip_offsets_but_never_overlap() {
     let dir = tempfile::tempdir().unwrap();
     let mut leader = open(&dir.path().join("leader"), &small_config());
