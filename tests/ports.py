@@ -33,3 +33,10 @@ def free_port() -> int:
         _handed_out.add(port)
         return port
     raise RuntimeError(f"no free port in {_FIRST}..{_PAST_LAST} on 127.0.0.1")
+
+
+if __name__ == "__main__":
+    # `python3 tests/ports.py N`: N distinct free ports on one line, for shell scripts.
+    import sys
+
+    print(" ".join(str(free_port()) for _ in range(int(sys.argv[1]) if len(sys.argv) > 1 else 1)))

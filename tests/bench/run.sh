@@ -154,7 +154,8 @@ fi
 # The broker processes may come from another build than the client tools
 # (before/after figures of a broker change with the same `samsa bench`).
 server=${SAMSA_SERVER_BIN:-$samsa}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Ports below the ephemeral range, distinct within one call (tests/ports.py).
+free_ports() { python3 "$here/../ports.py" "$1"; }
 perf_tool=$target/librdkafka-suite/librdkafka/examples/rdkafka_performance
 build_perf_tool() {
     "$here/../librdkafka/run.sh" --build
@@ -224,8 +225,7 @@ trap 'stop_broker; release_page_cache' EXIT
 # $port, $data and $metrics_endpoints (its HTTP listener)
 start_broker() {
     stop_broker
-    port=$(free_port)
-    local http_port; http_port=$(free_port)
+    local http_port; read -r port http_port < <(free_ports 2)
     metrics_endpoints=127.0.0.1:$http_port
     data=$bench_dir/data-$port
     rm -rf "$bench_dir" && mkdir -p "$data"
@@ -248,7 +248,7 @@ start_cluster() {
     port=$(python3 - <<'PY'
 import random, socket
 for _ in range(200):
-    base = random.randrange(20000, 40000)
+    base = random.randrange(20000, 31700)  # below the ephemeral range, as tests/ports.py
     ports = [base + d for d in (0, 1, 2, 100, 101, 102, 200, 201, 202)]
     try:
         socks = []

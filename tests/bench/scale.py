@@ -11,8 +11,11 @@ least one per partition). Reported per size:
 - produce: records/s of that flood; then p50/p99 of the time from
   produce() to the delivery report (librdkafka's own per-message
   latency) of a paced producer (--rate records/s for --latency-seconds,
-  round robin over every partition), so the figure is the broker's, not
-  the flood's queue;
+  round robin over every partition), so the figure is not the flood's
+  queue; and the CPU of the broker (per record) and of this client
+  process (librdkafka's threads included) over that paced phase, since
+  both share the machine's cores and either can be what the latency
+  waits for;
 - the bytes of its data directory, and the broker's resident memory and
   open file descriptors after producing,
   and its CPU while idle for --idle-seconds, --settle-seconds after the
@@ -27,6 +30,7 @@ acknowledged; a size that cannot be served is reported with its error.
 """
 
 import argparse
+import os
 import pathlib
 import statistics
 import sys
@@ -34,7 +38,7 @@ import time
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from procs import (broker_arguments, free_port, fresh_dir, idle_cpu_pct, open_fds,  # noqa: E402
+from procs import (broker_arguments, cpu_seconds, free_port, fresh_dir, idle_cpu_pct, open_fds,  # noqa: E402
                    print_table, rss_mib, run_sizes, start_broker, stop_broker)
 
 TOPIC_PARTITIONS_MAX = 2500
@@ -77,7 +81,12 @@ def every_partition(sizes):
                 yield f"scale-{t}", partition
 
 
-def produce(bootstrap, sizes, per_partition, rate, latency_seconds):
+def own_cpu_seconds():
+    t = os.times()
+    return t.user + t.system
+
+
+def produce(bootstrap, sizes, per_partition, rate, latency_seconds, broker_pid):
     p = producer(bootstrap)
     latencies, failed = [], []
 
@@ -104,6 +113,7 @@ def produce(bootstrap, sizes, per_partition, rate, latency_seconds):
         return None, f"{left} unacknowledged, {len(failed)} failed: {failed[:3]}"
     flood = len(latencies) / elapsed
     latencies.clear()
+    broker_cpu, client_cpu = cpu_seconds(broker_pid), own_cpu_seconds()
     start = time.monotonic()
     for sent in range(int(rate * latency_seconds)):
         due = start + sent / rate
@@ -112,10 +122,14 @@ def produce(bootstrap, sizes, per_partition, rate, latency_seconds):
         topic, partition = next(targets)
         p.produce(topic, VALUE, partition=partition, on_delivery=delivered)
     left = p.flush(300)
+    paced_s = time.monotonic() - start
+    broker_cpu, client_cpu = cpu_seconds(broker_pid) - broker_cpu, own_cpu_seconds() - client_cpu
     if left or failed:
         return None, f"paced: {left} unacknowledged, {len(failed)} failed: {failed[:3]}"
     latencies.sort()
     return {
+        "paced_broker_us": broker_cpu / len(latencies) * 1e6,
+        "paced_client_pct": client_cpu / paced_s * 100,
         "records_per_s": flood,
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
@@ -151,7 +165,7 @@ def run_size(binary, directory, partitions, per_partition, args):
                 row["error"] = "; ".join(errors)[:300]
                 return row
             produced, error = produce(bootstrap, sizes, per_partition, args.rate,
-                                      args.latency_seconds)
+                                      args.latency_seconds, proc.pid)
             if error:
                 row["error"] = error
                 return row
@@ -189,11 +203,13 @@ def main():
     rows = run_sizes(args.partitions, lambda n: run_size(
         args.samsa, pathlib.Path(args.dir) / f"p{n}", n, max(1, args.records // n), args))
     failed = print_table(
-        ["partitions", "create", "records/s", "paced p50 / p99 ms", "data GiB", "RSS MiB", "fds",
+        ["partitions", "create", "records/s", "paced p50 / p99 ms",
+         "paced: broker CPU µs/record, client CPU", "data GiB", "RSS MiB", "fds",
          "idle CPU", "restart", "RSS / fds after restart"],
         rows, lambda r: f"{r['partitions']:,}",
         lambda r: [f"{r['create_s']:.1f} s", f"{r['records_per_s']:,.0f}",
-                   f"{r['p50_ms']:.1f} / {r['p99_ms']:.1f}", f"{r['data_gib']:.2f}",
+                   f"{r['p50_ms']:.1f} / {r['p99_ms']:.1f}",
+                   f"{r['paced_broker_us']:.0f} µs, {r['paced_client_pct']:.0f}%", f"{r['data_gib']:.2f}",
                    f"{r['rss_mib']:.0f}", f"{r['fds']:,}", f"{r['idle_cpu_pct']:.1f}%",
                    f"{r['restart_s']:.1f} s",
                    f"{r['rss_after_restart_mib']:.0f} / {r['fds_after_restart']:,}"])
