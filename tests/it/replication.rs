@@ -296,12 +296,15 @@ fn checkpointed_generation(partition_dir: &Path) -> Option<u64> {
 /// for `topic`-`partition`, if the file is there and has its line.
 fn broker_checkpoint_line(data_dir: &Path, topic: &str, partition: i32) -> Option<(u64, i64)> {
     let text = std::fs::read_to_string(data_dir.join("replication-offset-checkpoint")).ok()?;
-    text.lines().skip(1).find_map(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        (fields.len() == 4 && fields[0] == topic && fields[1] == partition.to_string())
-            .then(|| Some((fields[2].parse().ok()?, fields[3].parse().ok()?)))
-            .flatten()
-    })
+    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let entry = json.get("partitions")?.as_array()?.iter().find(|e| {
+        e.get("topic").and_then(|t| t.as_str()) == Some(topic)
+            && e.get("partition").and_then(|p| p.as_i64()) == Some(i64::from(partition))
+    })?;
+    Some((
+        entry.get("generation")?.as_u64()?,
+        entry.get("high_watermark")?.as_i64()?,
+    ))
 }
 
 /// Without a segment roll, truncation or shutdown a partition's own

@@ -19,28 +19,33 @@
 //! writes at open, close, truncation and roll. An unreadable file is logged
 //! and ignored for the same reason; it costs HW precision, never safety.
 //!
-//! Format (text, one partition a line; topic names hold no whitespace):
-//!
-//! ```text
-//! samsa high watermarks 1
-//! <topic> <partition> <generation> <high watermark>
-//! ```
+//! Format: JSON `{version, partitions: [{topic, partition, generation,
+//! high_watermark}]}`, as the log's own `checkpoint` and the leader-epoch
+//! checkpoint are.
 
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
 /// Name of the file in the data directory.
 pub const FILE_NAME: &str = "replication-offset-checkpoint";
-const HEADER: &str = "samsa high watermarks 1";
+const VERSION: u32 = 1;
 
 /// One partition's line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     pub topic: String,
     pub partition: i32,
     pub generation: u64,
     pub high_watermark: i64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct CheckpointFile<P> {
+    version: u32,
+    partitions: P,
 }
 
 /// What the file held at start: (topic, partition) → (generation, HW).
@@ -52,67 +57,38 @@ pub fn path(data_dir: &Path) -> PathBuf {
 
 /// Replaces the file with `entries` (write, fsync, rename, fsync the directory).
 pub fn write(data_dir: &Path, entries: &[Entry]) -> io::Result<()> {
-    let mut text = String::with_capacity(HEADER.len() + 1 + entries.len() * 48);
-    text.push_str(HEADER);
-    text.push('\n');
-    for e in entries {
-        use std::fmt::Write as _;
-        let _ = writeln!(
-            text,
-            "{} {} {} {}",
-            e.topic, e.partition, e.generation, e.high_watermark
-        );
-    }
-    samsa_storage::replace_file_durably(&path(data_dir), text.as_bytes())
+    let json = serde_json::to_vec(&CheckpointFile {
+        version: VERSION,
+        partitions: entries,
+    })
+    .map_err(io::Error::other)?;
+    samsa_storage::replace_file_durably(&path(data_dir), &json)
 }
 
 /// Reads the file; a missing file is empty. A malformed one is an error
-/// naming the first bad line (the caller logs it and goes on without).
+/// saying what is wrong (the caller logs it and goes on without).
 pub fn read(data_dir: &Path) -> Result<Saved, String> {
     let path = path(data_dir);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Saved::new()),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
-    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn parse(text: &str) -> Result<Saved, String> {
-    let mut lines = text.lines();
-    match lines.next() {
-        Some(HEADER) => {}
-        other => return Err(format!("unknown header {other:?}")),
+fn parse(bytes: &[u8]) -> Result<Saved, String> {
+    let file: CheckpointFile<Vec<Entry>> =
+        serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    if file.version != VERSION {
+        return Err(format!("unknown version {}", file.version));
     }
     let mut saved = Saved::new();
-    for (number, line) in lines.enumerate() {
-        let bad = || {
-            format!(
-                "line {}: {line:?} is not `topic partition generation hw`",
-                number + 2
-            )
-        };
-        let mut fields = line.split(' ');
-        let (Some(topic), Some(partition), Some(generation), Some(hw), None) = (
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-        ) else {
-            return Err(bad());
-        };
-        let (Ok(partition), Ok(generation), Ok(hw)) = (
-            partition.parse::<i32>(),
-            generation.parse::<u64>(),
-            hw.parse::<i64>(),
-        ) else {
-            return Err(bad());
-        };
-        if topic.is_empty() || partition < 0 || hw < 0 {
-            return Err(bad());
+    for e in file.partitions {
+        if e.topic.is_empty() || e.partition < 0 || e.high_watermark < 0 {
+            return Err(format!("invalid entry {e:?}"));
         }
-        saved.insert((topic.to_string(), partition), (generation, hw));
+        saved.insert((e.topic, e.partition), (e.generation, e.high_watermark));
     }
     Ok(saved)
 }
@@ -153,17 +129,31 @@ mod tests {
     }
 
     #[test]
-    fn a_malformed_file_is_an_error_naming_the_line() {
+    fn a_malformed_file_is_an_error_saying_what_is_wrong() {
+        let one = r#"{"version":1,"partitions":[{"topic":"t","partition":0,"generation":1,"high_watermark":5}]}"#;
         for (text, expected) in [
-            ("", "unknown header"),
-            ("0\n1\nt 0 5\n", "unknown header"),
-            ("samsa high watermarks 1\nt 0 5\n", "line 2"),
-            ("samsa high watermarks 1\nt 0 1 5\nt x 1 5\n", "line 3"),
-            ("samsa high watermarks 1\nt 0 1 -5\n", "line 2"),
-            ("samsa high watermarks 1\nt 0 1 5 6\n", "line 2"),
-            ("samsa high watermarks 1\nt 0 1 5", ""),
+            ("", "EOF"),
+            ("0\n1\nt 0 5\n", "expected"),
+            (r#"{"version":2,"partitions":[]}"#, "unknown version 2"),
+            (
+                r#"{"version":1,"partitions":[{"topic":"t","partition":0,"generation":1}]}"#,
+                "high_watermark",
+            ),
+            (
+                r#"{"version":1,"partitions":[{"topic":"t","partition":"x","generation":1,"high_watermark":5}]}"#,
+                "invalid type",
+            ),
+            (
+                r#"{"version":1,"partitions":[{"topic":"t","partition":0,"generation":1,"high_watermark":-5}]}"#,
+                "invalid entry",
+            ),
+            (
+                r#"{"version":1,"partitions":[{"topic":"","partition":0,"generation":1,"high_watermark":5}]}"#,
+                "invalid entry",
+            ),
+            (one, ""),
         ] {
-            match parse(text) {
+            match parse(text.as_bytes()) {
                 Ok(saved) => assert!(expected.is_empty() && saved.len() == 1, "{text:?}"),
                 Err(e) => assert!(
                     !expected.is_empty() && e.contains(expected),

@@ -940,14 +940,13 @@ impl ReplicaManager {
     /// partition whose log cannot be read keeps no line (its own
     /// checkpoint stands). Blocking: two fsyncs.
     pub fn checkpoint_high_watermarks(&self) {
-        let partitions = self.all();
-        let mut entries = Vec::with_capacity(partitions.len());
-        let mut written = Vec::with_capacity(partitions.len());
+        let mut recorded = Vec::new();
+        let mut entries = Vec::new();
         let mut moved = false;
-        for partition in partitions {
+        for partition in self.all() {
             if let Ok((entry, partition_moved)) = partition.high_watermark_entry() {
                 moved |= partition_moved;
-                written.push((partition, entry.high_watermark));
+                recorded.push(partition);
                 entries.push(entry);
             }
         }
@@ -960,10 +959,10 @@ impl ReplicaManager {
             .swap(result.is_err(), Ordering::Relaxed);
         match result {
             Ok(()) => {
-                for (partition, hw) in written {
+                for (partition, entry) in recorded.iter().zip(&entries) {
                     partition
                         .checkpointed_high_watermark
-                        .store(hw, Ordering::Relaxed);
+                        .store(entry.high_watermark, Ordering::Relaxed);
                 }
                 if was_failing {
                     info!(
@@ -1048,15 +1047,20 @@ mod tests {
         )
     }
 
-    fn topic(replication_factor: i16) -> TopicMetadata {
-        TopicMetadata {
+    /// Partition 0 of topic `t`, replication factor 3, opened (or
+    /// recovered) by `replicas`.
+    fn open_replicated(replicas: &ReplicaManager) -> Arc<Partition> {
+        let topic = TopicMetadata {
             name: "t".into(),
             topic_id: Uuid::from_u128(7),
             partitions: 1,
-            replication_factor,
+            replication_factor: 3,
             configs: BTreeMap::new(),
             partition_states: Vec::new(),
-        }
+        };
+        replicas
+            .ensure_partition(&topic, 0, Leadership::SINGLE_NODE, NOW)
+            .unwrap()
     }
 
     /// A replicated partition that is not closed (a crash) comes back with
@@ -1066,9 +1070,7 @@ mod tests {
     fn a_replicated_partition_reopens_with_the_hw_of_the_broker_file_under_its_generation() {
         let dir = tempfile::tempdir().unwrap();
         let replicas = manager(dir.path());
-        let p = replicas
-            .ensure_partition(&topic(3), 0, Leadership::SINGLE_NODE, NOW)
-            .unwrap();
+        let p = open_replicated(&replicas);
         p.with_log(|log| {
             for _ in 0..4 {
                 log.append_as_leader(&simple_batch(5, NOW), 0, NOW)?;
@@ -1085,18 +1087,14 @@ mod tests {
         drop((p, replicas));
 
         let replicas = manager(dir.path());
-        let p = replicas
-            .ensure_partition(&topic(3), 0, Leadership::SINGLE_NODE, NOW)
-            .unwrap();
+        let p = open_replicated(&replicas);
         assert_eq!(p.with_log(|log| Ok(log.high_watermark())).unwrap(), 15);
         // Truncated below the recorded HW, not checkpointed since: the file's
         // line is of an older generation and the reopened log keeps its own.
         p.with_log(|log| log.truncate_to(10, NOW)).unwrap();
         drop((p, replicas));
         let replicas = manager(dir.path());
-        let p = replicas
-            .ensure_partition(&topic(3), 0, Leadership::SINGLE_NODE, NOW)
-            .unwrap();
+        let p = open_replicated(&replicas);
         assert_eq!(p.with_log(|log| Ok(log.high_watermark())).unwrap(), 10);
     }
 
@@ -1105,9 +1103,7 @@ mod tests {
     fn the_file_is_written_only_when_a_high_watermark_moved() {
         let dir = tempfile::tempdir().unwrap();
         let replicas = manager(dir.path());
-        let p = replicas
-            .ensure_partition(&topic(3), 0, Leadership::SINGLE_NODE, NOW)
-            .unwrap();
+        let p = open_replicated(&replicas);
         replicas.checkpoint_high_watermarks();
         assert!(!hw_checkpoint::path(dir.path()).exists());
         p.with_log(|log| {
