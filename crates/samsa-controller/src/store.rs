@@ -22,6 +22,9 @@
 //!   own log index, and every read checks that the decoded entry's index is
 //!   the key it was stored under; a mismatch is reported as a storage error,
 //!   not returned.
+//! - **an unfinished sled snapshot never blocks an open**: sled 0.34 would
+//!   read a `.generating` snapshot file a full disk cut short as corrupt at
+//!   every open; [`SledStore::open`] removes such files first.
 //! - **purge order**: the last purged log id is persisted (and flushed)
 //!   before the entries are removed, so the log state is never "no entries and
 //!   no purge marker".
@@ -66,6 +69,11 @@ pub enum StoreError {
     Corrupt(String),
     #[error("store task failed: {0}")]
     Task(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// Keys of the metadata values a [`RaftStore`] keeps besides the log.
@@ -114,6 +122,7 @@ pub struct SledStore {
 
 impl SledStore {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        remove_unfinished_snapshots(path)?;
         // sled's background flusher keeps a just-dropped database (and its
         // file lock) alive for a moment, so a store reopened right after a
         // shutdown in the same process would see the lock as taken. Wait a
@@ -140,6 +149,52 @@ impl SledStore {
         let meta = db.open_tree("raft_meta")?;
         Ok(Self { db, log, meta })
     }
+}
+
+/// Removes the snapshot files sled 0.34 left unfinished in `path`.
+///
+/// sled writes its own snapshot (of its page table, not Raft's) to
+/// `snap.<lsn>.generating`, syncs it and renames it to `snap.<lsn>`; it
+/// writes one while it opens, whenever its log moved past the last one. But
+/// at open it reads the highest-named `snap.` file, `.generating` ones
+/// included. A write cut short, as on a full disk, leaves an empty or partial
+/// `.generating` file that makes every later open fail as corrupt, so the
+/// node would never start again once space is freed. Such a file is never
+/// the only copy of anything: sled removes the previous snapshot only after
+/// the rename, and its log holds everything since that one. Without the
+/// file, sled recovers from the previous snapshot, as after a crash just
+/// before the write.
+fn remove_unfinished_snapshots(path: &Path) -> Result<(), StoreError> {
+    let io_error = |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let entries = match std::fs::read_dir(path) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_error(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io_error)?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("snap.") && name.ends_with(".generating")) {
+            continue;
+        }
+        let file = entry.path();
+        let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
+        std::fs::remove_file(&file).map_err(|source| StoreError::Io {
+            path: file.clone(),
+            source,
+        })?;
+        tracing::warn!(
+            file = %file.display(),
+            bytes = len,
+            "removed an unfinished snapshot file of the Raft store (a write cut short, \
+             as by a full disk); the store recovers from its previous snapshot and log"
+        );
+    }
+    Ok(())
 }
 
 fn decode_index(key: &[u8]) -> Result<u64, StoreError> {

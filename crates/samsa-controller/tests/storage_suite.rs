@@ -150,3 +150,24 @@ async fn a_corrupt_entry_is_reported_not_returned() {
     store.append(&[(7, b"not json".to_vec())]).unwrap();
     assert!(log.try_get_log_entries(7..8).await.is_err());
 }
+
+/// sled 0.34 reads an unfinished snapshot file of its own (`.generating`,
+/// left by a write a full disk cut short) at open and fails as corrupt; the
+/// store removes such files first, and keeps its log.
+#[tokio::test]
+async fn an_unfinished_sled_snapshot_does_not_stop_a_reopen() {
+    let dir = TempDir::new().unwrap();
+    {
+        let (_, mut log, _) = open_sled(dir.path()).unwrap();
+        log.blocking_append([entry(1, 1, vec![]), entry(1, 2, vec![])])
+            .await
+            .unwrap();
+    }
+    let empty = dir.path().join("snap.7FFFFFFFFFFFFFFF.generating");
+    let partial = dir.path().join("snap.7FFFFFFFFFFFFFFE.generating");
+    std::fs::write(&empty, b"").unwrap();
+    std::fs::write(&partial, [0x5a_u8; 100]).unwrap();
+    let (_, mut log, _) = open_sled(dir.path()).unwrap();
+    assert_eq!(log.try_get_log_entries(1..3).await.unwrap().len(), 2);
+    assert!(!empty.exists() && !partial.exists());
+}
