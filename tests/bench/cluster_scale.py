@@ -7,17 +7,21 @@ Three `samsa server` processes, each a voter and a broker. For each size of
    Reported: until every answer came, and until every node's own Metadata
    lists every partition with a leader (the metadata image applied and the
    broker's view derived on all three nodes).
-2. At the end of the run: the quorum store, the controller's Raft log and
+2. Idle: after --settle-seconds, the CPU of the three processes together
+   over --idle-seconds, in % of one core (followers fetch from their
+   leaders all the while: a fetch waits up to its max wait, then answers
+   every partition it names).
+3. At the end of the run: the quorum store, the controller's Raft log and
    snapshots (sled) on disk (the largest of the three), and the size of the
    last metadata snapshot built (the image as JSON; one is built every
    `metadata_snapshot_interval_entries` Raft entries, 5,000 by default).
-3. SIGKILL of a broker that leads about a third of the partitions and is
+4. SIGKILL of a broker that leads about a third of the partitions and is
    not the controller leader. Reported: how many it led, and until the two
    others' Metadata name no partition led by it (the controller fences it
    after the broker session timeout, then elects other leaders).
-4. Its restart: until its Metadata lists every partition with a leader,
+5. Its restart: until its Metadata lists every partition with a leader,
    and until it is back in every ISR (its partitions opened and caught up).
-5. A preferred leader election (ElectLeaders) gives it its leaderships
+6. A preferred leader election (ElectLeaders) gives it its leaderships
    back; then SIGTERM of the same broker (a controlled shutdown moves its
    leaderships before it stops). Reported: until the others name no
    partition led by it, and until it exited (its logs flushed and closed).
@@ -33,8 +37,8 @@ import time
 from confluent_kafka import ElectionType
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.metadata import MetadataRequest
-from procs import (ClusterNode, Connection, free_port, fresh_dir, print_table,  # noqa: E402
-                   rss_mib, run_sizes, wait_for)
+from procs import (ClusterNode, Connection, cpu_seconds, free_port, fresh_dir,  # noqa: E402
+                   print_table, rss_mib, run_sizes, wait_for)
 
 PREFIX = "cluster-scale"
 
@@ -125,6 +129,13 @@ def run_size(args, partitions):
                  "not every node listed every partition with a leader")
         row["applied_s"] = time.monotonic() - began
         row["rss_mib"] = max(rss_mib(n.proc.pid) for n in nodes)
+        # The partitions' first checkpoints follow their creation: idle
+        # means after them.
+        time.sleep(args.settle_seconds)
+        before = sum(cpu_seconds(n.proc.pid) for n in nodes)
+        time.sleep(args.idle_seconds)  # measuring idle CPU: nothing to wait for
+        row["idle_cpu_pct"] = (sum(cpu_seconds(n.proc.pid) for n in nodes) - before) \
+            / args.idle_seconds * 100
 
         victim = next(n for n in nodes[1:] if not n.active_controller())
         others = [n for n in nodes if n is not victim]
@@ -180,17 +191,21 @@ def main():
     parser.add_argument("--per-topic", type=int, default=100)
     parser.add_argument("--inflight", type=int, default=10,
                         help="CreateTopics requests sent at once")
+    parser.add_argument("--settle-seconds", type=float, default=10)
+    parser.add_argument("--idle-seconds", type=float, default=10)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting of every node (samsa server --set)")
     args = parser.parse_args()
     rows = run_sizes(args.partitions, lambda n: run_size(args, n))
     failed = print_table(
         ["partitions (RF 3)", "CreateTopics", "every node lists all", "RSS (max)",
+         "idle CPU (3 nodes)",
          "quorum store (max)", "last snapshot", "SIGKILL: led", "moved after",
          "restart: lists all", "in every ISR", "SIGTERM: led", "moved after", "exited after"],
         rows, lambda r: f"{r['partitions']:,}",
         lambda r: [f"{r['created_s']:.1f} s", f"{r['applied_s']:.1f} s",
-                   f"{r['rss_mib']:.0f} MiB", f"{r['store_mib']:.1f} MiB",
+                   f"{r['rss_mib']:.0f} MiB", f"{r['idle_cpu_pct']:.1f}%",
+                   f"{r['store_mib']:.1f} MiB",
                    r["snapshot"], f"{r['led']:,}", f"{r['kill_moved_s']:.1f} s",
                    f"{r['restart_listed_s']:.1f} s", f"{r['restart_isr_s']:.1f} s",
                    f"{r['led_again']:,}", f"{r['term_moved_s']:.1f} s",

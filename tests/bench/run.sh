@@ -111,7 +111,8 @@
 #   tests/bench/run.sh cluster-scale   three nodes by partitions (RF 3;
 #                                  CLUSTER_SCALE_PARTITIONS, default
 #                                  300,3000,9000): CreateTopics until every
-#                                  node lists all, quorum store size, a
+#                                  node lists all, the idle cluster's CPU,
+#                                  quorum store size, a
 #                                  broker's leaderships moved after SIGKILL
 #                                  and after SIGTERM, its restart
 #                                  (tests/bench/cluster_scale.py;
