@@ -1,9 +1,13 @@
-//! Topics and data survive a clean restart (SIGTERM) and a crash (SIGKILL).
+//! Topics and data survive a clean restart (SIGTERM) and a crash (SIGKILL);
+//! a second broker on a data directory in use is refused.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use samsa_tests::client::KafkaClient;
+use samsa_tests::cluster::run_to_exit;
 use samsa_tests::codes::NONE;
+use samsa_tests::node::{free_port, samsa_bin};
 use samsa_tests::{unique_topic, BatchBuilder, SamsaNode};
 
 /// What the test wrote: topic -> partition count, and (topic, partition) ->
@@ -159,4 +163,45 @@ fn topics_and_data_survive_sigterm_and_sigkill_restarts() {
     node.restart();
     let mut c = node.client();
     exp.verify(&mut c, "after two more SIGKILL restarts");
+}
+
+/// A second broker started on a data directory a running one uses exits
+/// with the reason before it opens anything there (two writers would
+/// interleave appends in the same segments); the first keeps serving. A
+/// SIGKILL releases the lock with the process.
+#[test]
+fn a_second_broker_on_a_data_directory_in_use_is_refused() {
+    let mut node = SamsaNode::start_with(&[]);
+    let topic = unique_topic("locked");
+    let mut exp = Expected::default();
+    {
+        let mut c = node.client();
+        exp.create(&mut c, &topic, 1);
+        exp.write(&mut c, "before", 5);
+    }
+    let data = node.data_dir();
+    let args: Vec<String> = vec![
+        "server".into(),
+        "--listen".into(),
+        format!("127.0.0.1:{}", free_port()),
+        "--data-dir".into(),
+        data.display().to_string(),
+        "--set".into(),
+        format!("http_listen=127.0.0.1:{}", free_port()),
+    ];
+    let (status, text) = run_to_exit(&samsa_bin(), &args, Duration::from_secs(30));
+    assert!(!status.success(), "{text}");
+    assert!(
+        text.contains("another process is using this data directory")
+            && text.contains(&data.join(".lock").display().to_string()),
+        "{text}"
+    );
+    {
+        let mut c = node.client();
+        exp.write(&mut c, "after", 5);
+        exp.verify(&mut c, "after the refused second broker");
+    }
+    node.sigkill();
+    node.restart();
+    exp.verify(&mut node.client(), "after a SIGKILL and restart");
 }

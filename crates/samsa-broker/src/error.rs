@@ -43,6 +43,13 @@ pub enum BrokerError {
         #[source]
         source: std::io::Error,
     },
+    /// Another process holds the data directory's lock.
+    #[error(
+        "another process is using this data directory (it holds {}); stop it, or give this \
+         broker another data_dir",
+        path.display()
+    )]
+    DataDirInUse { path: std::path::PathBuf },
 }
 
 /// Errors of the metadata store (single-node file store, or the controller

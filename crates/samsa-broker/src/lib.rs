@@ -45,6 +45,7 @@ mod codec;
 pub mod config;
 pub mod controller_contact;
 pub mod coordinator;
+pub mod data_dir_lock;
 pub mod descriptors;
 pub mod dispatch;
 pub mod dynamic_config;
@@ -541,6 +542,8 @@ pub async fn run(
     config: BrokerConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), BrokerError> {
+    // Held until this function returns: the broker's whole life.
+    let _data_dir_lock = data_dir_lock::lock(&config.data_dir)?;
     if config.controller_quorum_voters.is_some() {
         return cluster::run(config, shutdown).await;
     }
