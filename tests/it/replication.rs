@@ -18,6 +18,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use samsa_tests::client::topic_name;
 use samsa_tests::cluster::SamsaCluster;
+use samsa_tests::http::{http_get, metric};
 use samsa_tests::{unique_topic, wait_until, BatchBuilder, KafkaClient};
 
 pub(crate) const ACKS_ALL: i16 = -1;
@@ -276,6 +277,70 @@ fn lagging_follower_leaves_and_rejoins_the_isr() {
     let dir = |id: i32| cluster.node(id).data_dir().join(format!("{topic}-0"));
     let reference = stored_batches(&dir(leader));
     for id in [stopped, other] {
+        wait_until(
+            &format!("node {id} to hold the leader's bytes"),
+            Duration::from_secs(20),
+            || (stored_batches(&dir(id)) == reference).then_some(()),
+        );
+    }
+}
+
+/// An idle follower's fetch session names no partition, and the leader does
+/// not look at a partition whose follower has everything; the follower
+/// still stays in the ISR: each fetch of its session counts as a fetch of
+/// every partition the session holds. Records written after the idle spell
+/// reach every replica (min.insync.replicas 3: acks=all needs all three).
+#[test]
+fn an_idle_follower_stays_in_the_isr_while_its_fetch_session_names_nothing() {
+    const LAG_MAX: Duration = Duration::from_millis(1000);
+    let mut cluster = SamsaCluster::start(3, &["replica_lag_time_max_ms=1000"]);
+    let leader = cluster.wait_leader(Duration::from_secs(20));
+    let others: Vec<i32> = cluster
+        .ids()
+        .into_iter()
+        .filter(|id| *id != leader)
+        .collect();
+    let topic = unique_topic("idle-isr");
+    let mut lc = cluster.client(leader);
+    create_assigned_topic(&mut lc, &topic, &[leader, others[0], others[1]], Some("3"));
+    wait_until("a full ISR", Duration::from_secs(20), || {
+        isr_of(&mut lc, &topic).filter(|(l, isr)| *l == leader && isr == &[1, 2, 3])
+    });
+    let produce = |lc: &mut KafkaClient, value: &str| {
+        lc.produce(
+            &topic,
+            0,
+            BatchBuilder::new().values([value]).build(),
+            ACKS_ALL,
+        )
+        .unwrap()
+    };
+    assert_eq!(produce(&mut lc, "before").error_code, 0);
+    let shrinks = || {
+        let (status, body) =
+            http_get(cluster.node(leader).http_addr(), "/metrics").expect("GET /metrics");
+        assert_eq!(status, 200, "{body}");
+        metric(&body, "samsa_isr_shrinks_total").expect("samsa_isr_shrinks_total")
+    };
+    let shrinks_before = shrinks();
+    // Observed for five times the lag limit with nothing written (the
+    // leader checks for laggards every quarter of it).
+    let idle_until = std::time::Instant::now() + 5 * LAG_MAX;
+    while std::time::Instant::now() < idle_until {
+        let (_, isr) = isr_of(&mut lc, &topic).expect("metadata");
+        assert_eq!(isr, [1, 2, 3], "an idle follower left the ISR");
+        std::thread::sleep(Duration::from_millis(100)); // the observation's pace
+    }
+    assert_eq!(
+        shrinks(),
+        shrinks_before,
+        "the leader shrank an ISR while idle"
+    );
+    let r = produce(&mut lc, "after");
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    let dir = |id: i32| cluster.node(id).data_dir().join(format!("{topic}-0"));
+    let reference = stored_batches(&dir(leader));
+    for id in others {
         wait_until(
             &format!("node {id} to hold the leader's bytes"),
             Duration::from_secs(20),

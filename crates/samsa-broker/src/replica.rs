@@ -47,6 +47,7 @@ use crate::dynamic_config::topic_log_config;
 use crate::error::{BrokerError, Refusal};
 use crate::hw_checkpoint;
 use crate::metadata::TopicMetadata;
+use crate::replication::session::{NewsBoard, NewsKey};
 use crate::replication::{LeaderAppend, LeaderEpochCache, ReplicaState};
 use crate::write_failures::{is_write_failure, WriteFailures, WriteOutcome};
 
@@ -123,6 +124,12 @@ pub struct Partition {
     pub(crate) high_watermark: watch::Sender<i64>,
     /// The log end offset, for follower fetches waiting on new data.
     pub(crate) log_end: watch::Sender<i64>,
+    /// Counts changes a follower's fetch session must look at (HW, log
+    /// end, replica set, leadership); see [`Self::note_replication_news`].
+    replication_news: AtomicU64,
+    /// Woken with every such change on this broker (shared by all
+    /// partitions): what held replica fetches wait on.
+    replication_news_board: Arc<NewsBoard>,
     /// Leader/ISR, follower progress and the leader-epoch cache (locked
     /// after `log`, never before).
     pub(crate) replication: Mutex<ReplicaState>,
@@ -149,18 +156,18 @@ pub struct Partition {
 }
 
 impl Partition {
+    /// A partition of `manager` (whose broker-wide handles it shares).
     fn new(
         topic: String,
         index: i32,
         log: PartitionLog,
         leadership: Leadership,
-        controller_contact: Arc<ControllerContact>,
-        traffic: samsa_metrics::topics::TopicTraffic,
-        meters: samsa_metrics::partitions::PartitionMetrics,
+        manager: &ReplicaManager,
     ) -> Self {
         let hw = log.high_watermark();
         let leo = log.log_end_offset();
         let epochs = LeaderEpochCache::open(&log);
+        let topic_name = topic.clone();
         Partition {
             topic,
             index,
@@ -173,14 +180,16 @@ impl Partition {
             log: Mutex::new(Some(log)),
             high_watermark: watch::Sender::new(hw),
             log_end: watch::Sender::new(leo),
+            replication_news: AtomicU64::new(0),
+            replication_news_board: Arc::clone(&manager.replication_news_board),
             replication: Mutex::new(ReplicaState::new(epochs)),
             flush_lock: tokio::sync::Mutex::new(()),
             checkpointed_high_watermark: AtomicI64::new(hw),
             verified_txns: Mutex::new(HashMap::new()),
             write_failures: WriteFailures::default(),
-            controller_contact,
-            traffic,
-            meters,
+            controller_contact: Arc::clone(&manager.controller_contact),
+            traffic: manager.topic_metrics.topic(&topic_name),
+            meters: manager.partition_metrics.clone(),
         }
     }
 
@@ -220,7 +229,24 @@ impl Partition {
     }
 
     pub fn set_leadership(&self, leadership: Leadership) -> Leadership {
-        Leadership::unpack(self.leadership.swap(leadership.pack(), Ordering::AcqRel))
+        let before = Leadership::unpack(self.leadership.swap(leadership.pack(), Ordering::AcqRel));
+        if before != leadership {
+            self.note_replication_news();
+        }
+        before
+    }
+
+    /// Something a follower's fetch of this partition may answer
+    /// differently changed: fetch sessions look at the partition again
+    /// instead of trusting their last answer, and held fetches wake.
+    pub(crate) fn note_replication_news(&self) {
+        self.replication_news.fetch_add(1, Ordering::AcqRel);
+        self.replication_news_board.post();
+    }
+
+    /// How many changes [`Self::note_replication_news`] has counted.
+    pub(crate) fn replication_news(&self) -> u64 {
+        self.replication_news.load(Ordering::Acquire)
     }
 
     /// Takes a changed topic config (see `apply`): the log's, and the
@@ -644,6 +670,10 @@ fn records_end(records: &[u8]) -> Option<i64> {
         .map(|(header, _)| header.last_offset() + 1)
 }
 
+/// How many openings and removals of partitions [`ReplicaManager`] keeps
+/// for fetch sessions to catch up with one by one.
+const OPENINGS_KEPT: usize = 4096;
+
 /// Owns every partition this broker hosts.
 pub struct ReplicaManager {
     data_dir: PathBuf,
@@ -651,6 +681,16 @@ pub struct ReplicaManager {
     /// `log` settings (static, overlaid with dynamic ones by `apply`).
     defaults: RwLock<LogConfig>,
     partitions: RwLock<HashMap<(String, i32), Arc<Partition>>>,
+    /// Counts partitions opened and removed: a fetch session that holds
+    /// partitions looks them up again when it moved.
+    generation: AtomicU64,
+    /// The latest openings and removals, each with the generation it
+    /// made, oldest first (at most [`OPENINGS_KEPT`]): a session looks up
+    /// only the partitions that changed, unless it is further behind.
+    openings: Mutex<std::collections::VecDeque<(u64, (String, i32))>>,
+    /// Woken when any partition has replication news (see
+    /// [`Partition::note_replication_news`]).
+    replication_news_board: Arc<NewsBoard>,
     /// Partitions this broker should host but could not open at the last
     /// try, with why: their clients get KAFKA_STORAGE_ERROR, not a silent
     /// NOT_LEADER_OR_FOLLOWER, until a later apply opens them.
@@ -686,6 +726,9 @@ impl ReplicaManager {
             data_dir,
             defaults: RwLock::new(defaults),
             partitions: RwLock::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+            openings: Mutex::new(std::collections::VecDeque::new()),
+            replication_news_board: Arc::new(NewsBoard::default()),
             unopened: Mutex::new(HashMap::new()),
             saved_high_watermarks,
             hw_checkpoint_failing: AtomicBool::new(false),
@@ -754,6 +797,49 @@ impl ReplicaManager {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&(topic.to_string(), index))
+    }
+
+    /// Changes with every partition opened or removed.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Counts an opening or removal of `topic`-`index`; called with the
+    /// partitions' write lock held, so generations are recorded in order.
+    fn opened_or_removed(&self, topic: &str, index: i32) {
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut openings = self.openings.lock().unwrap_or_else(|p| p.into_inner());
+        if openings.len() == OPENINGS_KEPT {
+            openings.pop_front();
+        }
+        openings.push_back((generation, (topic.to_string(), index)));
+    }
+
+    /// The partitions opened or removed after generation `since`, or `None`
+    /// when some of them are no longer recorded.
+    pub(crate) fn opened_or_removed_since(&self, since: u64) -> Option<Vec<(String, i32)>> {
+        let openings = self.openings.lock().unwrap_or_else(|p| p.into_inner());
+        let start = openings.partition_point(|(generation, _)| *generation <= since);
+        let complete = match openings.front() {
+            Some((oldest, _)) => *oldest <= since + 1,
+            None => self.generation() == since,
+        };
+        complete.then(|| {
+            openings
+                .range(start..)
+                .map(|(_, key)| key.clone())
+                .collect()
+        })
+    }
+
+    /// Where this broker's replication news stands now.
+    pub(crate) fn news_key(&self) -> NewsKey {
+        (self.generation(), self.replication_news_board.posted())
+    }
+
+    /// Woken when any partition has replication news.
+    pub(crate) fn replication_news_board(&self) -> &Arc<NewsBoard> {
+        &self.replication_news_board
     }
 
     pub fn all(&self) -> Vec<Arc<Partition>> {
@@ -828,14 +914,13 @@ impl ReplicaManager {
             index,
             log,
             leadership,
-            Arc::clone(&self.controller_contact),
-            self.topic_metrics.topic(&topic.name),
-            self.partition_metrics.clone(),
+            self,
         ));
-        self.partitions
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((topic.name.clone(), index), partition.clone());
+        {
+            let mut partitions = self.partitions.write().unwrap_or_else(|p| p.into_inner());
+            partitions.insert((topic.name.clone(), index), partition.clone());
+            self.opened_or_removed(&topic.name, index);
+        }
         Ok(partition)
     }
 
@@ -854,11 +939,14 @@ impl ReplicaManager {
     /// reassignment back to this broker.
     pub fn remove_partition(&self, topic: &str, index: i32, topic_id: uuid::Uuid) {
         self.forget_open_failure(topic, index);
-        let removed = self
-            .partitions
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(topic.to_string(), index));
+        let removed = {
+            let mut partitions = self.partitions.write().unwrap_or_else(|p| p.into_inner());
+            let removed = partitions.remove(&(topic.to_string(), index));
+            if removed.is_some() {
+                self.opened_or_removed(topic, index);
+            }
+            removed
+        };
         if let Some(partition) = removed {
             if let Err(e) = partition.close() {
                 warn!(partition = %partition.name(), error = %e, "closing a removed partition failed");

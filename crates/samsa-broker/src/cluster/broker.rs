@@ -315,6 +315,7 @@ async fn open_broker(
     services.replication.attach(Arc::new(ReplicationHub {
         broker: Arc::clone(&broker),
         isr_proposals: isr_tx,
+        sessions: Default::default(),
     }));
     let (fenced_tx, fenced_rx) = watch::channel(true);
     let lifecycle = Arc::new(Lifecycle::new(

@@ -2,7 +2,10 @@
 //! batching every partition this broker follows with that peer as leader.
 //!
 //! Each round sends, per partition, the log end offset and the epoch of the
-//! last batch; the answer is applied per partition: records are appended
+//! last batch: for every followed partition in the first round (a full
+//! fetch that opens a fetch session), then only for those whose state
+//! changed, and the leader answers only partitions with news
+//! ([`super::session`]). The answer is applied per partition: records are appended
 //! (offsets and epochs as the leader assigned them) and the leader's HW is
 //! taken up to this log's end; a divergence truncates this log to where the
 //! leader's and its own copy of that epoch end (whichever is lower); an
@@ -11,7 +14,6 @@
 //! catch up.
 
 use kafka_protocol::error::ResponseError;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +24,8 @@ use tokio::sync::watch;
 use tonic::transport::Channel;
 use tracing::{debug, warn, Instrument};
 
+use super::session::{FollowerSession, NewsKey, NextFetch};
+use super::throttle::ByteRate;
 use crate::replica::Partition;
 use crate::write_failures::is_write_failure;
 use crate::{now_ms, Broker};
@@ -82,23 +86,41 @@ async fn fetch_loop(
     let mut client =
         ReplicationServiceClient::new(channel).max_decoding_message_size(64 * 1024 * 1024);
     let meters = broker.metrics.partitions.replica_fetcher(leader);
+    let mut session = FollowerSession::default();
+    // Which partitions follow this leader changes only with news (a
+    // leadership or replica set change, a partition opened or removed).
+    let mut followed: Vec<(Arc<Partition>, i32)> = Vec::new();
+    let mut followed_at: Option<NewsKey> = None;
     loop {
         if *stop.borrow() {
             return;
         }
-        let followed: Vec<(Arc<Partition>, i32)> = broker
-            .replicas
-            .all()
-            .into_iter()
-            .filter_map(|p| match p.followed_leader() {
-                Some(followed) if followed.leader == leader => Some((p, followed.leader_epoch)),
-                _ => None,
-            })
-            .collect();
+        let news = broker.replicas.news_key();
+        if followed_at != Some(news) {
+            followed = broker
+                .replicas
+                .all()
+                .into_iter()
+                .filter_map(|p| match p.followed_leader() {
+                    Some(followed) if followed.leader == leader => Some((p, followed.leader_epoch)),
+                    _ => None,
+                })
+                .collect();
+            followed_at = Some(news);
+        }
         let pause = if followed.is_empty() {
             Some(IDLE)
         } else {
-            match fetch_once(&broker, &mut client, &followed, max_wait).await {
+            match fetch_once(
+                &broker,
+                &mut client,
+                &mut session,
+                &followed,
+                news,
+                max_wait,
+            )
+            .await
+            {
                 Ok(fetched) => {
                     if let Some(bytes) = fetched {
                         meters.fetched(bytes);
@@ -106,6 +128,7 @@ async fn fetch_loop(
                     None
                 }
                 Err(e) => {
+                    session.reset();
                     meters.failed();
                     debug!(error = %e, "replica fetch failed; retrying");
                     Some(RETRY)
@@ -126,80 +149,68 @@ async fn fetch_loop(
 async fn fetch_once(
     broker: &Broker,
     client: &mut ReplicationServiceClient<Channel>,
+    session: &mut FollowerSession,
     followed: &[(Arc<Partition>, i32)],
+    news: NewsKey,
     max_wait_ms: u64,
 ) -> Result<Option<usize>, tonic::Status> {
-    let mut partitions = Vec::with_capacity(followed.len());
-    let mut sent = Vec::with_capacity(followed.len());
-    let now = tokio::time::Instant::now();
     let me = broker.config.node_id;
     let throttle_rate = broker
         .effective_config()
         .follower_replication_throttled_rate;
     let throttle = &broker.replication_throttles.follower;
-    for (partition, epoch) in followed {
-        // A partition this broker is being added to, over the follower
-        // throttle, sits this round out.
-        let reassigning = throttle_rate.is_some() && partition.is_adding(me);
-        if reassigning && !throttle.admits(throttle_rate, now.into_std()) {
-            continue;
-        }
-        // A replica whose last write failed (a full disk) waits out its
-        // back-off; it falls out of the ISR meanwhile by the leader's lag rule.
-        if partition
-            .write_failures
-            .retry_at()
-            .is_some_and(|at| at > now)
-        {
-            continue;
-        }
-        let Ok(position) = partition.follower_position() else {
-            continue;
-        };
-        partitions.push(FetchPartition {
-            topic: partition.topic.clone(),
-            partition: partition.index,
-            current_leader_epoch: *epoch,
-            fetch_offset: position.fetch_offset,
-            last_fetched_epoch: position.last_fetched_epoch,
-            high_watermark: position.high_watermark,
-        });
-        sent.push((
-            Arc::clone(partition),
-            *epoch,
-            position.fetch_offset,
-            reassigning,
-        ));
-    }
-    if partitions.is_empty() {
-        tokio::time::sleep(RETRY).await;
-        return Ok(None);
-    }
+    let mut next = match session.unchanged_fetch(news) {
+        Some(unchanged) => unchanged,
+        None => match next_fetch(session, followed, news, throttle_rate, throttle, me) {
+            Some(next) => next,
+            None => {
+                session.reset();
+                tokio::time::sleep(RETRY).await;
+                return Ok(None);
+            }
+        },
+    };
+    let full = next.session_id == 0;
     let mut request = tonic::Request::new(ReplicaFetchRequest {
         replica_id: broker.config.node_id,
         max_wait_ms: u32::try_from(max_wait_ms).unwrap_or(u32::MAX),
         max_bytes: broker.config.replica_fetch_max_bytes,
-        partitions,
+        partitions: std::mem::take(&mut next.partitions),
+        open_session: full,
+        session_id: next.session_id,
+        session_epoch: next.session_epoch,
+        // Kept in `next` too: the session drops them once answered.
+        forgotten: next.forgotten.clone(),
     });
     request.set_timeout(Duration::from_millis(max_wait_ms) + Duration::from_secs(5));
     let response = client.fetch(request).await?.into_inner();
-    let bytes = response.partitions.iter().map(|p| p.records.len()).sum();
-    let mut all_failed = !response.partitions.is_empty();
-    let mut answers = Vec::with_capacity(response.partitions.len());
-    fn asked(entry: &(Arc<Partition>, i32, i64, bool)) -> (&str, i32) {
-        (entry.0.topic.as_str(), entry.0.index)
+    if response.error_code != 0 {
+        // The leader does not know this session (it restarted, or a fetch
+        // of it was cut short): start a new one.
+        debug!(
+            code = response.error_code,
+            "fetch session refused; the next fetch is full"
+        );
+        session.reset();
+        return Ok(Some(0));
     }
-    for ((partition, epoch, fetch_offset, reassigning), data) in
-        pair_answers(&sent, asked, response.partitions)
-    {
-        if *reassigning {
+    session.answered(next, response.session_id);
+    let bytes = response.partitions.iter().map(|p| p.records.len()).sum();
+    let mut all_failed = full && !response.partitions.is_empty();
+    let mut answers = Vec::with_capacity(response.partitions.len());
+    for data in response.partitions {
+        let Some((partition, asked)) = session.asked(&data.topic, data.partition) else {
+            continue;
+        };
+        if throttle_rate.is_some() && partition.is_adding(me) {
             throttle.spend(data.records.len());
         }
         // The answer belongs to the epoch it was asked under.
-        if partition.followed_leader().map(|f| f.leader_epoch) != Some(*epoch) {
+        let epoch = asked.current_leader_epoch;
+        if partition.followed_leader().map(|f| f.leader_epoch) != Some(epoch) {
             continue;
         }
-        answers.push((partition, *epoch, *fetch_offset, data));
+        answers.push((Arc::clone(partition), epoch, asked.fetch_offset, data));
     }
     // Each hand-off to a blocking thread costs thread switches; one covers
     // the whole answer, and an answer that only moves high watermarks (most
@@ -224,52 +235,75 @@ async fn fetch_once(
         match result {
             Ok(true) => all_failed = false,
             Ok(false) => {}
-            // The partition logs when its writes start and stop failing.
-            Err(e) if is_write_failure(&e) => {}
             Err(e) => {
-                warn!(partition = %partition.name(), error = %e, "applying fetched data failed")
+                // Its back-off (a write failure) or its next try is only
+                // seen by looking at every partition again.
+                session.look_again();
+                // The partition logs when its writes start and stop failing.
+                if !is_write_failure(&e) {
+                    warn!(partition = %partition.name(), error = %e, "applying fetched data failed");
+                }
             }
         }
     }
     if all_failed {
         // Every partition answered an error: the metadata is moving; let it.
+        // (An incremental fetch answers an error once, so it cannot spin.)
         tokio::time::sleep(RETRY).await;
     }
     Ok(Some(bytes))
 }
 
-/// Pairs each partition of a fetch answer with what was asked for it
-/// (`key` names an asked entry's topic and partition); an answer for a
-/// partition not asked is dropped.
-///
-/// The leader answers every partition in the order asked, so the answer at
-/// position i is checked against `asked[i]` first; an index by name is built
-/// only if an answer is elsewhere. (A search of `asked` for each answer cost
-/// partitions² string compares a round: at 3,333 partitions per leader that
-/// was most of an idle cluster's CPU.)
-fn pair_answers<T>(
-    asked: &[T],
-    key: impl Fn(&T) -> (&str, i32),
-    answers: Vec<PartitionData>,
-) -> Vec<(&T, PartitionData)> {
-    let mut by_name: Option<HashMap<(&str, i32), &T>> = None;
-    let mut paired = Vec::with_capacity(answers.len());
-    for (position, data) in answers.into_iter().enumerate() {
-        let wanted = (data.topic.as_str(), data.partition);
-        let found = asked
-            .get(position)
-            .filter(|entry| key(entry) == wanted)
-            .or_else(|| {
-                by_name
-                    .get_or_insert_with(|| asked.iter().map(|entry| (key(entry), entry)).collect())
-                    .get(&wanted)
-                    .copied()
-            });
-        if let Some(entry) = found {
-            paired.push((entry, data));
+/// The next fetch built from every followed partition's state, or `None`
+/// when every one of them sits this round out.
+fn next_fetch(
+    session: &mut FollowerSession,
+    followed: &[(Arc<Partition>, i32)],
+    news: NewsKey,
+    throttle_rate: Option<u64>,
+    throttle: &ByteRate,
+    me: i32,
+) -> Option<NextFetch> {
+    let now = tokio::time::Instant::now();
+    let mut asked = Vec::with_capacity(followed.len());
+    // A throttle or a back-off leaves partitions out for a while: the next
+    // round must look again even if nothing else moved.
+    let mut complete = throttle_rate.is_none();
+    for (partition, epoch) in followed {
+        // A partition this broker is being added to, over the follower
+        // throttle, sits this round out.
+        let reassigning = throttle_rate.is_some() && partition.is_adding(me);
+        if reassigning && !throttle.admits(throttle_rate, now.into_std()) {
+            complete = false;
+            continue;
         }
+        // A replica whose last write failed (a full disk) waits out its
+        // back-off; it falls out of the ISR meanwhile by the leader's lag rule.
+        if partition
+            .write_failures
+            .retry_at()
+            .is_some_and(|at| at > now)
+        {
+            complete = false;
+            continue;
+        }
+        let Ok(position) = partition.follower_position() else {
+            complete = false;
+            continue;
+        };
+        asked.push((
+            Arc::clone(partition),
+            FetchPartition {
+                topic: partition.topic.clone(),
+                partition: partition.index,
+                current_leader_epoch: *epoch,
+                fetch_offset: position.fetch_offset,
+                last_fetched_epoch: position.last_fetched_epoch,
+                high_watermark: position.high_watermark,
+            },
+        ));
     }
-    paired
+    (!asked.is_empty()).then(|| session.next_fetch(asked, news, complete))
 }
 
 /// Whether applying `data` may write or delete files: records to append, a
@@ -331,61 +365,5 @@ fn apply(
             debug!(partition = %partition.name(), code, "leader refused the fetch");
             Ok(false)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn answer(topic: &str, partition: i32) -> PartitionData {
-        PartitionData {
-            topic: topic.into(),
-            partition,
-            ..PartitionData::default()
-        }
-    }
-
-    fn key(entry: &(String, i32)) -> (&str, i32) {
-        (entry.0.as_str(), entry.1)
-    }
-
-    fn paired(asked: &[(String, i32)], answers: Vec<PartitionData>) -> Vec<(String, i32, String)> {
-        pair_answers(asked, key, answers)
-            .into_iter()
-            .map(|(entry, data)| {
-                (
-                    entry.0.clone(),
-                    entry.1,
-                    format!("{}-{}", data.topic, data.partition),
-                )
-            })
-            .collect()
-    }
-
-    #[test]
-    fn answers_pair_with_what_was_asked_in_order_out_of_order_or_not_at_all() {
-        let asked: Vec<(String, i32)> = vec![("a".into(), 0), ("a".into(), 1), ("b".into(), 0)];
-        let expected = |pairs: &[(&str, i32)]| -> Vec<(String, i32, String)> {
-            pairs
-                .iter()
-                .map(|(t, p)| (t.to_string(), *p, format!("{t}-{p}")))
-                .collect()
-        };
-        // In the order asked (what samsa's leader does).
-        assert_eq!(
-            paired(&asked, vec![answer("a", 0), answer("a", 1), answer("b", 0)]),
-            expected(&[("a", 0), ("a", 1), ("b", 0)])
-        );
-        // Another order, some left out, one never asked.
-        assert_eq!(
-            paired(&asked, vec![answer("b", 0), answer("c", 0), answer("a", 0)]),
-            expected(&[("b", 0), ("a", 0)])
-        );
-        // Same topic, other partition at the asked position.
-        assert_eq!(
-            paired(&asked, vec![answer("a", 1), answer("a", 0)]),
-            expected(&[("a", 1), ("a", 0)])
-        );
     }
 }

@@ -3,7 +3,10 @@
 //! - followers pull from each partition's leader over gRPC
 //!   (`proto/replication.proto`, served on the node's controller port next
 //!   to the controller services): one fetch loop per leader broker, batched
-//!   over every partition this broker follows there ([`fetcher`]);
+//!   over every partition this broker follows there ([`fetcher`]), in a
+//!   fetch session: after a full fetch, a round names only the partitions
+//!   whose state changed and the leader answers only those with news
+//!   ([`session`]);
 //! - a follower sends its log end offset and the epoch of its last batch;
 //!   the leader answers records and its high watermark, or — when the
 //!   follower's log diverged — the epoch and end offset to truncate to,
@@ -43,6 +46,7 @@ pub mod epoch_cache;
 pub mod fetcher;
 pub mod isr;
 pub mod service;
+pub mod session;
 pub mod state;
 pub mod throttle;
 

@@ -10,23 +10,24 @@
 //! reports a follower's new log end moves the HW itself, so it came back
 //! empty at once). The leader's own HW, which acks=all waits for, does not
 //! depend on this: followers report their log end with every fetch.
-//! Watches are subscribed before reading, so no wake-up is lost.
+//! A held fetch waits on the broker-wide news board
+//! ([`Partition::note_replication_news`](crate::replica::Partition::note_replication_news)),
+//! subscribed before reading, so no wake-up is lost. A fetch of a session
+//! looks only at partitions with news or not settled, and answers only
+//! those with something to tell ([`super::session`]).
 
 use kafka_protocol::error::ResponseError;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use futures::future::select_all;
 use samsa_proto::replication::replication_service_server::ReplicationService;
-use samsa_proto::replication::{
-    EpochEndOffset, PartitionData, ReplicaFetchRequest, ReplicaFetchResponse,
-};
+use samsa_proto::replication::{ReplicaFetchRequest, ReplicaFetchResponse};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use super::isr::IsrProposal;
-use super::state::ReplicaFetch;
+use super::session::{FetchSessions, LeaderSession, LeaderThrottle, Look};
 use crate::{now_ms, Broker};
 
 /// Longest hold of a fetch, whatever the follower asks.
@@ -39,6 +40,8 @@ const HW_ONLY_LINGER: Duration = Duration::from_millis(5);
 pub struct ReplicationHub {
     pub broker: Arc<Broker>,
     pub isr_proposals: mpsc::UnboundedSender<IsrProposal>,
+    /// Followers' fetch sessions with this broker as their leader.
+    pub sessions: FetchSessions,
 }
 
 #[derive(Clone, Default)]
@@ -66,104 +69,125 @@ impl ReplicationService for ReplicationGrpc {
         let Some(hub) = self.hub.get().cloned() else {
             return Err(Status::unavailable("the broker is starting"));
         };
-        let req = request.into_inner();
+        let mut req = request.into_inner();
+        // Taken by the session: a new one, or the update of an open one.
+        let mut named = Some(std::mem::take(&mut req.partitions));
         let deadline =
             Instant::now() + Duration::from_millis(u64::from(req.max_wait_ms)).min(MAX_WAIT_CAP);
-        let partitions: Vec<_> = req
-            .partitions
-            .iter()
-            .map(|p| hub.broker.replicas.get(&p.topic, p.partition))
-            .collect();
+        let replicas = &hub.broker.replicas;
+        let now = now_ms();
+        let full = req.session_id == 0;
+        let session = if full {
+            let id = if req.open_session {
+                hub.sessions.new_id()
+            } else {
+                0
+            };
+            let session = Arc::new(tokio::sync::Mutex::new(LeaderSession::new(
+                id,
+                named.take().unwrap_or_default(),
+                replicas,
+                now,
+            )));
+            if id != 0 {
+                hub.sessions.insert(req.replica_id, Arc::clone(&session));
+            }
+            session
+        } else {
+            let Some(session) = hub.sessions.get(req.replica_id, req.session_id) else {
+                return Ok(session_error(ResponseError::FetchSessionIdNotFound));
+            };
+            session
+        };
+        // One fetch of a session at a time: a second one (the follower gave
+        // up on the first) is refused and the follower starts over.
+        let Ok(mut session) = session.try_lock_owned() else {
+            return Ok(session_error(ResponseError::InvalidFetchSessionEpoch));
+        };
+        if !full {
+            if session.id != req.session_id {
+                return Ok(session_error(ResponseError::FetchSessionIdNotFound));
+            }
+            if !session.expects(req.session_epoch) {
+                return Ok(session_error(ResponseError::InvalidFetchSessionEpoch));
+            }
+            session.update(
+                named.take().unwrap_or_default(),
+                &req.forgotten,
+                req.replica_id,
+                replicas,
+            );
+        }
+        if let Some(clock) = &session.clock {
+            clock.tick(now);
+        }
+        let news_board = Arc::clone(replicas.replication_news_board());
         // When this fetch first saw a HW newer than the follower's.
         let mut hw_news_since: Option<Instant> = None;
         loop {
-            let mut watches = Vec::new();
-            for p in partitions.iter().flatten() {
-                watches.push(p.watch_log_end());
-                let hw = p.watch_high_watermark();
-                watches.push(hw);
-            }
-            for w in &mut watches {
-                w.borrow_and_update();
-            }
-            let mut budget = req.max_bytes as usize;
-            let mut ready = false;
-            let mut hw_news = false;
-            let mut out = Vec::with_capacity(req.partitions.len());
-            let now = now_ms();
+            // Subscribed before looking, so no news is lost in between.
+            let news = news_board.next_post();
+            tokio::pin!(news);
+            news.as_mut().enable();
+            session.look_up_again_if_moved(replicas);
             let throttle_rate = hub
                 .broker
                 .effective_config()
                 .leader_replication_throttled_rate;
-            let throttles = &hub.broker.replication_throttles;
-            for (fp, partition) in req.partitions.iter().zip(&partitions) {
-                let mut data = PartitionData {
-                    topic: fp.topic.clone(),
-                    partition: fp.partition,
-                    ..PartitionData::default()
-                };
-                let Some(partition) = partition else {
-                    data.error_code = i32::from(ResponseError::NotLeaderOrFollower.code());
-                    ready = true;
-                    out.push(data);
-                    continue;
-                };
-                let reassigning = throttle_rate.is_some() && partition.is_adding(req.replica_id);
-                let answer = partition.serve_replica_fetch(
-                    ReplicaFetch {
-                        replica_id: req.replica_id,
-                        current_leader_epoch: fp.current_leader_epoch,
-                        fetch_offset: fp.fetch_offset,
-                        last_fetched_epoch: fp.last_fetched_epoch,
-                        max_bytes: budget,
-                        throttled: reassigning
-                            && !throttles
-                                .leader
-                                .admits(throttle_rate, std::time::Instant::now()),
-                    },
-                    now,
-                );
-                if reassigning {
-                    throttles.leader.spend(answer.records.len());
-                }
-                if let Some(isr) = answer.expand_isr_to {
-                    let _ = hub.isr_proposals.send(IsrProposal {
-                        partition: Arc::clone(partition),
-                        new_isr: isr,
-                        leader_epoch: None,
-                    });
-                }
-                budget = budget.saturating_sub(answer.records.len());
-                ready |= !answer.records.is_empty()
-                    || answer.error_code != 0
-                    || answer.diverging.is_some();
-                hw_news |= answer.high_watermark > fp.high_watermark;
-                data.error_code = i32::from(answer.error_code);
-                data.high_watermark = answer.high_watermark;
-                data.log_start_offset = answer.log_start_offset;
-                data.log_end_offset = answer.log_end_offset;
-                data.diverging_epoch = answer.diverging.map(|end| EpochEndOffset {
-                    epoch: end.epoch,
-                    end_offset: end.end_offset,
+            let look = session.look(
+                req.replica_id,
+                full,
+                req.max_bytes as usize,
+                LeaderThrottle {
+                    rate: throttle_rate,
+                    meter: &hub.broker.replication_throttles.leader,
+                },
+                now_ms(),
+            );
+            for (partition, new_isr) in look.expand_isr {
+                let _ = hub.isr_proposals.send(IsrProposal {
+                    partition,
+                    new_isr,
+                    leader_epoch: None,
                 });
-                data.records = answer.records;
-                out.push(data);
             }
+            let Look {
+                out,
+                told,
+                ready,
+                hw_news,
+                ..
+            } = look;
             let looked_at = Instant::now();
             let mut wait_until = deadline;
             if hw_news {
                 let since = *hw_news_since.get_or_insert(looked_at);
                 wait_until = wait_until.min(since + HW_ONLY_LINGER);
             }
-            if ready || watches.is_empty() || looked_at >= wait_until {
-                return Ok(Response::new(ReplicaFetchResponse { partitions: out }));
-            }
-            let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
-            if tokio::time::timeout_at(wait_until, changed).await.is_err() {
-                // Nothing moved, or news of the HW alone waited long
-                // enough: answer with what there is (no records).
-                return Ok(Response::new(ReplicaFetchResponse { partitions: out }));
+            // Waiting ends with news (look again) or at `wait_until`:
+            // nothing moved, or news of the HW alone waited long enough,
+            // and the answer goes with what there is (no records).
+            let answer_now = ready
+                || session.entries.is_empty()
+                || looked_at >= wait_until
+                || tokio::time::timeout_at(wait_until, news).await.is_err();
+            if answer_now {
+                session.answered(told);
+                return Ok(Response::new(ReplicaFetchResponse {
+                    partitions: out,
+                    session_id: session.id,
+                    error_code: 0,
+                }));
             }
         }
     }
+}
+
+/// An answer refusing the session: the follower sends a full fetch next.
+fn session_error(error: ResponseError) -> Response<ReplicaFetchResponse> {
+    Response::new(ReplicaFetchResponse {
+        partitions: Vec::new(),
+        session_id: 0,
+        error_code: i32::from(error.code()),
+    })
 }

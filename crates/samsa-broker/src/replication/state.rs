@@ -13,6 +13,7 @@
 
 use kafka_protocol::error::ResponseError;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use samsa_storage::{AppendInfo, PartitionLog};
@@ -20,6 +21,7 @@ use tracing::{debug, error, info};
 use uuid::Uuid;
 
 use super::epoch_cache::{EpochEnd, LeaderEpochCache};
+use super::session::SessionClock;
 use crate::error::PartitionError;
 use crate::metadata::PartitionState;
 use crate::replica::Partition;
@@ -67,7 +69,7 @@ pub struct FollowerLag {
 }
 
 /// What the leader knows of one follower.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct FollowerProgress {
     /// The follower's log end offset as of its last fetch; -1 = unknown.
     pub log_end_offset: i64,
@@ -77,6 +79,11 @@ pub struct FollowerProgress {
     /// fetching at least that far means it was caught up at that time).
     prev_fetch_leader_leo: i64,
     prev_fetch_ms: i64,
+    /// The fetch session that holds this partition, when the follower's
+    /// last fetch of it came through one: a session's later fetches count
+    /// as fetches of this partition too, though the leader does not look
+    /// at a partition that has nothing new (see [`super::session`]).
+    session: Option<Arc<SessionClock>>,
 }
 
 impl FollowerProgress {
@@ -86,6 +93,26 @@ impl FollowerProgress {
             last_caught_up_ms: now_ms,
             prev_fetch_leader_leo: i64::MAX,
             prev_fetch_ms: now_ms,
+            session: None,
+        }
+    }
+
+    /// When the follower last fetched this partition.
+    fn fetched_ms(&self) -> i64 {
+        self.session.as_ref().map_or(self.prev_fetch_ms, |s| {
+            s.last_fetch_ms().max(self.prev_fetch_ms)
+        })
+    }
+
+    /// When the follower last had everything the leader had, the leader's
+    /// log ending at `leader_leo` now: while it still has all of it, its
+    /// session's last fetch is such a time.
+    pub fn caught_up_ms(&self, leader_leo: i64) -> i64 {
+        match &self.session {
+            Some(s) if self.log_end_offset >= leader_leo => {
+                self.last_caught_up_ms.max(s.last_fetch_ms())
+            }
+            _ => self.last_caught_up_ms,
         }
     }
 }
@@ -173,7 +200,7 @@ impl ReplicaState {
             && others.all(|id| {
                 self.followers
                     .get(id)
-                    .is_none_or(|f| f.prev_fetch_ms < silent_since_ms)
+                    .is_none_or(|f| f.fetched_ms() < silent_since_ms)
             })
     }
 
@@ -196,7 +223,7 @@ impl ReplicaState {
 }
 
 /// What a follower asked of one partition.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ReplicaFetch {
     pub replica_id: i32,
     pub current_leader_epoch: i32,
@@ -205,6 +232,8 @@ pub struct ReplicaFetch {
     pub max_bytes: usize,
     /// Over the reassignment throttle: answer without records.
     pub throttled: bool,
+    /// The fetch session this fetch came through, if any.
+    pub session: Option<Arc<SessionClock>>,
 }
 
 /// The leader's answer for one partition.
@@ -220,6 +249,8 @@ pub struct ReplicaFetchAnswer {
     pub records: Bytes,
     /// The follower qualifies to join the ISR: propose this ISR.
     pub expand_isr_to: Option<Vec<i32>>,
+    /// The follower is in the committed ISR.
+    pub in_isr: bool,
 }
 
 /// Where a follower fetches from, as it tells the leader.
@@ -268,7 +299,7 @@ impl Partition {
 
     /// Publishes HW and LEO to their watchers.
     pub(crate) fn publish(&self, high_watermark: i64, log_end_offset: i64) {
-        self.high_watermark.send_if_modified(|current| {
+        let hw_moved = self.high_watermark.send_if_modified(|current| {
             if high_watermark > *current {
                 *current = high_watermark;
                 true
@@ -276,7 +307,7 @@ impl Partition {
                 false
             }
         });
-        self.log_end.send_if_modified(|current| {
+        let log_end_moved = self.log_end.send_if_modified(|current| {
             if log_end_offset != *current {
                 *current = log_end_offset;
                 true
@@ -284,6 +315,9 @@ impl Partition {
                 false
             }
         });
+        if hw_moved || log_end_moved {
+            self.note_replication_news();
+        }
     }
 
     /// Leader append: records the epoch's start before writing (so the
@@ -397,6 +431,7 @@ impl Partition {
         now_ms: i64,
     ) {
         let mut state = self.replication.lock().unwrap_or_else(|p| p.into_inner());
+        let before = (state.leader, state.leader_epoch, state.partition_epoch);
         state.me = me;
         state.topic_id = topic_id;
         state.min_insync_replicas = min_insync_replicas.max(1);
@@ -429,6 +464,11 @@ impl Partition {
                 }
             }
         }
+        let changed = before != (state.leader, state.leader_epoch, state.partition_epoch);
+        drop(state);
+        if changed {
+            self.note_replication_news();
+        }
     }
 
     /// An ISR change committed by the controller (its answer in `AlterPartitions`).
@@ -455,6 +495,7 @@ impl Partition {
             (log.high_watermark(), leo)
         };
         self.publish(hw, leo);
+        self.note_replication_news();
     }
 
     /// Serves one partition of a follower's fetch (see `proto/replication.proto`).
@@ -502,10 +543,13 @@ impl Partition {
             if req.fetch_offset >= leo {
                 progress.last_caught_up_ms = now_ms;
             } else if req.fetch_offset >= progress.prev_fetch_leader_leo {
-                progress.last_caught_up_ms = progress.last_caught_up_ms.max(progress.prev_fetch_ms);
+                // A session's fetches since count: the leader would have
+                // looked at this partition had it moved before them.
+                progress.last_caught_up_ms = progress.last_caught_up_ms.max(progress.fetched_ms());
             }
             progress.prev_fetch_leader_leo = leo;
             progress.prev_fetch_ms = now_ms;
+            progress.session = req.session;
             if let Some(bound) = state.hw_bound(leo) {
                 log.set_high_watermark(bound)?;
             }
@@ -520,8 +564,9 @@ impl Partition {
                 .last()
                 .filter(|e| e.epoch == leadership.leader_epoch)
                 .map_or(leo, |e| e.start_offset);
+            answer.in_isr = state.isr.contains(&req.replica_id);
             if state.pending_isr.is_none()
-                && !state.isr.contains(&req.replica_id)
+                && !answer.in_isr
                 && req.fetch_offset >= hw
                 && req.fetch_offset >= epoch_start.min(leo)
             {
@@ -551,6 +596,23 @@ impl Partition {
                     },
                     ..ReplicaFetchAnswer::default()
                 }
+            }
+        }
+    }
+
+    /// Leader: `replica_id`'s fetch session `clock` no longer holds this
+    /// partition; only fetches that name it count from now on.
+    pub(crate) fn forget_fetch_session(&self, replica_id: i32, clock: &Arc<SessionClock>) {
+        let mut state = self.replication.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(progress) = state.followers.get_mut(&replica_id) {
+            if progress
+                .session
+                .as_ref()
+                .is_some_and(|s| Arc::ptr_eq(s, clock))
+            {
+                progress.prev_fetch_ms = progress.fetched_ms();
+                progress.last_caught_up_ms = progress.caught_up_ms(*self.log_end.borrow());
+                progress.session = None;
             }
         }
     }
@@ -654,6 +716,7 @@ impl Partition {
         })?;
         self.log_end.send_replace(leo);
         self.publish(hw, leo);
+        self.note_replication_news();
         Ok(())
     }
 
@@ -675,6 +738,7 @@ impl Partition {
         })?;
         self.log_end.send_replace(leo);
         self.publish(hw, leo);
+        self.note_replication_news();
         Ok(())
     }
 
@@ -690,6 +754,7 @@ impl Partition {
             return None;
         }
         let me = state.me;
+        let leo = *self.log_end.borrow();
         let keep: Vec<i32> = state
             .isr
             .iter()
@@ -699,7 +764,7 @@ impl Partition {
                     || state
                         .followers
                         .get(id)
-                        .is_some_and(|f| now_ms - f.last_caught_up_ms <= lag_max_ms)
+                        .is_some_and(|f| now_ms - f.caught_up_ms(leo) <= lag_max_ms)
             })
             .collect();
         if keep.len() == state.isr.len() || !keep.contains(&me) {
@@ -718,6 +783,8 @@ impl Partition {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .pending_isr = None;
+        // A follower that qualified meanwhile is proposed again at its next look.
+        self.note_replication_news();
     }
 
     /// What a leader reports of its replicas when scraped: replicas, ISR
@@ -733,7 +800,7 @@ impl Partition {
                 let (records, millis) = match state.followers.get(&id) {
                     Some(f) if f.log_end_offset >= 0 => (
                         (leader_leo - f.log_end_offset).max(0),
-                        (now_ms - f.last_caught_up_ms).max(0),
+                        (now_ms - f.caught_up_ms(leader_leo)).max(0),
                     ),
                     // Never fetched since this leader took over: all of
                     // the log may be missing.
@@ -879,11 +946,6 @@ impl Partition {
                 end_offset: next_start,
             })
         })
-    }
-
-    /// A receiver that changes whenever the log end offset moves.
-    pub(crate) fn watch_log_end(&self) -> tokio::sync::watch::Receiver<i64> {
-        self.log_end.subscribe()
     }
 }
 
