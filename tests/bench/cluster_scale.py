@@ -8,9 +8,9 @@ Three `samsa server` processes, each a voter and a broker. For each size of
    lists every partition with a leader (the metadata image applied and the
    broker's view derived on all three nodes).
 2. Idle: after --settle-seconds, the CPU of the three processes together
-   over --idle-seconds, in % of one core (followers fetch from their
-   leaders all the while: a fetch waits up to its max wait, then answers
-   every partition it names).
+   over --idle-seconds, in % of one core, --idle-windows times one after
+   the other (followers fetch from their leaders all the while, through
+   their fetch sessions). --idle-only stops here.
 3. At the end of the run: the quorum store, the controller's Raft log and
    snapshots (sled) on disk (the largest of the three), and the size of the
    last metadata snapshot built (the image as JSON; one is built every
@@ -132,10 +132,15 @@ def run_size(args, partitions):
         # The partitions' first checkpoints follow their creation: idle
         # means after them.
         time.sleep(args.settle_seconds)
-        before = sum(cpu_seconds(n.proc.pid) for n in nodes)
-        time.sleep(args.idle_seconds)  # measuring idle CPU: nothing to wait for
-        row["idle_cpu_pct"] = (sum(cpu_seconds(n.proc.pid) for n in nodes) - before) \
-            / args.idle_seconds * 100
+        windows = []
+        for _ in range(args.idle_windows):
+            before = sum(cpu_seconds(n.proc.pid) for n in nodes)
+            time.sleep(args.idle_seconds)  # measuring idle CPU: nothing to wait for
+            windows.append((sum(cpu_seconds(n.proc.pid) for n in nodes) - before)
+                           / args.idle_seconds * 100)
+        row["idle_cpu"] = ", ".join(f"{w:.1f}%" for w in windows)
+        if args.idle_only:
+            return row
 
         victim = next(n for n in nodes[1:] if not n.active_controller())
         others = [n for n in nodes if n is not victim]
@@ -193,10 +198,21 @@ def main():
                         help="CreateTopics requests sent at once")
     parser.add_argument("--settle-seconds", type=float, default=10)
     parser.add_argument("--idle-seconds", type=float, default=10)
+    parser.add_argument("--idle-windows", type=int, default=1)
+    parser.add_argument("--idle-only", action="store_true",
+                        help="stop after measuring the idle cluster")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting of every node (samsa server --set)")
     args = parser.parse_args()
     rows = run_sizes(args.partitions, lambda n: run_size(args, n))
+    if args.idle_only:
+        failed = print_table(
+            ["partitions (RF 3)", "CreateTopics", "every node lists all", "RSS (max)",
+             "idle CPU (3 nodes)"],
+            rows, lambda r: f"{r['partitions']:,}",
+            lambda r: [f"{r['created_s']:.1f} s", f"{r['applied_s']:.1f} s",
+                       f"{r['rss_mib']:.0f} MiB", r["idle_cpu"]])
+        raise SystemExit(1 if failed else 0)
     failed = print_table(
         ["partitions (RF 3)", "CreateTopics", "every node lists all", "RSS (max)",
          "idle CPU (3 nodes)",
@@ -204,7 +220,7 @@ def main():
          "restart: lists all", "in every ISR", "SIGTERM: led", "moved after", "exited after"],
         rows, lambda r: f"{r['partitions']:,}",
         lambda r: [f"{r['created_s']:.1f} s", f"{r['applied_s']:.1f} s",
-                   f"{r['rss_mib']:.0f} MiB", f"{r['idle_cpu_pct']:.1f}%",
+                   f"{r['rss_mib']:.0f} MiB", r["idle_cpu"],
                    f"{r['store_mib']:.1f} MiB",
                    r["snapshot"], f"{r['led']:,}", f"{r['kill_moved_s']:.1f} s",
                    f"{r['restart_listed_s']:.1f} s", f"{r['restart_isr_s']:.1f} s",

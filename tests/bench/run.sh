@@ -116,7 +116,8 @@
 #                                  broker's leaderships moved after SIGKILL
 #                                  and after SIGTERM, its restart
 #                                  (tests/bench/cluster_scale.py;
-#                                  CLUSTER_SCALE_ARGS)
+#                                  CLUSTER_SCALE_ARGS, e.g. "--idle-only
+#                                  --idle-windows 2" for the idle CPU alone)
 #   RECORDS=200000 tests/bench/run.sh   a quicker, noisier pass
 #   BENCH_PAGE_CACHE_MIB=3072 tests/bench/run.sh replication
 #                                  in a memory cgroup with a full page cache
