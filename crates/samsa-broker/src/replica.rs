@@ -167,7 +167,7 @@ impl Partition {
         let hw = log.high_watermark();
         let leo = log.log_end_offset();
         let epochs = LeaderEpochCache::open(&log);
-        let topic_name = topic.clone();
+        let traffic = manager.topic_metrics.topic(&topic);
         Partition {
             topic,
             index,
@@ -188,7 +188,7 @@ impl Partition {
             verified_txns: Mutex::new(HashMap::new()),
             write_failures: WriteFailures::default(),
             controller_contact: Arc::clone(&manager.controller_contact),
-            traffic: manager.topic_metrics.topic(&topic_name),
+            traffic,
             meters: manager.partition_metrics.clone(),
         }
     }

@@ -94,7 +94,7 @@ impl ReplicationService for ReplicationGrpc {
             }
             session
         } else {
-            let Some(session) = hub.sessions.get(req.replica_id, req.session_id) else {
+            let Some(session) = hub.sessions.get(req.replica_id) else {
                 return Ok(session_error(ResponseError::FetchSessionIdNotFound));
             };
             session

@@ -357,7 +357,6 @@ impl LeaderSession {
                 && answer.expand_isr_to.is_none()
                 && answer.in_isr
                 && fp.fetch_offset >= answer.log_end_offset;
-            let fetch_offset = fp.fetch_offset;
             if let Some(isr) = answer.expand_isr_to {
                 look.expand_isr.push((Arc::clone(&partition), isr));
             }
@@ -367,7 +366,6 @@ impl LeaderSession {
                 }
                 continue;
             }
-            debug_assert!(answer.records.is_empty() || fetch_offset < answer.log_end_offset);
             look.told.push(Told {
                 entry: at,
                 high_watermark: answer.high_watermark.max(entry.told_high_watermark),
@@ -431,14 +429,13 @@ impl FetchSessions {
             .insert(replica_id, session);
     }
 
-    /// `replica_id`'s session if it is `id`.
-    pub fn get(&self, replica_id: i32, id: u32) -> Option<Arc<tokio::sync::Mutex<LeaderSession>>> {
-        let sessions = self.by_follower.lock().unwrap_or_else(|p| p.into_inner());
-        let session = sessions.get(&replica_id)?;
-        // The id is fixed at creation; a session in use answers busy
-        // (`try_lock` below fails) rather than blocking this lookup.
-        let same = session.try_lock().map_or(true, |s| s.id == id);
-        same.then(|| Arc::clone(session))
+    /// `replica_id`'s session (the caller checks its id once it holds it).
+    pub fn get(&self, replica_id: i32) -> Option<Arc<tokio::sync::Mutex<LeaderSession>>> {
+        self.by_follower
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&replica_id)
+            .cloned()
     }
 }
 
