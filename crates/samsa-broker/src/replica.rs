@@ -236,9 +236,10 @@ impl Partition {
         before
     }
 
-    /// Something a follower's fetch of this partition may answer
-    /// differently changed: fetch sessions look at the partition again
-    /// instead of trusting their last answer, and held fetches wake.
+    /// Something a fetch of this partition may answer differently changed
+    /// (high watermark, log end, log start, leadership, replicas): fetch
+    /// sessions, followers' and consumers', look at the partition again
+    /// instead of trusting their last answer, and held follower fetches wake.
     pub(crate) fn note_replication_news(&self) {
         self.replication_news.fetch_add(1, Ordering::AcqRel);
         self.replication_news_board.post();
@@ -360,14 +361,20 @@ impl Partition {
     /// Followers follow on their next fetch. Above the high watermark is
     /// OFFSET_OUT_OF_RANGE. Returns the log start offset after it.
     pub fn delete_records_before(&self, offset: i64) -> Result<i64, PartitionError> {
-        self.with_log(|log| {
+        let (before, after) = self.with_log(|log| {
             let offset = if offset == -1 {
                 log.high_watermark()
             } else {
                 offset
             };
-            log.delete_records_before(offset)
-        })
+            let before = log.log_start_offset();
+            Ok((before, log.delete_records_before(offset)?))
+        })?;
+        if after != before {
+            // Fetch sessions tell followers and consumers the new log start.
+            self.note_replication_news();
+        }
+        Ok(after)
     }
 
     /// Whether a transactional write of this producer must first be
@@ -641,7 +648,12 @@ impl Partition {
     }
 
     fn enforce_retention(&self, now_ms: i64) -> Result<usize, PartitionError> {
-        self.with_log(|log| log.enforce_retention(now_ms))
+        let deleted = self.with_log(|log| log.enforce_retention(now_ms))?;
+        if deleted > 0 {
+            // The log start moved: fetch sessions tell it.
+            self.note_replication_news();
+        }
+        Ok(deleted)
     }
 
     /// Takes the log out and closes it cleanly; later calls see `Closed`.
@@ -673,6 +685,55 @@ fn records_end(records: &[u8]) -> Option<i64> {
 /// How many openings and removals of partitions [`ReplicaManager`] keeps
 /// for fetch sessions to catch up with one by one.
 const OPENINGS_KEPT: usize = 4096;
+
+/// A hosted partition's `(topic, index)` as a map key, so that a lookup
+/// by `(&str, i32)` hashes and compares as the stored `(String, i32)` does
+/// without building a `String` (every produced and fetched partition is
+/// looked up).
+trait TopicIndex {
+    fn topic(&self) -> &str;
+    fn index(&self) -> i32;
+}
+
+impl TopicIndex for (String, i32) {
+    fn topic(&self) -> &str {
+        &self.0
+    }
+    fn index(&self) -> i32 {
+        self.1
+    }
+}
+
+impl TopicIndex for (&str, i32) {
+    fn topic(&self) -> &str {
+        self.0
+    }
+    fn index(&self) -> i32 {
+        self.1
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn TopicIndex + 'a> for (String, i32) {
+    fn borrow(&self) -> &(dyn TopicIndex + 'a) {
+        self
+    }
+}
+
+/// The tuple's hash: its fields in order.
+impl std::hash::Hash for dyn TopicIndex + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.topic().hash(state);
+        self.index().hash(state);
+    }
+}
+
+impl PartialEq for dyn TopicIndex + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.index() == other.index() && self.topic() == other.topic()
+    }
+}
+
+impl Eq for dyn TopicIndex + '_ {}
 
 /// Owns every partition this broker hosts.
 pub struct ReplicaManager {
@@ -761,7 +822,7 @@ impl ReplicaManager {
         self.partitions
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&(topic.to_string(), partition))
+            .get(&(topic, partition) as &dyn TopicIndex)
             .cloned()
     }
 
@@ -781,7 +842,7 @@ impl ReplicaManager {
         self.unopened
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains_key(&(topic.to_string(), index))
+            .contains_key(&(topic, index) as &dyn TopicIndex)
     }
 
     /// How many partitions this broker should host but could not open.
@@ -941,7 +1002,7 @@ impl ReplicaManager {
         self.forget_open_failure(topic, index);
         let removed = {
             let mut partitions = self.partitions.write().unwrap_or_else(|p| p.into_inner());
-            let removed = partitions.remove(&(topic.to_string(), index));
+            let removed = partitions.remove(&(topic, index) as &dyn TopicIndex);
             if removed.is_some() {
                 self.opened_or_removed(topic, index);
             }
@@ -1154,6 +1215,25 @@ mod tests {
     /// A replicated partition that is not closed (a crash) comes back with
     /// the HW of the broker's checkpoint file, not the older one of its own
     /// `checkpoint`; after a truncation the file's line no longer applies.
+    #[test]
+    fn a_partition_key_is_found_by_borrowed_topic_and_index() {
+        let mut map: HashMap<(String, i32), i32> = HashMap::new();
+        for t in ["", "a", "ab", "topic-with-a-long-name"] {
+            for i in [-1, 0, 1, 7, i32::MAX] {
+                map.insert((t.to_string(), i), i);
+            }
+        }
+        for t in ["", "a", "ab", "topic-with-a-long-name"] {
+            for i in [-1, 0, 1, 7, i32::MAX] {
+                assert_eq!(map.get(&(t, i) as &dyn TopicIndex), Some(&i), "{t}-{i}");
+            }
+        }
+        assert_eq!(map.get(&("b", 0) as &dyn TopicIndex), None);
+        assert_eq!(map.get(&("a", 2) as &dyn TopicIndex), None);
+        assert_eq!(map.remove(&("ab", 7) as &dyn TopicIndex), Some(7));
+        assert_eq!(map.len(), 19);
+    }
+
     #[test]
     fn a_replicated_partition_reopens_with_the_hw_of_the_broker_file_under_its_generation() {
         let dir = tempfile::tempdir().unwrap();
