@@ -1,6 +1,6 @@
 """kafka-python (pure Python) against samsa: admin, idempotent produce,
 assign()-based consume, offsets, metadata, the broker version it infers,
-broker configs. No consumer groups."""
+broker configs, fetch sessions. No consumer groups."""
 
 import time
 
@@ -95,6 +95,75 @@ def test_idempotent_produce_and_assign_consume_exactly_once(samsa, topic_name):
                 pos[tp] = max(pos[tp], m.offset + 1)
     c.close()
     checker.assert_ok()
+
+
+def test_fetch_session_carries_a_consumer_through_waves_pauses_and_reassignment(
+        samsa, topic_name, caplog):
+    """kafka-python opens a KIP-227 fetch session and then sends incremental
+    fetches naming only what changed; samsa answers only the partitions with
+    news. Every record arrives once and in order through waves that touch a
+    few partitions, a pause (the client forgets partitions from its session),
+    a resume and a reassignment (it adds some), and the client never finds
+    an answer it must reject."""
+    caplog.set_level("INFO", logger="kafka.consumer.fetcher")
+    partitions = 8
+    create_topic(samsa, topic_name, partitions)
+    p = KafkaProducer(bootstrap_servers=samsa.bootstrap, enable_idempotence=True, acks="all",
+                      request_timeout_ms=30000)
+    c = consumer(samsa)
+    sent = {i: [] for i in range(partitions)}
+    got = {i: [] for i in range(partitions)}
+
+    def produce(wave, targets):
+        for t in targets:
+            for k in range(3):
+                v = f"w{wave}-p{t}-{k}".encode()
+                md = p.send(topic_name, value=v, partition=t).get(timeout=60)
+                sent[t].append((md.offset, v))
+
+    def drain(assigned):
+        live = [tp for tp in assigned if tp not in c.paused()]
+        deadline = time.monotonic() + 60
+        while any(len(got[tp.partition]) < len(sent[tp.partition]) for tp in live):
+            assert time.monotonic() < deadline, f"consume timed out: got {got}, sent {sent}"
+            for tp, msgs in c.poll(timeout_ms=500).items():
+                assert tp not in c.paused(), f"records of paused {tp}"
+                got[tp.partition].extend((m.offset, m.value) for m in msgs)
+
+    first = [TopicPartition(topic_name, i) for i in range(6)]
+    c.assign(first)
+    c.seek_to_beginning(*first)
+    produce(1, [0, 1])
+    drain(first)
+    produce(2, [5])
+    drain(first)
+    paused = [TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)]
+    c.pause(*paused)
+    produce(3, [0, 2])
+    drain(first)
+    assert got[0] == sent[0][:3], "a paused partition delivered"
+    c.resume(*paused)
+    drain(first)
+    everything = [TopicPartition(topic_name, i) for i in range(partitions)]
+    c.assign(everything)
+    c.seek_to_beginning(*everything[6:])
+    produce(4, [6, 7, 3])
+    drain(everything)
+    for i in range(partitions):
+        assert got[i] == sent[i], f"partition {i}: got {got[i]}, sent {sent[i]}"
+    sessions = [(h.next_metadata.session_id, h.next_metadata.epoch)
+                for h in c._fetcher._session_handlers.values()]
+    c.close()
+    p.close()
+
+    # The consumer held a session the broker granted and moved its epoch on
+    # (it would be 0 or the session id 0 had samsa refused or closed it).
+    assert any(session_id != 0 and epoch > 1 for session_id, epoch in sessions), sessions
+    refused = [r.getMessage() for r in caplog.records
+               if "unable to process the fetch request" in r.getMessage()
+               or "invalid full fetch response" in r.getMessage()
+               or "invalid incremental fetch response" in r.getMessage()]
+    assert refused == [], refused
 
 
 def test_list_offsets_by_time(samsa, topic_name):

@@ -15,6 +15,7 @@ mod dev;
 mod disk_full;
 mod dynamic_configs;
 mod failover;
+mod fetch_sessions;
 mod groups;
 mod groups_smoke;
 mod idempotence;

@@ -207,6 +207,9 @@ pub struct BrokerConfig {
     /// partition whose high watermark moved writes it to its checkpoint, so
     /// a restarted replica serves from (nearly) where it was.
     pub replica_high_watermark_checkpoint_interval_ms: u64,
+    /// `max.incremental.fetch.session.cache.slots`: how many Kafka fetch
+    /// sessions (KIP-227) the broker keeps for its clients; 0 turns them off.
+    pub max_incremental_fetch_session_cache_slots: usize,
 
     // --- transactions ---
     /// `transaction.state.log.num.partitions`: partitions of
@@ -353,6 +356,7 @@ impl Default for BrokerConfig {
             replica_fetch_wait_max_ms: 500,
             replica_fetch_max_bytes: 1024 * 1024,
             replica_high_watermark_checkpoint_interval_ms: 5_000,
+            max_incremental_fetch_session_cache_slots: 1_000,
             transaction_state_log_num_partitions: 50,
             transaction_state_log_replication_factor: None,
             transaction_state_log_segment_bytes: 100 * 1024 * 1024,

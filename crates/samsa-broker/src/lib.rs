@@ -50,6 +50,7 @@ pub mod descriptors;
 pub mod dispatch;
 pub mod dynamic_config;
 pub mod error;
+pub mod fetch_sessions;
 mod fsutil;
 pub mod handlers;
 pub mod http;
@@ -143,6 +144,8 @@ pub struct Broker {
     pub txn: coordinator::txn::TxnRuntime,
     /// The group coordinator and its runtime.
     pub groups: coordinator::group::GroupRuntime,
+    /// The Kafka Fetch API's sessions (KIP-227).
+    pub fetch_sessions: fetch_sessions::FetchSessionCache,
     /// How much clients pipeline produce requests (`/metrics`).
     pub pipelining: produce_order::PipeliningStats,
     /// The ACL authorizer over the last applied image's ACLs; `None` with
@@ -253,7 +256,12 @@ impl Broker {
         let request_meters = request_metrics::RequestMeters::new(&metrics.requests);
         let txn = coordinator::txn::TxnRuntime::for_config(&config, metrics.txns.clone());
         let groups = coordinator::group::GroupRuntime::for_config(&config, metrics.groups.clone());
+        let fetch_sessions = fetch_sessions::FetchSessionCache::new(
+            config.max_incremental_fetch_session_cache_slots,
+            metrics.partitions.clone(),
+        );
         Ok(Broker {
+            fetch_sessions,
             metrics,
             request_meters,
             authorizer: std::sync::RwLock::new(authorizer),

@@ -70,6 +70,9 @@ pub struct PartitionMetrics {
     flush_seconds: Histogram,
     produce_purgatory: Gauge,
     fetch_purgatory: Gauge,
+    fetch_sessions: Gauge,
+    fetch_session_partitions: Gauge,
+    fetch_session_evictions: Counter,
     rejections: Family<ReasonLabels, Counter>,
     replica_fetches: Family<LeaderLabels, Counter>,
     replica_fetch_bytes: Family<LeaderLabels, Counter>,
@@ -84,6 +87,9 @@ impl PartitionMetrics {
             flush_seconds: Histogram::new(latency_buckets()),
             produce_purgatory: Gauge::default(),
             fetch_purgatory: Gauge::default(),
+            fetch_sessions: Gauge::default(),
+            fetch_session_partitions: Gauge::default(),
+            fetch_session_evictions: Counter::default(),
             rejections: Family::default(),
             replica_fetches: Family::default(),
             replica_fetch_bytes: Family::default(),
@@ -113,6 +119,21 @@ impl PartitionMetrics {
             "samsa_fetch_purgatory_size",
             "Fetch requests waiting for new data or their max wait (Kafka: DelayedOperationPurgatory PurgatorySize, Fetch)",
             metrics.fetch_purgatory.clone(),
+        );
+        registry.register(
+            "samsa_fetch_sessions",
+            "Fetch sessions (KIP-227) this broker keeps for its clients (Kafka: FetchSessionCache NumIncrementalFetchSessions)",
+            metrics.fetch_sessions.clone(),
+        );
+        registry.register(
+            "samsa_fetch_session_partitions",
+            "Partitions held by all fetch sessions (Kafka: FetchSessionCache NumIncrementalFetchPartitionsCached)",
+            metrics.fetch_session_partitions.clone(),
+        );
+        registry.register(
+            "samsa_fetch_session_evictions",
+            "Fetch sessions evicted to give their slot to a new one (Kafka: FetchSessionCache IncrementalFetchSessionEvictionsPerSec)",
+            metrics.fetch_session_evictions.clone(),
         );
         registry.register(
             "samsa_produce_sequence_rejections",
@@ -182,6 +203,20 @@ impl PartitionMetrics {
         Parked::new(&self.produce_purgatory)
     }
 
+    /// The fetch session cache now holds `sessions` sessions of
+    /// `partitions` partitions in all.
+    pub fn fetch_sessions_held(&self, sessions: usize, partitions: usize) {
+        self.fetch_sessions
+            .set(i64::try_from(sessions).unwrap_or(i64::MAX));
+        self.fetch_session_partitions
+            .set(i64::try_from(partitions).unwrap_or(i64::MAX));
+    }
+
+    /// A fetch session was evicted for a new one.
+    pub fn fetch_session_evicted(&self) {
+        self.fetch_session_evictions.inc();
+    }
+
     /// Counts a fetch request as parked while the guard lives.
     pub fn fetch_waiting(&self) -> Parked {
         Parked::new(&self.fetch_purgatory)
@@ -229,11 +264,22 @@ mod tests {
         let parked = m.produce_waiting();
         let _fetch = m.fetch_waiting();
         let _fetch2 = m.fetch_waiting();
+        m.fetch_sessions_held(2, 7);
+        m.fetch_session_evicted();
         let text = exposition(&registry);
         assert!(text.contains("samsa_isr_shrinks_total 1\n"), "{text}");
         assert!(text.contains("samsa_isr_expands_total 2\n"), "{text}");
         assert!(text.contains("samsa_produce_purgatory_size 1\n"), "{text}");
         assert!(text.contains("samsa_fetch_purgatory_size 2\n"), "{text}");
+        assert!(text.contains("samsa_fetch_sessions 2\n"), "{text}");
+        assert!(
+            text.contains("samsa_fetch_session_partitions 7\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("samsa_fetch_session_evictions_total 1\n"),
+            "{text}"
+        );
         assert!(
             text.contains(
                 "samsa_produce_sequence_rejections_total{reason=\"out_of_order_sequence\"} 1\n"

@@ -353,6 +353,8 @@ fn broker_keys(broker: &Broker) -> Vec<BrokerKey> {
             "samsa: replica_fetch_wait_max_ms. How long a leader holds a follower's fetch when it has nothing new."),
         plain!("replica.high.watermark.checkpoint.interval.ms", TYPE_LONG, replica_high_watermark_checkpoint_interval_ms,
             "samsa: replica_high_watermark_checkpoint_interval_ms. How often a partition whose high watermark moved writes it to its checkpoint."),
+        plain!("max.incremental.fetch.session.cache.slots", TYPE_INT, max_incremental_fetch_session_cache_slots,
+            "samsa: max_incremental_fetch_session_cache_slots. How many fetch sessions (KIP-227) the broker keeps for its clients."),
         // --- transactions ---
         plain!("transaction.state.log.num.partitions", TYPE_INT, transaction_state_log_num_partitions,
             "samsa: transaction_state_log_num_partitions. Partitions of __transaction_state, created on first use."),

@@ -18,8 +18,17 @@
 //! client can move without a Metadata round trip. What v15, v17 and v18
 //! add is for follower replicas (replica state, directory id, high
 //! watermark), which samsa's replication does not carry over the Kafka
-//! protocol: those fields are ignored. There are no fetch sessions
-//! (`session_id` 0), so every request is a full fetch.
+//! protocol: those fields are ignored.
+//!
+//! From v7, a client may open a fetch session (KIP-227, kept in
+//! [`crate::fetch_sessions`]): its later fetches name only what changed,
+//! and their answers name only the partitions with records, an error, or
+//! a high watermark, last stable offset or log start the client was not
+//! told; the long poll waits for the session's partitions as a full fetch
+//! waits for its own. A request that cannot continue its session is
+//! answered FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH or
+//! FETCH_SESSION_TOPIC_ID_ERROR with no partitions, and the client starts
+//! over with a full fetch.
 //!
 //! A topic the caller may not READ answers TOPIC_AUTHORIZATION_FAILED on
 //! each of its partitions; that answer alone does not end the long poll
@@ -33,16 +42,19 @@ use futures::future::select_all;
 use kafka_protocol::error::ResponseError;
 use std::collections::BTreeMap;
 
+use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 };
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, TopicName};
 use tokio::time::Instant;
-use tracing::warn;
+use tracing::{debug, warn};
+use uuid::Uuid;
 
 use super::str_bytes;
 use crate::error::storage_error_code;
 use crate::error::PartitionError;
+use crate::fetch_sessions::{Answered, FetchSessionError, Settled, Told, Wanted};
 use crate::replica::Partition;
 use crate::security::access::Access;
 use crate::security::acl::AclOperation;
@@ -60,14 +72,108 @@ pub async fn handle(
     version: i16,
     listener: &str,
 ) -> FetchResponse {
+    let now_ms = session_clock_ms();
+    let begun = match broker
+        .fetch_sessions
+        .begin(&request, version, access.principal(), now_ms)
+    {
+        Ok(begun) => begun,
+        Err(error) => {
+            debug!(%error, "fetch session refused");
+            return FetchResponse::default().with_error_code(session_error_code(error).code());
+        }
+    };
+    let topics = by_topic(&begun.partitions);
     let names = super::topic_names(
         broker,
         version >= TOPIC_IDS,
-        request.topics.iter().map(|t| (&t.topic, &t.topic_id)),
+        topics.iter().map(|t| (t.topic, t.topic_id)),
     );
-    let (response, carried) = answer(broker, access, &request, &names, version, listener).await;
-    count_fetched(&carried);
-    response
+    let denied: Vec<bool> = names
+        .iter()
+        .map(|name| {
+            name.as_deref()
+                .is_some_and(|name| !access.allows_topic(AclOperation::Read, name))
+        })
+        .collect();
+    let read = Read {
+        topics: &topics,
+        incremental: begun.incremental,
+        names: &names,
+        denied: &denied,
+        version,
+        read_committed: request.isolation_level == 1,
+        max_bytes: match usize::try_from(request.max_bytes) {
+            Ok(0) | Err(_) => usize::MAX,
+            Ok(n) => n,
+        },
+        listener,
+    };
+    let mut answer = answer(broker, &request, &read).await;
+    answer.response.session_id = begun.session_id;
+    broker.fetch_sessions.answered(&begun, answer.reports);
+    count_fetched(&answer.carried);
+    answer.response
+}
+
+/// The Kafka error of a request that cannot continue its fetch session.
+fn session_error_code(error: FetchSessionError) -> ResponseError {
+    match error {
+        FetchSessionError::NotFound(_) => ResponseError::FetchSessionIdNotFound,
+        FetchSessionError::InvalidEpoch { .. } => ResponseError::InvalidFetchSessionEpoch,
+        FetchSessionError::TopicNaming(_) => ResponseError::FetchSessionTopicIdError,
+    }
+}
+
+/// The fetch sessions' clock: milliseconds since this process first
+/// served a fetch (only differences count: idle time).
+fn session_clock_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = START.get_or_init(std::time::Instant::now);
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+fn told_of(data: &PartitionData) -> Told {
+    Told {
+        high_watermark: data.high_watermark,
+        last_stable_offset: data.last_stable_offset,
+        log_start_offset: data.log_start_offset,
+    }
+}
+
+/// Whether an incremental answer names the partition: it has records or
+/// an error, or the client was not told what it says.
+fn has_news(wanted: &Wanted, data: &PartitionData) -> bool {
+    data.records.as_ref().is_some_and(|r| !r.is_empty())
+        || data.error_code != 0
+        || wanted.told != Some(told_of(data))
+}
+
+/// One topic's partitions of a request, in fetch order.
+struct WantedTopic<'a> {
+    topic: &'a TopicName,
+    topic_id: &'a Uuid,
+    partitions: Vec<&'a Wanted>,
+}
+
+/// Groups the partitions to read by topic, keeping their order (a topic
+/// whose partitions are apart appears once per run, as Kafka answers a
+/// session's partitions).
+fn by_topic(partitions: &[Wanted]) -> Vec<WantedTopic<'_>> {
+    let mut topics: Vec<WantedTopic<'_>> = Vec::new();
+    for wanted in partitions {
+        match topics.last_mut() {
+            Some(last) if *last.topic == wanted.topic && *last.topic_id == wanted.topic_id => {
+                last.partitions.push(wanted)
+            }
+            _ => topics.push(WantedTopic {
+                topic: &wanted.topic,
+                topic_id: &wanted.topic_id,
+                partitions: vec![wanted],
+            }),
+        }
+    }
+    topics
 }
 
 /// The records an answer carries, with the partition they were read from.
@@ -85,60 +191,50 @@ fn count_fetched(carried: &Carried) {
     }
 }
 
-async fn answer(
-    broker: &Broker,
-    access: &Access,
-    request: &FetchRequest,
-    names: &[Option<String>],
-    version: i16,
-    listener: &str,
-) -> (FetchResponse, Carried) {
-    let read_committed = request.isolation_level == 1;
+/// One reading of a request's partitions.
+struct Answer {
+    response: FetchResponse,
+    /// Bytes of records in the answer.
+    bytes: usize,
+    /// Whether a partition answered an error (not counting denied topics).
+    any_error: bool,
+    carried: Carried,
+    /// Per partition read (not skipped as settled): what its session keeps.
+    reports: Vec<Answered>,
+}
+
+async fn answer(broker: &Broker, request: &FetchRequest, read: &Read<'_>) -> Answer {
     let max_wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
     let deadline = Instant::now() + max_wait;
     let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
-    let max_bytes = match usize::try_from(request.max_bytes) {
-        Ok(0) | Err(_) => usize::MAX,
-        Ok(n) => n,
-    };
-
-    let denied: Vec<bool> = names
-        .iter()
-        .map(|name| {
-            name.as_deref()
-                .is_some_and(|name| !access.allows_topic(AclOperation::Read, name))
-        })
-        .collect();
-    let read = Read {
-        request,
-        names,
-        denied: &denied,
-        version,
-        read_committed,
-        max_bytes,
-        listener,
-    };
-
     loop {
         // Subscribe first: changes after this point wake the wait below.
-        let mut watches: Vec<_> = request
+        let mut watches: Vec<_> = read
             .topics
             .iter()
-            .zip(names)
-            .zip(&denied)
+            .zip(read.names)
+            .zip(read.denied)
             .filter(|(_, denied)| !**denied)
             .filter_map(|((t, name), _)| name.as_deref().map(|name| (t, name)))
             .flat_map(|(t, name)| {
-                t.partitions
-                    .iter()
-                    .filter_map(move |p| broker.replicas.get(name, p.partition))
+                t.partitions.iter().filter_map(move |w| {
+                    // A settled partition's handle saves the lookup by name.
+                    let settled = w.settled.as_ref();
+                    settled
+                        .and_then(|s| s.still(&broker.replicas))
+                        .or_else(|| broker.replicas.get(name, w.fetch.partition))
+                })
             })
             .map(|p| p.watch_high_watermark())
             .collect();
 
-        let (response, bytes, any_error, carried) = read.once(broker);
-        if bytes >= min_bytes || any_error || Instant::now() >= deadline || watches.is_empty() {
-            return (response, carried);
+        let answer = read.once(broker);
+        if answer.bytes >= min_bytes
+            || answer.any_error
+            || Instant::now() >= deadline
+            || watches.is_empty()
+        {
+            return answer;
         }
 
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
@@ -153,15 +249,16 @@ async fn answer(
         .await;
         if timed_out {
             // Read once more so the answer reflects the latest state.
-            let (response, _, _, carried) = read.once(broker);
-            return (response, carried);
+            return read.once(broker);
         }
     }
 }
 
 /// One fetch request, ready to be read (again) while it waits.
 struct Read<'a> {
-    request: &'a FetchRequest,
+    topics: &'a [WantedTopic<'a>],
+    /// Answer only the partitions with news (a session's later fetch).
+    incremental: bool,
     names: &'a [Option<String>],
     /// Per topic: the caller may not READ it.
     denied: &'a [bool],
@@ -173,17 +270,25 @@ struct Read<'a> {
 }
 
 impl Read<'_> {
-    /// Reads every requested partition once: the response, its bytes of
-    /// records, and whether a partition failed.
-    fn once(&self, broker: &Broker) -> (FetchResponse, usize, bool, Carried) {
+    /// Reads every requested partition once (skipping a session's settled
+    /// ones).
+    fn once(&self, broker: &Broker) -> Answer {
         let mut endpoints = BTreeMap::new();
         let mut carried = Vec::new();
-        let (topics, total, any_error) = self.topics(broker, &mut endpoints, &mut carried);
+        let mut reports = Vec::new();
+        let (topics, bytes, any_error) =
+            self.topics(broker, &mut endpoints, &mut carried, &mut reports);
         let mut response = FetchResponse::default().with_responses(topics);
         if self.version >= LEADER_HINTS {
             response.node_endpoints = endpoints.into_values().collect();
         }
-        (response, total, any_error, carried)
+        Answer {
+            response,
+            bytes,
+            any_error,
+            carried,
+            reports,
+        }
     }
 
     /// KIP-951: the leader and epoch the metadata names for a partition
@@ -216,40 +321,62 @@ impl Read<'_> {
         broker: &Broker,
         endpoints: &mut BTreeMap<i32, NodeEndpoint>,
         carried: &mut Carried,
+        reports: &mut Vec<Answered>,
     ) -> (Vec<FetchableTopicResponse>, usize, bool) {
         let mut total = 0usize;
         let mut any_error = false;
-        let mut topics = Vec::with_capacity(self.request.topics.len());
-        for ((topic, name), denied) in self.request.topics.iter().zip(self.names).zip(self.denied) {
+        let mut topics = Vec::with_capacity(self.topics.len());
+        for ((topic, name), denied) in self.topics.iter().zip(self.names).zip(self.denied) {
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for wanted in &topic.partitions {
-                if *denied {
-                    partitions.push(
-                        PartitionData::default()
-                            .with_partition_index(wanted.partition)
-                            .with_high_watermark(-1)
-                            .with_last_stable_offset(-1)
-                            .with_log_start_offset(-1)
-                            .with_error_code(ResponseError::TopicAuthorizationFailed.code()),
-                    );
+                let skip = self.incremental
+                    && !*denied
+                    && wanted
+                        .settled
+                        .as_ref()
+                        .is_some_and(|s| s.still(&broker.replicas).is_some());
+                if skip {
                     continue;
                 }
-                let data = self.partition(
-                    broker,
-                    name.as_deref(),
-                    wanted,
-                    &mut total,
-                    endpoints,
-                    carried,
-                );
-                any_error |= data.error_code != 0;
-                partitions.push(data);
+                let (data, settled) = if *denied {
+                    let data = PartitionData::default()
+                        .with_partition_index(wanted.fetch.partition)
+                        .with_high_watermark(-1)
+                        .with_last_stable_offset(-1)
+                        .with_log_start_offset(-1)
+                        .with_error_code(ResponseError::TopicAuthorizationFailed.code());
+                    (data, None)
+                } else {
+                    let (data, settled) = self.partition(
+                        broker,
+                        name.as_deref(),
+                        &wanted.fetch,
+                        &mut total,
+                        endpoints,
+                        carried,
+                    );
+                    any_error |= data.error_code != 0;
+                    (data, settled)
+                };
+                let named = !self.incremental || has_news(wanted, &data);
+                reports.push(Answered {
+                    key: wanted.key(),
+                    told: named.then(|| told_of(&data)),
+                    carried_records: data.records.as_ref().is_some_and(|r| !r.is_empty()),
+                    settled,
+                });
+                if named {
+                    partitions.push(data);
+                }
+            }
+            if partitions.is_empty() && self.incremental {
+                continue;
             }
             // v13+ answer by id (the name is not on the wire), earlier by name.
             topics.push(
                 FetchableTopicResponse::default()
                     .with_topic(topic.topic.clone())
-                    .with_topic_id(topic.topic_id)
+                    .with_topic_id(*topic.topic_id)
                     .with_partitions(partitions),
             );
         }
@@ -257,16 +384,17 @@ impl Read<'_> {
     }
 
     /// One partition's answer: an error, or what reading it gave within
-    /// the request's remaining byte budget (`total` so far).
+    /// the request's remaining byte budget (`total` so far); and, when it
+    /// had nothing past the fetch offset, what shows it settled.
     fn partition(
         &self,
         broker: &Broker,
         name: Option<&str>,
-        wanted: &kafka_protocol::messages::fetch_request::FetchPartition,
+        wanted: &FetchPartition,
         total: &mut usize,
         endpoints: &mut BTreeMap<i32, NodeEndpoint>,
         carried: &mut Carried,
-    ) -> PartitionData {
+    ) -> (PartitionData, Option<Settled>) {
         let read_committed = self.read_committed;
         let max_bytes = self.max_bytes;
         let hints = self.version >= LEADER_HINTS;
@@ -281,7 +409,7 @@ impl Read<'_> {
         }
         let Some(name) = name else {
             data.error_code = ResponseError::UnknownTopicId.code();
-            return data;
+            return (data, None);
         };
         let partition = match broker.leader_partition(name, wanted.partition) {
             Ok(partition) => partition,
@@ -290,22 +418,33 @@ impl Read<'_> {
                 if hints && code == ResponseError::NotLeaderOrFollower {
                     self.leader_hint(broker, name, wanted.partition, &mut data, endpoints);
                 }
-                return data;
+                return (data, None);
             }
         };
+        // Before reading: a change after this point moves the count.
+        let before_reading = Settled::before_reading(&partition, &broker.replicas);
         if let Err(error) = partition.check_current_leader_epoch(wanted.current_leader_epoch) {
             data.error_code = error.code();
             if hints && error == ResponseError::FencedLeaderEpoch {
                 self.leader_hint(broker, name, wanted.partition, &mut data, endpoints);
             }
-            return data;
+            return (data, None);
         }
         let partition_max = usize::try_from(wanted.partition_max_bytes).unwrap_or(0);
         let remaining = max_bytes.saturating_sub(*total);
         let limit = partition_max.min(remaining);
         let offset = wanted.fetch_offset;
+        let mut settled = None;
         match partition.read(offset, limit, read_committed) {
             Ok(read) => {
+                let visible_end = if read_committed {
+                    read.last_stable_offset
+                } else {
+                    read.high_watermark
+                };
+                if offset >= visible_end {
+                    settled = Some(before_reading);
+                }
                 data.high_watermark = read.high_watermark;
                 data.last_stable_offset = read.last_stable_offset;
                 data.log_start_offset = read.log_start_offset;
@@ -351,6 +490,6 @@ impl Read<'_> {
                 }
             }
         }
-        data
+        (data, settled)
     }
 }
