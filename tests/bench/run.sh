@@ -94,6 +94,14 @@
 #                                  __consumer_offsets bytes, RSS, idle CPU,
 #                                  restart until every offset is read back
 #                                  (tests/bench/groups.py; GROUPS_ARGS)
+#   tests/bench/run.sh fetch-sessions  consumers caught up on many partitions
+#                                  (FETCH_SESSIONS_PARTITIONS, default
+#                                  1000,10000), fetching with every partition
+#                                  named vs in a KIP-227 session, alternating
+#                                  windows on one broker: broker CPU per
+#                                  round, bytes per round
+#                                  (tests/bench/fetch_sessions.py;
+#                                  FETCH_SESSIONS_ARGS)
 #   tests/bench/run.sh producers   a single node's cost by idempotent
 #                                  producer ids (PRODUCERS_COUNTS, default
 #                                  1000,10000,100000): ids taken/s, first
@@ -401,6 +409,14 @@ if [ "$mode" = groups ]; then
     # shellcheck disable=SC2086
     "$python" "$here/groups.py" --samsa "$server" --dir "$bench_dir/groups" \
         --groups "${GROUPS_COUNTS:-10,1000}" ${GROUPS_ARGS:-}
+    exit 0
+fi
+
+if [ "$mode" = fetch-sessions ]; then
+    python=$(compat_python)
+    # shellcheck disable=SC2086
+    "$python" "$here/fetch_sessions.py" --samsa "$server" --dir "$bench_dir/fetch-sessions" \
+        --partitions "${FETCH_SESSIONS_PARTITIONS:-1000,10000}" ${FETCH_SESSIONS_ARGS:-}
     exit 0
 fi
 
