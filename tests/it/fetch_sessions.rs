@@ -7,6 +7,7 @@
 //! `tests/compat/test_kafka_python.py`.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
@@ -161,11 +162,37 @@ fn a_fetch_session_answers_only_partitions_with_news() {
     );
 
     // Caught up everywhere: nothing to answer, and every partition is
-    // settled (the broker skips reading it). Moving a log start is news.
+    // settled (the broker skips reading it).
     let resp = f.send(&request(&topic, &[(0, 2)], id, 5), V12).unwrap();
     assert_eq!(answered(&resp), BTreeMap::new());
+
+    // A long poll on settled partitions wakes when a record arrives: with
+    // a max_wait no machine takes to produce a record (60 s), an answer
+    // before it can only be the wake-up by the produce.
+    let long_poll = request(&topic, &[], id, 6).with_max_wait_ms(60_000);
+    f.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+    let sent_at = Instant::now();
+    let corr = f.send_only(&long_poll, V12).unwrap();
+    // A round trip on the other connection first, so the fetch is most
+    // likely parked when the record lands.
+    c.api_versions().unwrap();
+    produce(&mut c, &topic, 2, "second-2");
+    let resp = f.recv::<FetchRequest>(corr, V12).unwrap();
+    let waited = sent_at.elapsed();
+    assert_eq!(
+        answered(&resp),
+        BTreeMap::from([(2, (2, vec!["second-2".to_owned()]))])
+    );
+    assert!(
+        waited < Duration::from_secs(60),
+        "the long poll answered after {waited:?}: it sat out its max_wait"
+    );
+
+    // Settled again at the log end, then the log start moves: news.
+    let resp = f.send(&request(&topic, &[(2, 2)], id, 7), V12).unwrap();
+    assert_eq!(answered(&resp), BTreeMap::new());
     assert_eq!(c.delete_records(&topic, 2, 1).unwrap(), (NONE, 1));
-    let resp = f.send(&request(&topic, &[], id, 6), V12).unwrap();
+    let resp = f.send(&request(&topic, &[], id, 8), V12).unwrap();
     let named: Vec<_> = resp
         .responses
         .iter()
@@ -179,7 +206,7 @@ fn a_fetch_session_answers_only_partitions_with_news() {
             )
         })
         .collect();
-    assert_eq!(named, vec![(2, NONE, 1, 1)]);
+    assert_eq!(named, vec![(2, NONE, 2, 1)]);
 
     // Closing the session answers in full, without a session; the id is
     // then unknown.
@@ -190,9 +217,9 @@ fn a_fetch_session_answers_only_partitions_with_news() {
             .into_iter()
             .map(|(p, (hw, values))| (p, hw, values.len()))
             .collect::<Vec<_>>(),
-        vec![(0, 2, 1), (1, 2, 1), (2, 1, 0)]
+        vec![(0, 2, 1), (1, 2, 1), (2, 2, 1)]
     );
-    let resp = f.send(&request(&topic, &[], id, 7), V12).unwrap();
+    let resp = f.send(&request(&topic, &[], id, 9), V12).unwrap();
     assert_eq!(resp.error_code, FETCH_SESSION_ID_NOT_FOUND);
     assert_eq!(session_gauges(&node), (Some(0), Some(0)));
 }

@@ -34,9 +34,15 @@
 //!   start, leadership) and the broker's partition generation stand, so an
 //!   idle consumer's fetch does not read every partition it holds. A
 //!   request that names the partition again unsettles it.
+//! - Each session has one bell, registered with every partition it reads
+//!   (`Partition::ring_on_high_watermark`) and rung when that partition's
+//!   high watermark moves: a session's long poll waits on its bell, not
+//!   on a subscription per partition per round.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::Notify;
 
 use indexmap::IndexMap;
 use kafka_protocol::messages::fetch_request::FetchPartition;
@@ -132,6 +138,9 @@ pub struct Begun {
     pub incremental: bool,
     /// The partitions to read, in fetch order.
     pub partitions: Vec<Wanted>,
+    /// The session's bell (none without a session): rung when a partition
+    /// the session read moves its high watermark.
+    pub bell: Option<Arc<Notify>>,
     /// The epoch the session expects after this request: the report of
     /// this answer counts only while it still does.
     next_epoch: i32,
@@ -157,6 +166,8 @@ pub struct Answered {
     pub told: Option<Told>,
     pub carried_records: bool,
     pub settled: Option<Settled>,
+    /// The partition the read registered the session's bell with.
+    pub belled_with: Option<Weak<Partition>>,
 }
 
 /// How many sessions and partitions the cache holds, and how many sessions
@@ -169,6 +180,7 @@ pub struct CacheFigures {
 }
 
 struct Session {
+    bell: Arc<Notify>,
     principal: Principal,
     uses_topic_ids: bool,
     next_epoch: i32,
@@ -180,6 +192,19 @@ struct Cached {
     fetch: FetchPartition,
     told: Option<Told>,
     settled: Option<Settled>,
+    /// The partition the session's bell is registered with.
+    belled_with: Option<Weak<Partition>>,
+}
+
+impl Cached {
+    fn new(fetch: FetchPartition) -> Cached {
+        Cached {
+            fetch,
+            told: None,
+            settled: None,
+            belled_with: None,
+        }
+    }
 }
 
 struct Sessions {
@@ -248,28 +273,24 @@ impl FetchSessionCache {
                 sessions.close(id, principal);
                 let partitions = requested();
                 let session = Session {
+                    bell: Arc::new(Notify::new()),
                     principal: principal.clone(),
                     uses_topic_ids,
                     next_epoch: next_epoch(INITIAL_EPOCH),
                     last_used_ms: now_ms,
                     partitions: partitions
                         .iter()
-                        .map(|w| {
-                            let cached = Cached {
-                                fetch: w.fetch.clone(),
-                                told: None,
-                                settled: None,
-                            };
-                            (w.key(), cached)
-                        })
+                        .map(|w| (w.key(), Cached::new(w.fetch.clone())))
                         .collect(),
                 };
                 let next_epoch = session.next_epoch;
+                let bell = Arc::clone(&session.bell);
                 let session_id = sessions.open(session, now_ms);
                 Ok(Begun {
                     session_id,
                     incremental: false,
                     partitions,
+                    bell: (session_id != 0).then_some(bell),
                     next_epoch,
                 })
             }
@@ -299,11 +320,7 @@ impl FetchSessionCache {
                             cached.settled = None;
                         }
                         None => {
-                            let cached = Cached {
-                                fetch: wanted.fetch.clone(),
-                                told: None,
-                                settled: None,
-                            };
+                            let cached = Cached::new(wanted.fetch.clone());
                             session.partitions.insert(wanted.key(), cached);
                         }
                     }
@@ -311,7 +328,14 @@ impl FetchSessionCache {
                 for topic in &request.forgotten_topics_data {
                     for partition in &topic.partitions {
                         let key = (topic.topic.clone(), topic.topic_id, *partition);
-                        session.partitions.shift_remove(&key);
+                        let forgotten = session.partitions.shift_remove(&key);
+                        // Its high watermark no longer wakes this session.
+                        if let Some(partition) = forgotten
+                            .and_then(|c| c.belled_with)
+                            .and_then(|p| p.upgrade())
+                        {
+                            partition.stop_ringing(&session.bell);
+                        }
                     }
                 }
                 session.next_epoch = next_epoch(epoch);
@@ -328,6 +352,7 @@ impl FetchSessionCache {
                     })
                     .collect();
                 let next_epoch = session.next_epoch;
+                let bell = Arc::clone(&session.bell);
                 let after = session.partitions.len();
                 sessions.figures.partitions = sessions.figures.partitions + after - before;
                 sessions.publish();
@@ -335,6 +360,7 @@ impl FetchSessionCache {
                     session_id: id,
                     incremental: true,
                     partitions,
+                    bell: Some(bell),
                     next_epoch,
                 })
             }
@@ -362,6 +388,9 @@ impl FetchSessionCache {
                     cached.told = answer.told;
                 }
                 cached.settled = answer.settled;
+                if answer.belled_with.is_some() {
+                    cached.belled_with = answer.belled_with;
+                }
                 if answer.carried_records {
                     carried.push(answer.key);
                 }
@@ -465,6 +494,7 @@ fn sessionless(partitions: Vec<Wanted>) -> Begun {
         session_id: 0,
         incremental: false,
         partitions,
+        bell: None,
         next_epoch: FINAL_EPOCH,
     }
 }
@@ -541,6 +571,7 @@ mod tests {
                 told: Some(told(hw)),
                 carried_records: carried.contains(&w.fetch.partition),
                 settled: None,
+                belled_with: None,
             })
             .collect()
     }
@@ -627,6 +658,7 @@ mod tests {
             told: Some(told(1)),
             carried_records: false,
             settled: Some(settled()),
+            belled_with: None,
         });
         cache.answered(&begun, reports);
         let settled_of = |begun: &Begun| -> Vec<(i32, bool)> {
@@ -647,6 +679,7 @@ mod tests {
             told: None,
             carried_records: false,
             settled: None,
+            belled_with: None,
         }];
         cache.answered(&next, reports);
         let last = cache

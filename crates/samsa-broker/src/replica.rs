@@ -33,7 +33,7 @@ use crate::error::PartitionError;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
@@ -124,6 +124,12 @@ pub struct Partition {
     pub(crate) high_watermark: watch::Sender<i64>,
     /// The log end offset, for follower fetches waiting on new data.
     pub(crate) log_end: watch::Sender<i64>,
+    /// The consumer fetch sessions to wake when the high watermark moves:
+    /// one bell per session, registered once however often it reads the
+    /// partition, so a session's long poll waits on its bell instead of
+    /// subscribing to every partition's watch each round. A bell whose
+    /// session is gone is dropped when met.
+    high_watermark_bells: Mutex<Vec<Weak<tokio::sync::Notify>>>,
     /// Counts changes a follower's fetch session must look at (HW, log
     /// end, replica set, leadership); see [`Self::note_replication_news`].
     replication_news: AtomicU64,
@@ -180,6 +186,7 @@ impl Partition {
             log: Mutex::new(Some(log)),
             high_watermark: watch::Sender::new(hw),
             log_end: watch::Sender::new(leo),
+            high_watermark_bells: Mutex::new(Vec::new()),
             replication_news: AtomicU64::new(0),
             replication_news_board: Arc::clone(&manager.replication_news_board),
             replication: Mutex::new(ReplicaState::new(epochs)),
@@ -641,6 +648,45 @@ impl Partition {
     /// A receiver that changes whenever the high watermark moves.
     pub fn watch_high_watermark(&self) -> watch::Receiver<i64> {
         self.high_watermark.subscribe()
+    }
+
+    /// Rings `bell` (`notify_one`: a ring while nobody waits is kept for
+    /// the next wait) whenever the high watermark moves, for as long as
+    /// the bell lives; registering it again changes nothing.
+    pub fn ring_on_high_watermark(&self, bell: &Arc<tokio::sync::Notify>) {
+        let mut bells = self
+            .high_watermark_bells
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        bells.retain(|b| b.strong_count() > 0);
+        if !bells
+            .iter()
+            .any(|b| std::ptr::eq(b.as_ptr(), Arc::as_ptr(bell)))
+        {
+            bells.push(Arc::downgrade(bell));
+        }
+    }
+
+    /// Stops ringing `bell` (its session forgot this partition).
+    pub fn stop_ringing(&self, bell: &Arc<tokio::sync::Notify>) {
+        self.high_watermark_bells
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|b| b.strong_count() > 0 && !std::ptr::eq(b.as_ptr(), Arc::as_ptr(bell)));
+    }
+
+    pub(crate) fn ring_high_watermark_bells(&self) {
+        let mut bells = self
+            .high_watermark_bells
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        bells.retain(|b| match b.upgrade() {
+            Some(bell) => {
+                bell.notify_one();
+                true
+            }
+            None => false,
+        });
     }
 
     fn flush(&self) -> Result<(), PartitionError> {

@@ -47,6 +47,7 @@ use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 };
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, TopicName};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 use uuid::Uuid;
@@ -99,6 +100,7 @@ pub async fn handle(
     let read = Read {
         topics: &topics,
         incremental: begun.incremental,
+        bell: begun.bell.as_ref(),
         names: &names,
         denied: &denied,
         version,
@@ -198,6 +200,9 @@ struct Answer {
     bytes: usize,
     /// Whether a partition answered an error (not counting denied topics).
     any_error: bool,
+    /// Partitions whose high watermark rings the session's bell (read or
+    /// skipped as settled): without any, there is nothing to wait for.
+    belled: usize,
     carried: Carried,
     /// Per partition read (not skipped as settled): what its session keeps.
     reports: Vec<Answered>,
@@ -207,6 +212,9 @@ async fn answer(broker: &Broker, request: &FetchRequest, read: &Read<'_>) -> Ans
     let max_wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0));
     let deadline = Instant::now() + max_wait;
     let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
+    if let Some(bell) = read.bell {
+        return answer_ringing(broker, read, bell, min_bytes, deadline).await;
+    }
     loop {
         // Subscribe first: changes after this point wake the wait below.
         let mut watches: Vec<_> = read
@@ -217,13 +225,9 @@ async fn answer(broker: &Broker, request: &FetchRequest, read: &Read<'_>) -> Ans
             .filter(|(_, denied)| !**denied)
             .filter_map(|((t, name), _)| name.as_deref().map(|name| (t, name)))
             .flat_map(|(t, name)| {
-                t.partitions.iter().filter_map(move |w| {
-                    // A settled partition's handle saves the lookup by name.
-                    let settled = w.settled.as_ref();
-                    settled
-                        .and_then(|s| s.still(&broker.replicas))
-                        .or_else(|| broker.replicas.get(name, w.fetch.partition))
-                })
+                t.partitions
+                    .iter()
+                    .filter_map(move |w| broker.replicas.get(name, w.fetch.partition))
             })
             .map(|p| p.watch_high_watermark())
             .collect();
@@ -254,11 +258,54 @@ async fn answer(broker: &Broker, request: &FetchRequest, read: &Read<'_>) -> Ans
     }
 }
 
+/// The long poll of a session's fetch: every partition read registers the
+/// session's bell, so one wait on the bell covers them all; a ring between
+/// a read and the wait is kept for the wait.
+async fn answer_ringing(
+    broker: &Broker,
+    read: &Read<'_>,
+    bell: &Notify,
+    min_bytes: usize,
+    deadline: Instant,
+) -> Answer {
+    loop {
+        let answer = read.once(broker);
+        if answer.bytes >= min_bytes
+            || answer.any_error
+            || Instant::now() >= deadline
+            || answer.belled == 0
+        {
+            return answer;
+        }
+        let _parked = broker.metrics.partitions.fetch_waiting();
+        let timed_out = samsa_metrics::requests::waiting_remotely(async {
+            tokio::select! {
+                _ = bell.notified() => false,
+                _ = tokio::time::sleep_until(deadline) => true,
+            }
+        })
+        .await;
+        if timed_out {
+            return read.once(broker);
+        }
+    }
+}
+
+/// What reading one partition gave: its answer, whether it is settled,
+/// and the partition the session's bell was registered with.
+struct PartitionRead {
+    data: PartitionData,
+    settled: Option<Settled>,
+    belled_with: Option<std::sync::Weak<Partition>>,
+}
+
 /// One fetch request, ready to be read (again) while it waits.
 struct Read<'a> {
     topics: &'a [WantedTopic<'a>],
     /// Answer only the partitions with news (a session's later fetch).
     incremental: bool,
+    /// The session's bell, registered with every partition read.
+    bell: Option<&'a Arc<Notify>>,
     names: &'a [Option<String>],
     /// Per topic: the caller may not READ it.
     denied: &'a [bool],
@@ -276,8 +323,14 @@ impl Read<'_> {
         let mut endpoints = BTreeMap::new();
         let mut carried = Vec::new();
         let mut reports = Vec::new();
-        let (topics, bytes, any_error) =
-            self.topics(broker, &mut endpoints, &mut carried, &mut reports);
+        let mut belled = 0;
+        let (topics, bytes, any_error) = self.topics(
+            broker,
+            &mut endpoints,
+            &mut carried,
+            &mut reports,
+            &mut belled,
+        );
         let mut response = FetchResponse::default().with_responses(topics);
         if self.version >= LEADER_HINTS {
             response.node_endpoints = endpoints.into_values().collect();
@@ -286,6 +339,7 @@ impl Read<'_> {
             response,
             bytes,
             any_error,
+            belled,
             carried,
             reports,
         }
@@ -322,6 +376,7 @@ impl Read<'_> {
         endpoints: &mut BTreeMap<i32, NodeEndpoint>,
         carried: &mut Carried,
         reports: &mut Vec<Answered>,
+        belled: &mut usize,
     ) -> (Vec<FetchableTopicResponse>, usize, bool) {
         let mut total = 0usize;
         let mut any_error = false;
@@ -336,18 +391,24 @@ impl Read<'_> {
                         .as_ref()
                         .is_some_and(|s| s.still(&broker.replicas).is_some());
                 if skip {
+                    // Its bell was registered when it was read.
+                    *belled += 1;
                     continue;
                 }
-                let (data, settled) = if *denied {
+                let read = if *denied {
                     let data = PartitionData::default()
                         .with_partition_index(wanted.fetch.partition)
                         .with_high_watermark(-1)
                         .with_last_stable_offset(-1)
                         .with_log_start_offset(-1)
                         .with_error_code(ResponseError::TopicAuthorizationFailed.code());
-                    (data, None)
+                    PartitionRead {
+                        data,
+                        settled: None,
+                        belled_with: None,
+                    }
                 } else {
-                    let (data, settled) = self.partition(
+                    let read = self.partition(
                         broker,
                         name.as_deref(),
                         &wanted.fetch,
@@ -355,15 +416,22 @@ impl Read<'_> {
                         endpoints,
                         carried,
                     );
-                    any_error |= data.error_code != 0;
-                    (data, settled)
+                    any_error |= read.data.error_code != 0;
+                    read
                 };
+                let PartitionRead {
+                    data,
+                    settled,
+                    belled_with,
+                } = read;
+                *belled += usize::from(belled_with.is_some());
                 let named = !self.incremental || has_news(wanted, &data);
                 reports.push(Answered {
                     key: wanted.key(),
                     told: named.then(|| told_of(&data)),
                     carried_records: data.records.as_ref().is_some_and(|r| !r.is_empty()),
                     settled,
+                    belled_with,
                 });
                 if named {
                     partitions.push(data);
@@ -394,7 +462,7 @@ impl Read<'_> {
         total: &mut usize,
         endpoints: &mut BTreeMap<i32, NodeEndpoint>,
         carried: &mut Carried,
-    ) -> (PartitionData, Option<Settled>) {
+    ) -> PartitionRead {
         let read_committed = self.read_committed;
         let max_bytes = self.max_bytes;
         let hints = self.version >= LEADER_HINTS;
@@ -407,9 +475,14 @@ impl Read<'_> {
         if read_committed {
             data.aborted_transactions = Some(Vec::new());
         }
+        let unread = |data| PartitionRead {
+            data,
+            settled: None,
+            belled_with: None,
+        };
         let Some(name) = name else {
             data.error_code = ResponseError::UnknownTopicId.code();
-            return (data, None);
+            return unread(data);
         };
         let partition = match broker.leader_partition(name, wanted.partition) {
             Ok(partition) => partition,
@@ -418,17 +491,26 @@ impl Read<'_> {
                 if hints && code == ResponseError::NotLeaderOrFollower {
                     self.leader_hint(broker, name, wanted.partition, &mut data, endpoints);
                 }
-                return (data, None);
+                return unread(data);
             }
         };
-        // Before reading: a change after this point moves the count.
+        // Before reading: a change after this point moves the count and
+        // rings the bell.
         let before_reading = Settled::before_reading(&partition, &broker.replicas);
+        let belled_with = self.bell.map(|bell| {
+            partition.ring_on_high_watermark(bell);
+            Arc::downgrade(&partition)
+        });
         if let Err(error) = partition.check_current_leader_epoch(wanted.current_leader_epoch) {
             data.error_code = error.code();
             if hints && error == ResponseError::FencedLeaderEpoch {
                 self.leader_hint(broker, name, wanted.partition, &mut data, endpoints);
             }
-            return (data, None);
+            return PartitionRead {
+                data,
+                settled: None,
+                belled_with,
+            };
         }
         let partition_max = usize::try_from(wanted.partition_max_bytes).unwrap_or(0);
         let remaining = max_bytes.saturating_sub(*total);
@@ -490,6 +572,10 @@ impl Read<'_> {
                 }
             }
         }
-        (data, settled)
+        PartitionRead {
+            data,
+            settled,
+            belled_with,
+        }
     }
 }

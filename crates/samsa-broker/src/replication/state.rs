@@ -318,6 +318,11 @@ impl Partition {
         if hw_moved || log_end_moved {
             self.note_replication_news();
         }
+        // After the news count moved: a session woken by its bell must not
+        // find the partition still settled.
+        if hw_moved {
+            self.ring_high_watermark_bells();
+        }
     }
 
     /// Leader append: records the epoch's start before writing (so the
