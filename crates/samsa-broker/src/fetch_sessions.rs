@@ -263,6 +263,11 @@ impl FetchSessionCache {
         }
         let uses_topic_ids = version >= TOPIC_IDS;
         let (id, epoch) = (request.session_id, request.session_epoch);
+        if (id, epoch) == (0, FINAL_EPOCH) {
+            // No session asked for and none to close (every librdkafka
+            // fetch): no need for the broker-wide lock.
+            return Ok(sessionless(requested()));
+        }
         let mut sessions = self.lock();
         match epoch {
             FINAL_EPOCH => {
